@@ -1,0 +1,41 @@
+# Two commands on a fresh Debian/Ubuntu machine:
+#   make reproduce   train, evaluate and deploy; tables and figures into figures/
+#   make test        the test suite (what CI runs)
+# Each does its own set-up: system libraries (apt, when root), .venv, pip install.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROFILE ?= quick
+
+# Data: WORKBENCH_DATA if set, else ../shared/data next to the checkout, else data/.
+SHARED_DATA := $(abspath ../shared/data)
+ifeq ($(strip $(WORKBENCH_DATA)),)
+ifneq ($(wildcard $(SHARED_DATA)/README.md),)
+export WORKBENCH_DATA := $(SHARED_DATA)
+endif
+endif
+export MPLBACKEND := Agg
+
+.PHONY: setup system-deps test reproduce clean
+
+setup: system-deps $(STAMP)
+
+system-deps:
+	@bash tools/system_deps.sh
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+test: setup
+	$(PY) -m pytest
+
+reproduce: setup
+	$(PY) -m workbench run --profile $(PROFILE)
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,70 @@
+"""Layers against Keras' own implementations and numpy; the SR net's exact size."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from workbench.layers import Act, DepthToSpace, GroupConv2D
+from workbench.models import sr_x2
+
+
+@pytest.mark.parametrize("kernel, groups, strides, padding",
+                         [(3, 4, 1, "same"), (1, 1, 1, "same"), (5, 2, 2, "valid"), (3, 8, 2, "same")])
+def test_group_conv_matches_keras_conv2d_groups(kernel, groups, strides, padding):
+    x = np.random.default_rng(1).normal(size=(2, 13, 11, 16)).astype(np.float32)
+    ours = GroupConv2D(24, kernel, groups=groups, strides=strides, padding=padding)
+    ref = keras.layers.Conv2D(24, kernel, groups=groups, strides=strides, padding=padding)
+    y = ours(x)
+    ref(x)
+    ref.set_weights(ours.get_weights())
+    np.testing.assert_allclose(y, ref(x), atol=1e-5)
+    assert tuple(y.shape) == ours.compute_output_shape(x.shape)
+
+
+def test_group_conv_groups_are_independent():
+    # Changing input channels of group 0 must not change outputs of group 1.
+    layer = GroupConv2D(8, 3, groups=2)
+    x = np.random.default_rng(2).normal(size=(1, 6, 6, 4)).astype(np.float32)
+    y1 = layer(x).numpy()
+    x[..., :2] += 1.0
+    y2 = layer(x).numpy()
+    assert not np.allclose(y1[..., :4], y2[..., :4])
+    np.testing.assert_array_equal(y1[..., 4:], y2[..., 4:])
+
+
+def test_group_conv_rejects_indivisible_channels():
+    with pytest.raises(ValueError, match="10 input channels are not divisible by groups=4"):
+        GroupConv2D(8, 3, groups=4, name="L2")(np.zeros((1, 5, 5, 10), np.float32))
+    with pytest.raises(ValueError, match="filters=6 is not divisible by groups=4"):
+        GroupConv2D(6, 3, groups=4)
+
+
+def test_depth_to_space_order():
+    # channel c = dy*2 + dx lands at sub-pixel (dy, dx)
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 1, 4)
+    np.testing.assert_array_equal(DepthToSpace(2)(x).numpy()[0, :, :, 0], [[0, 1], [2, 3]])
+
+
+def test_sr_x2_is_the_reference_net():
+    model = sr_x2()
+    assert model.count_params() == 7340
+    sizes = {layer.name: layer.count_params() for layer in model.layers if layer.count_params()}
+    assert sizes == {"L1": 25 * 48 + 48, "L2": 4 * 9 * 12 * 8 + 32, "L3": 32 * 24 + 24,
+                     "L4": 2 * 9 * 12 * 8 + 16, "L5": 16 * 4 + 4}
+
+
+def test_sr_x2_any_size_output_range_and_save_load(tmp_path):
+    model = sr_x2()
+    x = np.random.default_rng(3).random((1, 17, 23, 1), np.float32)
+    y = model(x).numpy()
+    assert y.shape == (1, 34, 46, 1)
+    assert y.min() >= 0 and y.max() <= 1
+    model.save(tmp_path / "m.keras")
+    again = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(again(x).numpy(), y)
+
+
+def test_sr_x2_widths_are_options():
+    model = sr_x2(widths=(24, 16, 12, 8), groups=(1, 2, 1, 2), activation="relu6_scaled")
+    assert model(np.zeros((1, 8, 8, 1), np.float32)).shape == (1, 16, 16, 1)
+    assert model.get_layer("L1_act").activation == "relu6_scaled"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Make sure the system libraries the workbench needs are present:
+#   python3-venv (to create .venv) and Mesa's EGL/OpenGL (headless llvmpipe for moderngl).
+# Installs them with apt when missing and we are root; otherwise prints the exact
+# command and exits non-zero.
+set -euo pipefail
+
+PACKAGES=(libegl1 libgl1 libgl1-mesa-dri libegl-mesa0)
+missing=()
+
+have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
+have_lib 'libEGL.so.1' || missing+=(libegl1)
+have_lib 'libGL.so.1' || missing+=(libgl1)
+have_lib 'libEGL_mesa.so.0' || missing+=(libegl-mesa0)
+compgen -G '/usr/lib/*/dri/swrast_dri.so' >/dev/null || compgen -G '/usr/lib/dri/swrast_dri.so' >/dev/null \
+    || missing+=(libgl1-mesa-dri)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "workbench: missing system packages: ${missing[*]}" >&2
+    echo "Install them as root, then run make again:" >&2
+    echo "  sudo sh -c '$cmd'" >&2
+    exit 1
+fi
+echo "workbench: installing system packages: ${missing[*]}"
+sh -c "$cmd"

@@ -1,0 +1,130 @@
+"""Activations, each defined once: TensorFlow, numpy and GLSL forms side by side.
+
+Every activation here maps into [0, 1] (or is the identity), so that its output
+fits an RGBA8 texture of OpenGL ES 2.0.  The GLSL form is an expression template
+over a ``vec4`` (or ``float``) named ``{x}``; back ends fill it in with
+``act.glsl.format(x="sum")``.
+
+Register a new candidate with :func:`register` and it shows up in the layers,
+the code generators, the emulator and the figures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One activation: its name, the three implementations and a description."""
+
+    name: str
+    tf_fn: Callable[[tf.Tensor], tf.Tensor]
+    np_fn: Callable[[np.ndarray], np.ndarray]
+    glsl: str
+    description: str
+    output_range: tuple[float, float] | None = (0.0, 1.0)
+
+    def __call__(self, x):
+        return self.tf_fn(x)
+
+
+_REGISTRY: dict[str, Activation] = {}
+
+
+def register(act: Activation) -> Activation:
+    """Add an activation to the registry (replacing one of the same name)."""
+    _REGISTRY[act.name] = act
+    return act
+
+
+def get(name: str | Activation) -> Activation:
+    """Look an activation up by name; the error lists the known names."""
+    if isinstance(name, Activation):
+        return name
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown activation {name!r}; known: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+# --- the sigmoid-like piecewise-linear activation -------------------------------
+# y = clip(0.05x + clip(0.1x, -0.05, 0.05) + clip(0.05x, -0.125, 0.125) + 0.5, 0, 1)
+# Breakpoints at |x| = 0.5, 2.5, 6.5; slopes 0.2, 0.1, 0.05, then 0.
+_SIGMOID_BREAKS = np.array([0.5, 2.5, 6.5], np.float32)
+_SIGMOID_SLOPES = np.array([0.2, 0.1, 0.05, 0.0], np.float32)
+
+
+def _sigmoid_like_np(x):
+    x = np.asarray(x, np.float32)
+    inner = 0.05 * x + np.clip(0.1 * x, -0.05, 0.05) + np.clip(0.05 * x, -0.125, 0.125)
+    return np.clip(inner + 0.5, 0.0, 1.0).astype(np.float32)
+
+
+def _sigmoid_like_slope(x):
+    """Exact derivative of the sigmoid-like activation (0.2 / 0.1 / 0.05 / 0)."""
+    a = tf.abs(x)
+    return tf.where(a < 0.5, 0.2, tf.where(a < 2.5, 0.1, tf.where(a < 6.5, 0.05, 0.0)))
+
+
+@tf.custom_gradient
+def _sigmoid_like_tf(x):
+    # Algebraically identical to the clip form, with a hand-written gradient:
+    # the plain clip_by_value chain costs ~14x a ReLU in forward+backward here.
+    inner = 0.05 * x + tf.clip_by_value(0.1 * x, -0.05, 0.05) + tf.clip_by_value(
+        0.05 * x, -0.125, 0.125
+    )
+    y = tf.clip_by_value(inner + 0.5, 0.0, 1.0)
+
+    def grad(dy):
+        return dy * tf.cast(_sigmoid_like_slope(x), dy.dtype)
+
+    return y, grad
+
+
+register(Activation(
+    name="bounded_relu",
+    tf_fn=lambda x: tf.clip_by_value(x, 0.0, 1.0),
+    np_fn=lambda x: np.clip(np.asarray(x, np.float32), 0.0, 1.0),
+    glsl="clamp({x}, 0.0, 1.0)",
+    description="ReLU bounded to [0, 1] (an RGBA8 target clamps for free)",
+))
+register(Activation(
+    name="relu6_scaled",
+    tf_fn=lambda x: tf.clip_by_value(x, 0.0, 6.0) / 6.0,
+    np_fn=lambda x: np.clip(np.asarray(x, np.float32), 0.0, 6.0) / np.float32(6.0),
+    glsl="(clamp({x}, 0.0, 6.0) / 6.0)",
+    description="ReLU6 rescaled to [0, 1]",
+))
+register(Activation(
+    name="sigmoid_like",
+    tf_fn=_sigmoid_like_tf,
+    np_fn=_sigmoid_like_np,
+    glsl=("clamp(0.05 * {x} + clamp(0.1 * {x}, -0.05, 0.05)"
+          " + clamp(0.05 * {x}, -0.125, 0.125) + 0.5, 0.0, 1.0)"),
+    description="piecewise-linear sigmoid: slopes 0.2/0.1/0.05/0 with breaks at |x| = 0.5/2.5/6.5",
+))
+register(Activation(
+    name="sigmoid",
+    tf_fn=tf.math.sigmoid,
+    np_fn=lambda x: (1.0 / (1.0 + np.exp(-np.asarray(x, np.float32)))).astype(np.float32),
+    glsl="(1.0 / (1.0 + exp(-{x})))",
+    description="logistic sigmoid (reference, not piecewise linear)",
+))
+register(Activation(
+    name="linear",
+    tf_fn=tf.identity,
+    np_fn=lambda x: np.asarray(x, np.float32),
+    glsl="{x}",
+    description="identity (no activation); only for outputs that are not stored in RGBA8",
+    output_range=None,
+))

@@ -1,0 +1,116 @@
+"""x2 super-resolution: the training recipe, upscaling with the net, and the benchmark table.
+
+Conventions: images are HxWx3 RGB float32 in [0, 1].  The net sees full-range luma
+(``Y = 0.299R + 0.587G + 0.114B``); chroma is upsampled bilinearly, as the GPU demux
+shader does.  Outputs are rounded to 8 bits, as a saved PNG (or an RGBA8 texture) is.
+Evaluation follows DESIGN.md §5: PSNR/SSIM on studio-range Y with ``crop_border = scale``
+(the published convention), plus PSNR on full-range Y (the articles' own figures).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from workbench import datasets, images, metrics, training
+from workbench.models import sr_x2
+
+SCALE = 2
+MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
+
+
+def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, patch=48,
+          learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2):
+    """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.training`).
+
+    ``train_images``: list of RGB images.  ``kernels``: degradations the LR patches are
+    made with (one chosen at random per patch).  ``init_model``: path of a ``.keras`` model
+    to start from (fine-tuning) instead of a fresh :func:`sr_x2`.
+    Returns ``(model, history)`` and writes ``<run_dir>/model.keras``.
+    """
+    keras.utils.set_random_seed(seed)
+    steps_per_epoch = max(1, min(steps_per_epoch, steps))
+    epochs = math.ceil(steps / steps_per_epoch)
+    pairs = datasets.sr_training_pairs(train_images, SCALE, kernels)
+    patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed)
+
+    def build():
+        model = keras.models.load_model(init_model) if init_model else sr_x2(scale=SCALE)
+        return training.adam_l1(model, learning_rate, epochs * steps_per_epoch)
+
+    model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose)
+    training.save_model(model, Path(run_dir) / "model.keras")
+    return model, history
+
+
+def upscale(model, lr_rgb, scale=SCALE):
+    """Upscale an RGB image with an SR net on luma and bilinear chroma; 8-bit output."""
+    ycbcr = images.rgb_to_ycbcr(lr_rgb, range="full")
+    luma = model(ycbcr[None, :, :, :1].astype(np.float32), training=False)
+    luma = np.asarray(luma)[0]
+    chroma = images.upscale_bilinear(ycbcr[:, :, 1:], scale)
+    rgb = images.ycbcr_to_rgb(np.concatenate([luma, chroma], axis=-1), range="full")
+    return images.to_float(images.to_uint8(rgb))
+
+
+def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_images=None):
+    """PSNR/SSIM of bicubic and of each net, for every image, set and degradation kernel.
+
+    ``models``: label -> Keras model.  Returns ``(records, kept)``: one dict per
+    (set, image, kernel, method) with ``psnr_y_studio``, ``ssim_y_studio`` and
+    ``psnr_y_full``; ``kept[image][method]`` holds the outputs for the images named in
+    ``keep_images`` under the first kernel (for figures).
+    """
+    records, kept = [], {}
+    for sr_set in sr_sets:
+        for image_name, hr in sr_set.images:
+            hr = images.modcrop(hr, scale)
+            for kernel in kernels:
+                lr = images.degrade(hr, scale, kernel)
+                outputs = {"bicubic": images.upscale_bicubic(lr, scale)}
+                outputs.update({label: upscale(m, lr, scale) for label, m in models.items()})
+                for method, out in outputs.items():
+                    records.append({
+                        "set": sr_set.name, "image": image_name, "kernel": kernel,
+                        "method": method,
+                        "psnr_y_studio": metrics.psnr(hr, out, scale, "studio"),
+                        "ssim_y_studio": metrics.ssim(hr, out, scale, "studio"),
+                        "psnr_y_full": metrics.psnr(hr, out, scale, "full"),
+                    })
+                if keep_images and image_name in keep_images and kernel == kernels[0]:
+                    kept[image_name] = {"ground truth": hr, **outputs}
+    return records, kept
+
+
+METRICS = ("psnr_y_studio", "ssim_y_studio", "psnr_y_full")
+
+
+def summarize(records):
+    """Mean of each metric per (set, kernel, method), in first-seen order."""
+    groups: dict[tuple, list] = {}
+    for r in records:
+        groups.setdefault((r["set"], r["kernel"], r["method"]), []).append(r)
+    return [{"set": s, "kernel": k, "method": m, "images": len(rs),
+             **{key: float(np.mean([r[key] for r in rs])) for key in METRICS}}
+            for (s, k, m), rs in groups.items()]
+
+
+def markdown_table(summary):
+    """One row per (set, kernel); for each method PSNR / SSIM (studio Y) and PSNR (full Y)."""
+    methods = list(dict.fromkeys(r["method"] for r in summary))
+    head = ["set", "kernel"] + [f"{m}: {c}" for m in methods
+                                for c in ("PSNR Y601 dB", "SSIM Y601", "PSNR Yfull dB")]
+    rows = {}
+    for r in summary:
+        rows.setdefault((r["set"], r["kernel"]), {})[r["method"]] = r
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (s, k), by_method in rows.items():
+        cells = [s, k]
+        for m in methods:
+            r = by_method.get(m)
+            cells += ([f"{r['psnr_y_studio']:.2f}", f"{r['ssim_y_studio']:.4f}",
+                       f"{r['psnr_y_full']:.2f}"] if r else ["", "", ""])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

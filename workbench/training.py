@@ -1,0 +1,79 @@
+"""Resumable training with Keras.
+
+A run lives in one folder: ``checkpoint.keras`` (model and optimizer state, saved
+atomically at the end of every epoch) and ``history.json`` (one entry per finished
+epoch).  Calling :func:`fit` again on the same folder resumes where it stopped; a
+finished run returns at once.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import keras
+
+from workbench.files import atomic_path, read_json, write_json
+
+CHECKPOINT = "checkpoint.keras"
+HISTORY = "history.json"
+
+
+class AtomicCheckpoint(keras.callbacks.Callback):
+    """Save the model (with optimizer state) and the history after every epoch."""
+
+    def __init__(self, run_dir: Path, history: dict):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.history = history
+        self._start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(float(value))
+        self.history["seconds"] = self.history.get("seconds", 0.0) + time.time() - self._start
+        self._start = time.time()
+        save_model(self.model, self.run_dir / CHECKPOINT)
+        write_json(self.run_dir / HISTORY, self.history)
+
+
+def save_model(model, path):
+    """``model.save`` to ``path`` (a ``.keras`` file), atomically."""
+    with atomic_path(path) as tmp:
+        model.save(tmp)
+
+
+def epochs_done(history: dict) -> int:
+    return len(history.get("loss", []))
+
+
+def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
+        steps_per_epoch: int, verbose=2):
+    """Train ``build()`` (a compiled model) for ``epochs`` x ``steps_per_epoch`` steps.
+
+    ``dataset`` is an infinite ``tf.data.Dataset`` of ``(x, y)`` batches.  If
+    ``run_dir`` holds a checkpoint, training resumes from it (``build`` is not called).
+    Returns ``(model, history)``; ``history[metric]`` has one value per epoch.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    history = read_json(run_dir / HISTORY, default={})
+    checkpoint = run_dir / CHECKPOINT
+    if checkpoint.exists() and epochs_done(history):
+        model = keras.models.load_model(checkpoint)
+        print(f"resuming {run_dir} at epoch {epochs_done(history)} of {epochs}")
+    else:
+        history = {}
+        model = build()
+    if epochs_done(history) < epochs:
+        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                  initial_epoch=epochs_done(history), verbose=verbose,
+                  callbacks=[AtomicCheckpoint(run_dir, history)])
+    return model, history
+
+
+def adam_l1(model, learning_rate, decay_steps, alpha=0.01):
+    """Compile ``model`` with Adam, L1 loss and a cosine-decayed learning rate."""
+    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps, alpha=alpha)
+    model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mean_absolute_error")
+    return model
