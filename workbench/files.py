@@ -38,8 +38,7 @@ def atomic_path(path):
 
 def write_json(path, obj):
     """Write ``obj`` as indented JSON, atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, default=_to_builtin) + "\n")
+    write_text(path, json.dumps(obj, indent=2, default=_to_builtin) + "\n")
 
 
 def read_json(path, default=None):
@@ -59,3 +58,9 @@ def _to_builtin(obj):
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def write_text(path, text):
+    """Write ``text`` to ``path``, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

@@ -45,6 +45,15 @@ def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, pa
     return model, history
 
 
+def load_models(paths: dict):
+    """``{label: path}`` -> ``{label: model}``; a missing file is named, with the cure."""
+    missing = [f"{label}: {path}" for label, path in paths.items() if not Path(path).exists()]
+    if missing:
+        raise FileNotFoundError("trained model not found (" + "; ".join(missing) +
+                                "); run notebooks/sr_train.ipynb first, or pass `models`")
+    return {label: keras.models.load_model(path) for label, path in paths.items()}
+
+
 def upscale(model, lr_rgb, scale=SCALE):
     """Upscale an RGB image with an SR net on luma and bilinear chroma; 8-bit output."""
     ycbcr = images.rgb_to_ycbcr(lr_rgb, range="full")
@@ -52,7 +61,7 @@ def upscale(model, lr_rgb, scale=SCALE):
     luma = np.asarray(luma)[0]
     chroma = images.upscale_bilinear(ycbcr[:, :, 1:], scale)
     rgb = images.ycbcr_to_rgb(np.concatenate([luma, chroma], axis=-1), range="full")
-    return images.to_float(images.to_uint8(rgb))
+    return images.round_8bit(rgb)
 
 
 def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_images=None):
@@ -61,10 +70,13 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
     ``models``: label -> Keras model.  Returns ``(records, kept)``: one dict per
     (set, image, kernel, method) with ``psnr_y_studio``, ``ssim_y_studio`` and
     ``psnr_y_full``; ``kept[image][method]`` holds the outputs for the images named in
-    ``keep_images`` under the first kernel (for figures).
+    ``keep_images`` (or, where a set has none of them, its first image) under the first
+    kernel, for figures.
     """
     records, kept = [], {}
     for sr_set in sr_sets:
+        names = [n for n, _ in sr_set.images]
+        keep = [n for n in names if n in (keep_images or ())] or names[:1]
         for image_name, hr in sr_set.images:
             hr = images.modcrop(hr, scale)
             for kernel in kernels:
@@ -79,7 +91,7 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
                         "ssim_y_studio": metrics.ssim(hr, out, scale, "studio"),
                         "psnr_y_full": metrics.psnr(hr, out, scale, "full"),
                     })
-                if keep_images and image_name in keep_images and kernel == kernels[0]:
+                if image_name in keep and kernel == kernels[0]:
                     kept[image_name] = {"ground truth": hr, **outputs}
     return records, kept
 
@@ -95,6 +107,18 @@ def summarize(records):
     return [{"set": s, "kernel": k, "method": m, "images": len(rs),
              **{key: float(np.mean([r[key] for r in rs])) for key in METRICS}}
             for (s, k, m), rs in groups.items()]
+
+
+def verdict(summary, baseline="bicubic", metric="psnr_y_studio"):
+    """One line per (set, kernel, net): its gain over ``baseline`` in dB, and whether it wins."""
+    base = {(r["set"], r["kernel"]): r[metric] for r in summary if r["method"] == baseline}
+    lines = []
+    for r in summary:
+        if r["method"] != baseline:
+            gain = r[metric] - base[(r["set"], r["kernel"])]
+            lines.append(f"{r['set']:>8} {r['kernel']:>10} {r['method']:>18}: "
+                         f"{gain:+.2f} dB vs {baseline} ({'beats' if gain > 0 else 'LOSES TO'} it)")
+    return "\n".join(lines)
 
 
 def markdown_table(summary):

@@ -1,0 +1,342 @@
+import struct
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from workbench.images import (
+    KERNELS,
+    ImageError,
+    degrade,
+    imresize,
+    load_image,
+    modcrop,
+    rgb_to_y,
+    rgb_to_ycbcr,
+    save_image,
+    to_float,
+    to_uint8,
+    upscale_bicubic,
+    upscale_bilinear,
+    ycbcr_to_rgb,
+)
+
+SHARED_SR = Path(__file__).resolve().parents[2] / "shared" / "data" / "sr"
+RNG = np.random.default_rng(0)
+
+
+def smooth_image(h, w, c=3):
+    """A smooth test picture (sums of low-frequency sines), float32 in [0, 1]."""
+    y, x = np.mgrid[0:h, 0:w] / np.float32(max(h, w))
+    chans = [0.5 + 0.4 * np.sin(5 * x + 3 * y + k) * np.cos(4 * y - 2 * x + k) for k in range(c)]
+    return np.stack(chans, axis=-1).astype(np.float32)
+
+
+def write_png16(path, samples, colour_type):
+    """A minimal 16-bit PNG writer (Pillow cannot write 48-bit RGB): colour_type 0 grey, 2 RGB."""
+    h, w = samples.shape[:2]
+    raw = b"".join(b"\0" + samples[i].astype(">u2").tobytes() for i in range(h))
+
+    def chunk(kind, data):
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    header = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)
+    Path(path).write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+# --------------------------------------------------------------------------- load / save
+
+
+def test_load_rgb_png_exact(tmp_path):
+    pixels = RNG.integers(0, 256, (7, 9, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "a.png")
+    img = load_image(tmp_path / "a.png")
+    assert img.dtype == np.float32 and img.shape == (7, 9, 3)
+    np.testing.assert_array_equal(img, pixels / np.float32(255))
+
+
+def test_load_greyscale_replicated(tmp_path):
+    pixels = RNG.integers(0, 256, (5, 6), dtype=np.uint8)
+    Image.fromarray(pixels, "L").save(tmp_path / "g.png")
+    img = load_image(tmp_path / "g.png")
+    assert img.shape == (5, 6, 3)
+    for c in range(3):
+        np.testing.assert_array_equal(img[..., c], pixels / np.float32(255))
+
+
+def test_load_rgba_composited_on_white_with_warning(tmp_path):
+    rgba = np.zeros((2, 2, 4), np.uint8)
+    rgba[..., 0] = 255  # red
+    rgba[..., 3] = [[255, 0], [51, 255]]  # opaque, transparent, 20 %, opaque
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "t.png")
+    with pytest.warns(UserWarning, match=r"t\.png.*white"):
+        img = load_image(tmp_path / "t.png")
+    np.testing.assert_allclose(img[0, 0], [1, 0, 0])
+    np.testing.assert_allclose(img[0, 1], [1, 1, 1])
+    np.testing.assert_allclose(img[1, 0], [1, 0.8, 0.8], atol=1e-6)
+
+
+def test_load_palette_and_palette_transparency(tmp_path):
+    pal = Image.new("P", (3, 1))
+    pal.putpalette([255, 0, 0, 0, 0, 255] + [0] * 762)
+    pal.putdata([0, 1, 0])
+    pal.save(tmp_path / "p.png")
+    img = load_image(tmp_path / "p.png")
+    np.testing.assert_array_equal(img[0], [[1, 0, 0], [0, 0, 1], [1, 0, 0]])
+    pal.save(tmp_path / "pt.png", transparency=1)
+    with pytest.warns(UserWarning, match=r"pt\.png"):
+        img = load_image(tmp_path / "pt.png")
+    np.testing.assert_array_equal(img[0], [[1, 0, 0], [1, 1, 1], [1, 0, 0]])
+
+
+def test_load_opaque_rgba_does_not_warn(tmp_path):
+    Image.new("RGBA", (2, 2), (10, 20, 30, 255)).save(tmp_path / "o.png")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        img = load_image(tmp_path / "o.png")
+    np.testing.assert_allclose(img[0, 0], np.array([10, 20, 30]) / 255)
+
+
+def test_load_16bit_grey(tmp_path):
+    samples = np.array([[0, 1, 257], [32768, 65534, 65535]], np.uint16)
+    Image.fromarray(samples).save(tmp_path / "g16.png")  # Pillow writes I;16 as 16-bit PNG
+    with pytest.warns(UserWarning, match=r"g16\.png.*16-bit image converted to float"):
+        img = load_image(tmp_path / "g16.png")
+    assert img.shape == (2, 3, 3)
+    np.testing.assert_allclose(img[..., 1], samples / 65535, rtol=1e-6)
+
+
+def test_load_16bit_rgb_keeps_all_16_bits(tmp_path):
+    samples = RNG.integers(0, 65536, (4, 5, 3)).astype(np.uint16)
+    write_png16(tmp_path / "rgb48.png", samples, colour_type=2)
+    with pytest.warns(UserWarning, match=r"rgb48\.png.*16-bit"):
+        img = load_image(tmp_path / "rgb48.png")
+    np.testing.assert_allclose(img, samples / 65535, rtol=1e-6)  # not just the high byte
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothere.png"):
+        load_image(tmp_path / "nothere.png")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"this is not an image", id="text"),
+        pytest.param(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, id="corrupt-png"),
+    ],
+)
+def test_load_not_an_image(tmp_path, content):
+    (tmp_path / "bad.png").write_bytes(content)
+    with pytest.raises(ImageError, match="bad.png"):
+        load_image(tmp_path / "bad.png")
+
+
+def test_load_truncated_png(tmp_path):
+    Image.fromarray(RNG.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "full.png")
+    data = (tmp_path / "full.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImageError, match="cut.png"):
+        load_image(tmp_path / "cut.png")
+
+
+def test_save_round_trip_and_rounding(tmp_path):
+    img = np.array([[[0.0, 0.5, 1.0], [0.1 / 255, 0.6 / 255, 2.0]]], np.float32)
+    save_image(tmp_path / "sub" / "dir" / "x.png", img)  # parents created
+    with Image.open(tmp_path / "sub" / "dir" / "x.png") as im:
+        back = np.asarray(im)
+    np.testing.assert_array_equal(back, [[[0, 128, 255], [0, 1, 255]]])
+    assert [p.name for p in (tmp_path / "sub" / "dir").iterdir()] == ["x.png"]  # no temp left
+
+
+def test_save_grey_and_uint8(tmp_path):
+    grey = RNG.integers(0, 256, (4, 3), dtype=np.uint8)
+    save_image(tmp_path / "g.png", grey)
+    with Image.open(tmp_path / "g.png") as im:
+        assert im.mode == "L"
+    np.testing.assert_array_equal(load_image(tmp_path / "g.png")[..., 2], grey / np.float32(255))
+
+
+def test_save_bad_shape_names_file_and_leaves_nothing(tmp_path):
+    with pytest.raises(ImageError, match="four.png"):
+        save_image(tmp_path / "four.png", np.zeros((2, 2, 4)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_to_uint8_and_to_float():
+    np.testing.assert_array_equal(to_uint8(np.array([-1, 0, 0.5 / 255, 1.5 / 255, 0.999, 7])),
+                                  [0, 0, 0, 2, 255, 255])
+    u = np.arange(256, dtype=np.uint8)
+    f = to_float(u)
+    assert f.dtype == np.float32 and f[255] == 1
+    np.testing.assert_array_equal(to_uint8(f), u)
+    assert to_float(np.float64(0.25) * np.ones(2)).dtype == np.float32
+
+
+def test_modcrop():
+    assert modcrop(np.zeros((37, 53, 3)), 3).shape == (36, 51, 3)
+    assert modcrop(np.zeros((8, 8)), 4).shape == (8, 8)
+    with pytest.raises(ImageError, match="scale=4"):
+        modcrop(np.zeros((3, 9)), 4)
+
+
+# --------------------------------------------------------------------------- colour
+
+
+@pytest.mark.parametrize("rng_name", ["studio", "full"])
+def test_ycbcr_round_trip(rng_name):
+    img = RNG.random((16, 16, 3)).astype(np.float32)
+    back = ycbcr_to_rgb(rgb_to_ycbcr(img, range=rng_name), range=rng_name)
+    np.testing.assert_allclose(back, img, atol=1e-6)
+
+
+def test_studio_range_white_black_and_full_range_y():
+    rgb = np.array([[[1, 1, 1], [0, 0, 0], [1, 0, 0]]], np.float32)
+    np.testing.assert_allclose(rgb_to_y(rgb)[0, :2], [235 / 255, 16 / 255], atol=1e-6)
+    np.testing.assert_allclose(rgb_to_ycbcr(rgb)[0, 1, 1:], [128 / 255] * 2, atol=1e-6)
+    np.testing.assert_allclose(rgb_to_y(rgb, range="full")[0], [1, 0, 0.299], atol=1e-6)
+    np.testing.assert_allclose(rgb_to_ycbcr(rgb, range="full")[0, 2], [0.299, 0.5 - 0.168736, 1.0],
+                               atol=1e-6)
+
+
+def test_studio_range_matches_skimage():
+    from skimage.color import rgb2ycbcr
+
+    img = RNG.random((8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(rgb_to_ycbcr(img) * 255, rgb2ycbcr(img), atol=1e-3)
+
+
+def test_colour_bad_inputs():
+    with pytest.raises(ImageError, match="range='bt709'"):
+        rgb_to_y(np.zeros((2, 2, 3)), range="bt709")
+    with pytest.raises(ImageError, match="img"):
+        rgb_to_ycbcr(np.zeros((2, 2)))
+
+
+# --------------------------------------------------------------------------- imresize
+
+# MATLAB's bicubic (a = -0.5) at distances 0.25, 0.75, 1.25, 1.75: exact dyadic values.
+C025, C075, C125, C175 = 0.8671875, 0.2265625, -0.0703125, -0.0234375
+
+
+def test_imresize_x2_down_matches_matlab_weights_with_symmetric_border():
+    x = RNG.random(16)
+    img = np.repeat(x[:, None], 6, axis=1)  # varies along H only
+    # x1/2 antialiased: kernel stretched to 8 taps, output i centred between inputs 2i and 2i+1.
+    w = np.array([C175, C125, C075, C025, C025, C075, C125, C175]) / 2
+    padded = np.pad(x, 3, mode="symmetric")  # MATLAB mirrors as x[-1] = x[0]
+    expected = np.array([padded[2 * i : 2 * i + 8] @ w for i in range(8)])
+    np.testing.assert_allclose(imresize(img, 0.5)[:, 0], expected, atol=1e-6)
+
+
+def test_imresize_x2_up_matches_matlab_weights():
+    x = RNG.random(10)
+    padded = np.pad(x, 2, mode="symmetric")
+    even = [padded[i : i + 4] @ [C175, C075, C025, C125] for i in range(10)]  # centre i - 1/4
+    odd = [padded[i + 1 : i + 5] @ [C125, C025, C075, C175] for i in range(10)]  # centre i + 1/4
+    expected = np.stack([even, odd], axis=1).ravel()
+    np.testing.assert_allclose(imresize(x[None, :], 2)[0], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("out_shape", [(20, 26), (10, 13), (15, 19), (80, 104), (120, 91)])
+def test_imresize_matches_pillow_bicubic_inside(out_shape):
+    """Pillow's BICUBIC is the same a=-0.5 antialiased kernel; it renormalises at borders where
+    MATLAB mirrors, so only pixels whose kernel stays inside the image agree."""
+    img = RNG.random((40, 52)).astype(np.float32)
+    ours = imresize(img, output_shape=out_shape)
+    ref = np.asarray(Image.fromarray(img, "F").resize(out_shape[::-1], Image.BICUBIC))
+    b = int(np.ceil(2 * max(out_shape[0] / 40, out_shape[1] / 52, 1))) + 1  # output pixels
+    np.testing.assert_allclose(ours[b:-b, b:-b], ref[b:-b, b:-b], atol=1e-5)
+
+
+def test_imresize_constant_channels_and_shapes():
+    img = np.full((9, 11, 2), 0.3, np.float32)
+    np.testing.assert_allclose(imresize(img, 1 / 3), 0.3, atol=1e-6)
+    assert imresize(img, 1 / 3).shape == (3, 4, 2)  # ceil(scale * size), as MATLAB
+    rgb = smooth_image(12, 10)
+    both = imresize(rgb, 2)
+    for c in range(3):
+        np.testing.assert_array_equal(both[..., c], imresize(rgb[..., c], 2))
+    with pytest.raises(ImageError, match="exactly one"):
+        imresize(rgb)
+
+
+def test_bicubic_aa_round_trip():
+    img = smooth_image(96, 120)
+    back = upscale_bicubic(degrade(img, 2, "bicubic_aa"), 2)
+    assert back.shape == img.shape and back.min() >= 0 and back.max() <= 1
+    np.testing.assert_allclose(back, img, atol=0.02)
+    np.testing.assert_array_equal(np.round(back * 255), back * 255)  # 8-bit levels
+
+
+# Published bicubic x2 PSNR (Y of studio-range YCbCr, border 2) of Set5 (e.g. SRCNN, VDSR tables):
+SET5_BICUBIC_X2 = {"baby": 37.07, "bird": 36.81, "butterfly": 27.43, "head": 34.86, "woman": 32.14}
+
+
+@pytest.mark.skipif(not (SHARED_SR / "Set5").is_dir(), reason="shared SR data not present")
+def test_set5_bicubic_psnr_matches_published_tables():
+    for name, published in SET5_BICUBIC_X2.items():
+        hr = modcrop(load_image(SHARED_SR / "Set5" / f"{name}.png"), 2)
+        sr = upscale_bicubic(degrade(hr, 2, "bicubic_aa"), 2)
+        diff = (rgb_to_y(hr) - rgb_to_y(sr))[2:-2, 2:-2] * 255
+        psnr = 10 * np.log10(255**2 / np.mean(diff.astype(np.float64) ** 2))
+        assert psnr == pytest.approx(published, abs=0.05), name
+
+
+# --------------------------------------------------------------------------- degrade / upscale
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("scale", [2, 3, 4])
+def test_degrade_shapes_after_modcrop(kernel, scale):
+    hr = modcrop(smooth_image(37, 53), scale)
+    lr = degrade(hr, scale, kernel)
+    assert lr.shape == (37 // scale, 53 // scale, 3) and lr.dtype == np.float32
+    np.testing.assert_array_equal(np.round(lr * 255), lr * 255)  # quantized to 8-bit levels
+    grey = degrade(hr[..., 0], scale, kernel, quantize=False)
+    np.testing.assert_allclose(grey, lr[..., 0], atol=0.5 / 255 + 1e-6)
+
+
+def test_degrade_nonantialiased_kernels_at_x2():
+    """At x2 with half-pixel centres every LR pixel sits between 2x2 HR pixels."""
+    hr = RNG.random((16, 20)).astype(np.float32)
+    box = hr.reshape(8, 2, 10, 2).mean(axis=(1, 3))
+    np.testing.assert_allclose(degrade(hr, 2, "bilinear", quantize=False), box, atol=1e-6)
+    # Keys' cubic with a = -0.5 at distances 0.5 and 1.5 (a = -0.75, OpenCV, would give 0.59375).
+    w = np.array([-0.0625, 0.5625, 0.5625, -0.0625])
+    rows = np.einsum("k,ikj->ij", w, np.stack([hr[k + 1 : k + 12 : 2] for k in range(4)], axis=1))
+    cols = np.stack([rows[:, k + 1 : k + 16 : 2] for k in range(4)], axis=-1)
+    expected = np.einsum("k,ijk->ij", w, cols)
+    np.testing.assert_allclose(
+        degrade(hr, 2, "bicubic", quantize=False)[1:-1, 1:-1], expected, atol=1e-5
+    )
+
+
+def test_degrade_bad_inputs():
+    with pytest.raises(ImageError, match="bicubic_aa.*bilinear.*bicubic.*lanczos"):
+        degrade(np.zeros((8, 8, 3)), 2, "nearest")
+    with pytest.raises(ImageError, match=r"kernel='bicubic', scale=3.*modcrop"):
+        degrade(np.zeros((10, 9, 3)), 3, "bicubic")
+    with pytest.raises(ImageError, match=r"kernel='lanczos', scale=2.*smaller"):
+        degrade(np.zeros((4, 4, 3)), 2, "lanczos")
+    with pytest.raises(ImageError, match=r"kernel='bicubic_aa', scale=4.*smaller"):
+        degrade(np.zeros((12, 12, 3)), 4, "bicubic_aa")
+
+
+def test_upscale_bilinear_is_gl_linear():
+    lr = RNG.random((6, 7, 3)).astype(np.float32)
+    up = upscale_bilinear(lr, 2)
+    assert up.shape == (12, 14, 3) and up.dtype == np.float32
+    # Output pixel 2i+1 samples at LR coordinate i + 1/4: 3/4 of pixel i, 1/4 of pixel i+1.
+    rows = 0.75 * lr[:-1] + 0.25 * lr[1:]
+    expected = 0.75 * rows[:, :-1] + 0.25 * rows[:, 1:]
+    np.testing.assert_allclose(up[1:-1:2, 1:-1:2], expected, atol=1e-6)

@@ -1,0 +1,303 @@
+"""Image I/O, colour conversion and resizing.
+
+Conventions, unless a docstring says otherwise:
+- images are numpy arrays in HWC layout (HxW for one channel), RGB channel order;
+- pixel values are float32 on the [0, 1] scale (uint8 only at the file boundary, see to_uint8);
+- colour conversions are ITU-R BT.601, "studio" (Y in [16, 235]/255, as MATLAB's rgb2ycbcr and SR
+  papers) or "full" (JPEG/JFIF, Y = 0.299R + 0.587G + 0.114B) range.
+"""
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+class ImageError(ValueError):
+    """A bad image or image parameter; the message names the file or parameter and the problem."""
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+def load_image(path):
+    """Read an image file as float32 HxWx3 RGB in [0, 1].
+
+    Greyscale is replicated to 3 channels, palettes are expanded, transparency is composited on
+    white (with a warning), 16-bit images are divided by 65535 (with a warning).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such image file")
+    try:
+        with Image.open(path) as im:
+            if im.format == "PNG" and im.mode in ("RGB", "RGBA", "LA") and ";16" in im.tile[0][3]:
+                # Pillow keeps only the high byte of 16-bit colour or grey+alpha PNG samples.
+                pixels, bits = _read_png16(path), 16
+            else:
+                im.load()  # decode now, so that a truncated file raises here
+                pixels, bits = _pil_pixels(im, path)
+    except (ImageError, FileNotFoundError):
+        raise
+    except Exception as e:  # Pillow and pypng raise OSError, SyntaxError, ValueError, their own...
+        raise ImageError(f"{path}: not a readable image ({type(e).__name__}: {e})") from e
+    if bits == 16:
+        warnings.warn(f"{path}: 16-bit image converted to float (divided by 65535)", stacklevel=2)
+    img = pixels.astype(np.float32) / np.float32(2**bits - 1)
+    if img.shape[2] in (2, 4):  # grey+alpha or RGB+alpha
+        img, alpha = img[..., :-1], img[..., -1:]
+        if np.any(alpha < 1):
+            warnings.warn(f"{path}: transparent pixels composited on white", stacklevel=2)
+            img = img * alpha + (1 - alpha)
+    if img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    return np.ascontiguousarray(img, dtype=np.float32)
+
+
+def _pil_pixels(im, path):
+    """(HxWxC integer array with C in 1..4, bits per sample) of a loaded Pillow image."""
+    if im.mode.startswith("I;16") or im.mode == "I":  # 16-bit greyscale (PNG, TIFF)
+        return np.clip(np.asarray(im), 0, 65535).astype(np.uint16)[..., None], 16
+    if im.mode == "F":
+        raise ImageError(f"{path}: floating-point images (mode F) are not supported")
+    transparent = "A" in im.mode or "transparency" in im.info
+    im = im.convert("RGBA" if transparent else "RGB")
+    return np.asarray(im), 8
+
+
+def _read_png16(path):
+    """HxWxC uint16 samples of a 16-bit PNG, through pypng (tRNS becomes an alpha channel)."""
+    import png  # pypng; only needed for 16-bit colour PNG
+
+    with open(path, "rb") as f:
+        width, height, rows, info = png.Reader(file=f).asDirect()
+        pixels = np.vstack(list(rows)).astype(np.uint16)
+    return pixels.reshape(height, width, info["planes"])
+
+
+def save_image(path, img):
+    """Write HxW or HxWx3 float [0, 1] (rounded to 8 bits) or uint8 to a PNG file, atomically.
+
+    Parent folders are created; the file appears complete or not at all.
+    """
+    path = Path(path)
+    img = np.asarray(img)
+    if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
+        raise ImageError(f"{path}: cannot save an image of shape {img.shape}, want HxW or HxWx3")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            Image.fromarray(to_uint8(img)).save(f, format="PNG")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_uint8(img):
+    """Float [0, 1] -> uint8: clip, scale by 255, round to nearest (half to even). uint8 passes."""
+    img = np.asarray(img)
+    if img.dtype == np.uint8:
+        return img
+    return np.round(np.clip(img, 0, 1) * 255).astype(np.uint8)
+
+
+def to_float(img):
+    """uint8 -> float32 / 255; floats pass through as float32."""
+    img = np.asarray(img)
+    if img.dtype == np.uint8:
+        return img.astype(np.float32) / np.float32(255)
+    if not np.issubdtype(img.dtype, np.floating):
+        raise ImageError(f"img: dtype {img.dtype} is neither uint8 nor float")
+    return img.astype(np.float32)
+
+
+def round_8bit(img):
+    """Round float [0, 1] to the nearest of the 256 8-bit levels (float32), as a PNG round trip."""
+    return to_float(to_uint8(img))
+
+
+def modcrop(img, scale):
+    """Crop bottom/right so that H and W are multiples of scale."""
+    h, w = img.shape[:2]
+    if h < scale or w < scale:
+        raise ImageError(f"modcrop: image {h}x{w} is smaller than scale={scale}")
+    return img[: h - h % scale, : w - w % scale]
+
+
+# --------------------------------------------------------------------------- colour (BT.601)
+
+# rows: Y, Cb, Cr as functions of R, G, B in [0, 1]; plus offsets; results on the [0, 1] scale.
+_YCBCR = {
+    "studio": (
+        np.array([[65.481, 128.553, 24.966], [-37.797, -74.203, 112.0], [112.0, -93.786, -18.214]])
+        / 255,
+        np.array([16.0, 128.0, 128.0]) / 255,
+    ),
+    "full": (
+        np.array([[0.299, 0.587, 0.114], [-0.168736, -0.331264, 0.5], [0.5, -0.418688, -0.081312]]),
+        np.array([0.0, 0.5, 0.5]),
+    ),
+}
+
+
+def _ycbcr_matrix(range):
+    if range not in _YCBCR:
+        raise ImageError(f"range={range!r}: unknown YCbCr range, want one of {tuple(_YCBCR)}")
+    return _YCBCR[range]
+
+
+def _check_rgb(img, name="img"):
+    img = to_float(img)
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ImageError(f"{name}: want an HxWx3 image, got shape {img.shape}")
+    return img
+
+
+def rgb_to_ycbcr(img, range="studio"):
+    """HxWx3 RGB [0, 1] -> HxWx3 YCbCr on the [0, 1] scale (BT.601, studio or full range)."""
+    m, offset = _ycbcr_matrix(range)
+    return (_check_rgb(img) @ m.T + offset).astype(np.float32)
+
+
+def ycbcr_to_rgb(img, range="studio"):
+    """Inverse of rgb_to_ycbcr (exact matrix inverse); the result is not clipped."""
+    m, offset = _ycbcr_matrix(range)
+    return ((_check_rgb(img) - offset) @ np.linalg.inv(m).T).astype(np.float32)
+
+
+def rgb_to_y(img, range="studio"):
+    """HxWx3 RGB [0, 1] -> HxW luma Y on the [0, 1] scale (studio: 16/255..235/255)."""
+    m, offset = _ycbcr_matrix(range)
+    return (_check_rgb(img) @ m[0] + offset[0]).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- resizing
+
+
+def _cubic(x):
+    """Keys' cubic convolution kernel with a = -0.5 (MATLAB's and Pillow's bicubic)."""
+    x = np.abs(x)
+    return np.where(
+        x <= 1,
+        1.5 * x**3 - 2.5 * x**2 + 1,
+        np.where(x < 2, -0.5 * x**3 + 2.5 * x**2 - 4 * x + 2, 0.0),
+    )
+
+
+def _imresize_matrix(n_in, n_out, scale, antialias):
+    """(n_out, n_in) matrix of MATLAB imresize's bicubic weights along one axis.
+
+    Follows MATLAB's contributions(): 1-based output centres mapped to input coordinates, a
+    kernel widened by 1/scale when shrinking with antialiasing, weights normalised to sum 1,
+    indices outside the image mirrored symmetrically (x[-1] = x[0]).
+    """
+    shrink = scale < 1 and antialias
+    width = 4.0 / scale if shrink else 4.0
+    u = np.arange(1, n_out + 1) / scale + 0.5 * (1 - 1 / scale)  # 1-based input coordinate
+    left = np.floor(u - width / 2)
+    idx = left[:, None] + np.arange(int(np.ceil(width)) + 2)  # 1-based taps
+    dist = u[:, None] - idx
+    w = scale * _cubic(dist * scale) if shrink else _cubic(dist)
+    w /= w.sum(axis=1, keepdims=True)
+    taps = (idx.astype(int) - 1) % (2 * n_in)  # MATLAB: aux = [1:n, n:-1:1]
+    taps = np.where(taps < n_in, taps, 2 * n_in - 1 - taps)
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.repeat(np.arange(n_out), idx.shape[1]), taps.ravel()), w.ravel())
+    return m
+
+
+def imresize(img, scale=None, output_shape=None, antialias=True):
+    """MATLAB's imresize(img, scale or [h w], 'bicubic'), in numpy; HxW or HxWxC -> float32.
+
+    Give exactly one of scale (output size ceil(scale * size), as MATLAB) or output_shape (h, w).
+    Antialiased when shrinking (the SR benchmark convention for making low-resolution images).
+    The result is not clipped (bicubic overshoots); uint8 input is converted with to_float first.
+    """
+    img = to_float(img)
+    if img.ndim not in (2, 3):
+        raise ImageError(f"img: want HxW or HxWxC, got shape {img.shape}")
+    if (scale is None) == (output_shape is None):
+        raise ImageError("imresize: give exactly one of scale and output_shape")
+    size_in = img.shape[:2]
+    if scale is not None:
+        if scale <= 0:
+            raise ImageError(f"imresize: scale={scale} must be positive")
+        scales = (scale, scale)
+        size_out = tuple(int(np.ceil(scale * n)) for n in size_in)
+    else:
+        size_out = tuple(int(n) for n in output_shape)
+        if len(size_out) != 2 or min(size_out) < 1:
+            raise ImageError(f"imresize: output_shape={output_shape} must be two positive sizes")
+        scales = tuple(o / i for o, i in zip(size_out, size_in))
+    out = img.astype(np.float64)
+    for axis in sorted((0, 1), key=lambda a: scales[a]):  # smaller scale first, as MATLAB
+        m = _imresize_matrix(size_in[axis], size_out[axis], scales[axis], antialias)
+        out = np.moveaxis(np.tensordot(m, out, axes=(1, axis)), 0, axis)
+    return out.astype(np.float32)
+
+
+def _tf_resize(img, size, method):
+    """tf.image.resize without antialiasing (half-pixel centres) of HxW or HxWxC -> float32."""
+    import tensorflow as tf  # imported here so that I/O and colour work without loading TF
+
+    x = to_float(img)
+    out = tf.image.resize(x[..., None] if x.ndim == 2 else x, size, method=method, antialias=False)
+    out = out.numpy()
+    return out[..., 0] if x.ndim == 2 else out
+
+
+KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
+_TF_METHODS = {"bilinear": "bilinear", "bicubic": "bicubic", "lanczos": "lanczos3"}
+
+
+def _footprint(kernel, scale):
+    """Input pixels each output pixel reads, along one axis; smaller images are all boundary."""
+    return {"bicubic_aa": 4 * scale, "bilinear": 2, "bicubic": 4, "lanczos": 6}[kernel]
+
+
+def degrade(img, scale, kernel, quantize=True):
+    """Low-resolution image (H/scale, W/scale) of an already modcropped HR image.
+
+    kernel:
+    - "bicubic_aa": MATLAB imresize(img, 1/scale), antialiased (the SR benchmark convention);
+    - "bilinear", "bicubic", "lanczos": tf.image.resize bilinear / bicubic / lanczos3 without
+      antialiasing, like OpenCV's INTER_LINEAR / INTER_CUBIC / INTER_LANCZOS4 (they sample the
+      input without widening the kernel). TF's bicubic uses a = -0.5 where OpenCV uses -0.75.
+    quantize=True rounds to 8-bit levels (float32 multiples of 1/255), as a saved LR PNG would be.
+    """
+    if kernel not in KERNELS:
+        raise ImageError(f"kernel={kernel!r}: unknown degradation kernel, want one of {KERNELS}")
+    h, w = img.shape[:2]
+    if h % scale or w % scale:
+        raise ImageError(
+            f"degrade(kernel={kernel!r}, scale={scale}): image {h}x{w} is not a multiple of the"
+            " scale; modcrop it first"
+        )
+    need = _footprint(kernel, scale)
+    if min(h, w) < need:
+        raise ImageError(
+            f"degrade(kernel={kernel!r}, scale={scale}): image {h}x{w} is smaller than the"
+            f" {need} pixels the kernel reads"
+        )
+    size = (h // scale, w // scale)
+    if kernel == "bicubic_aa":
+        lr = imresize(img, 1 / scale)
+    else:
+        lr = _tf_resize(img, size, _TF_METHODS[kernel])
+    return round_8bit(lr) if quantize else lr
+
+
+def upscale_bicubic(img, scale):
+    """The bicubic baseline: MATLAB imresize(img, scale), clipped to [0, 1], rounded to 8 bits."""
+    return round_8bit(imresize(img, scale))
+
+
+def upscale_bilinear(img, scale):
+    """Bilinear upscaling with half-pixel centres, as a GL_LINEAR texture sampler; float32."""
+    h, w = img.shape[:2]
+    return _tf_resize(img, (h * scale, w * scale), "bilinear")
