@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Make sure the system libraries the workbench needs are present:
-#   python3-venv (to create .venv) and Mesa's EGL/OpenGL (headless llvmpipe for moderngl).
+#   python3-venv (to create .venv), Mesa's EGL/OpenGL (headless llvmpipe for moderngl) and
+#   glslang-tools (Khronos' glslangValidator, checks the shaders under ES 2.0 limits).
 # Installs them with apt when missing and we are root; otherwise prints the exact
 # command and exits non-zero.
 set -euo pipefail
 
-PACKAGES=(libegl1 libgl1 libgl1-mesa-dri libegl-mesa0)
+PACKAGES=(libegl1 libgl1 libgl1-mesa-dri libegl-mesa0 glslang-tools)
 missing=()
 
 have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
@@ -15,6 +16,7 @@ have_lib 'libEGL_mesa.so.0' || missing+=(libegl-mesa0)
 compgen -G '/usr/lib/*/dri/swrast_dri.so' >/dev/null || compgen -G '/usr/lib/dri/swrast_dri.so' >/dev/null \
     || missing+=(libgl1-mesa-dri)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+command -v glslangValidator >/dev/null 2>&1 || missing+=(glslang-tools)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

@@ -7,13 +7,13 @@ Conventions, unless a docstring says otherwise:
   papers) or "full" (JPEG/JFIF, Y = 0.299R + 0.587G + 0.114B) range.
 """
 
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from workbench.files import atomic_path
 
 
 class ImageError(ValueError):
@@ -87,15 +87,8 @@ def save_image(path, img):
     img = np.asarray(img)
     if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
         raise ImageError(f"{path}: cannot save an image of shape {img.shape}, want HxW or HxWx3")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            Image.fromarray(to_uint8(img)).save(f, format="PNG")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        Image.fromarray(to_uint8(img)).save(tmp, format="PNG")
 
 
 def to_uint8(img):

@@ -76,7 +76,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
         try:
             papermill.execute_notebook(NOTEBOOKS_DIR / f"{notebook}.ipynb", output,
                                        parameters=parameters, cwd=project_root(),
-                                       kernel_name="python3", progress_bar=False)
+                                       kernel_name="python3", progress_bar=False,
+                                       log_output=True)
             status[notebook] = "ok"
         except papermill.PapermillExecutionError as err:
             status[notebook] = f"failed in cell {err.exec_count}: {err.ename}: {err.evalue}"

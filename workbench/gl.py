@@ -1,0 +1,146 @@
+"""Headless OpenGL runner: moderngl on Mesa's EGL (llvmpipe here, any GL driver elsewhere).
+
+Tensors live in RGBA8 textures (one per pack of 4 channels, CLAMP_TO_EDGE); every pass
+draws a fullscreen quad into one of them.  The GL calls run in a child process
+(:mod:`workbench.gl_worker`), because TensorFlow and llvmpipe cannot share one; this module
+plans the passes (texture sizes, uniforms, bindings) and talks to it.
+"""
+from __future__ import annotations
+
+import atexit
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+
+from workbench import ir
+
+EGL_PACKAGES = "libegl1 libgl1 libgl1-mesa-dri libegl-mesa0"
+
+
+class GLUnavailable(RuntimeError):
+    """No OpenGL context could be created."""
+
+
+class GLError(RuntimeError):
+    """The GL worker reported a failure (shader compile error, GL error...)."""
+
+
+class _Worker:
+    """The child process that owns the GL context."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.gl_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            self.info = self.call("info")
+        except (GLError, EOFError) as err:
+            self.close()
+            raise GLUnavailable(
+                "could not create a headless OpenGL context through EGL. Install Mesa's EGL "
+                f"and OpenGL: apt-get install {EGL_PACKAGES}\n{err}") from None
+
+    def call(self, command, **kwargs):
+        if self.proc.poll() is not None:
+            raise GLError(f"the GL worker process has exited (code {self.proc.returncode})")
+        pickle.dump((command, kwargs), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self.proc.stdin.flush()
+        try:
+            status, result = pickle.load(self.proc.stdout)
+        except EOFError:
+            raise GLError(f"the GL worker died during {command!r} "
+                          f"(exit code {self.proc.wait()})") from None
+        if status == "error":
+            raise GLError(f"GL worker, {command!r}:\n{result}")
+        return result
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+_WORKER = None
+
+
+def worker() -> _Worker:
+    """The process-wide GL worker, started on first use."""
+    global _WORKER
+    if _WORKER is None or _WORKER.proc.poll() is not None:
+        _WORKER = _Worker()
+        atexit.register(_WORKER.close)
+    return _WORKER
+
+
+def info() -> dict:
+    """GL_RENDERER, GL_VERSION and GL_MAX_TEXTURE_SIZE of the context."""
+    return worker().info
+
+
+class Runner:
+    """Compiles the passes of a net once and runs them on images."""
+
+    def __init__(self, graph: ir.Graph, passes, vertex_shader):
+        self.graph, self.passes = graph, passes
+        self.worker = worker()
+        self.compile_seconds = self.worker.call(
+            "compile", vertex=vertex_shader, fragments=[p.source for p in passes])
+        self.timings: dict[str, float] = {}
+        self._hw = None
+
+    def _allocate(self, hw):
+        if self._hw == hw:
+            return
+        shapes = self.graph.shapes(hw)
+        limit = self.worker.info["GL_MAX_TEXTURE_SIZE"]
+        sizes = {}
+        for name, (h, w, c) in shapes.items():
+            if max(h, w) > limit:
+                raise ValueError(f"tensor {name!r} would be {w}x{h} pixels, over this GPU's "
+                                 f"GL_MAX_TEXTURE_SIZE of {limit}; use a smaller image")
+            sizes.update({(name, p): (w, h) for p in range(ir.packs(c))})
+        self.worker.call("allocate", sizes=sizes)
+        self.shapes, self._hw = shapes, hw
+
+    def _plan(self, p):
+        """What the worker needs for pass ``p``: bindings, uniform values, output."""
+        def size(name):
+            h, w, _ = self.shapes[name]
+            return (float(w), float(h))
+
+        op = self.graph.op(p.op)
+        values = {"u_in_size": size(p.inputs[0].tensor), "u_out_size": size(p.output[0])}
+        if isinstance(op, ir.Conv):
+            top, left = op.pads(self.shapes[op.input][:2])
+            values["u_pad"] = (float(left), float(top))
+        return {"source": p.source,
+                "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
+                "uniforms": {name: values[name] for name in p.uniforms},
+                "output": p.output}
+
+    def run(self, image, keep=False):
+        """Run every pass; see :meth:`workbench.glsl.Net.run`."""
+        image = np.asarray(image, np.float32)
+        if image.ndim == 2:
+            image = image[..., None]
+        c = self.graph.input.channels
+        if image.ndim != 3 or image.shape[2] != c:
+            raise ValueError(f"image of shape {image.shape}: the net's input has {c} channels")
+        self._allocate(image.shape[:2])
+        data = np.zeros((*image.shape[:2], 4 * ir.packs(c)), np.uint8)
+        data[..., :c] = np.round(np.clip(image, 0, 1) * 255)
+        if self.graph.input.rgb:
+            data[..., 3] = 255
+        uploads = {(self.graph.input.name, p): data[..., 4 * p:4 * p + 4] for p in range(ir.packs(c))}
+        names = list(self.shapes) if keep else [self.graph.output]
+        reads = [(n, p) for n in names for p in range(ir.packs(self.shapes[n][2]))]
+        timings, arrays = self.worker.call("run", uploads=uploads, reads=reads,
+                                           passes=[self._plan(p) for p in self.passes])
+        self.timings = {p.name: t for p, t in zip(self.passes, timings)}
+        tensors = {n: np.concatenate([arrays[n, p] for p in range(ir.packs(self.shapes[n][2]))],
+                                     axis=-1) for n in names}
+        if keep:
+            return tensors
+        c_out = self.shapes[self.graph.output][2]
+        return (tensors[self.graph.output][..., :c_out] / np.float32(255)).astype(np.float32)

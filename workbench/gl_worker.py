@@ -1,0 +1,118 @@
+"""The GL side of the runner, in a process of its own: ``python -m workbench.gl_worker``.
+
+TensorFlow and Mesa's llvmpipe both carry LLVM; in one process they crash (segfault at
+the first draw, whichever is loaded first).  So GL work happens here, in a child process
+that imports only numpy and moderngl, and :mod:`workbench.gl` talks to it over a pipe
+(pickled ``(command, kwargs)`` requests on stdin, ``("ok", result)`` or ``("error", text)``
+replies on stdout).  This module must never import TensorFlow or Keras.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+import traceback
+
+import numpy as np
+
+
+class Worker:
+    def __init__(self):
+        import moderngl
+
+        self.mgl = moderngl
+        self.ctx = moderngl.create_context(standalone=True, backend="egl")
+        quad = np.array([-1, -1, 1, -1, -1, 1, 1, 1], np.float32)
+        self.vbo = self.ctx.buffer(quad.tobytes())
+        self.programs = {}   # fragment source -> (program, vao)
+        self.textures = {}   # key -> (texture, framebuffer)
+
+    def info(self):
+        return {k: self.ctx.info[k] for k in ("GL_RENDERER", "GL_VERSION", "GL_MAX_TEXTURE_SIZE")}
+
+    def compile(self, vertex, fragments):
+        """Compile and link the programs not compiled yet, and draw each once into a 1x1
+        target (drivers such as llvmpipe translate a shader at its first draw); returns
+        the seconds all that took."""
+        start = time.perf_counter()
+        target = self.ctx.texture((1, 1), 4, dtype="f1")
+        fbo = self.ctx.framebuffer(color_attachments=[target])
+        fbo.use()
+        for source in fragments:
+            if source not in self.programs:
+                prog = self.ctx.program(vertex_shader=vertex, fragment_shader=source)
+                vao = self.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
+                vao.render(self.mgl.TRIANGLE_STRIP)
+                self.programs[source] = (prog, vao)
+        self.ctx.finish()
+        fbo.release()
+        target.release()
+        return time.perf_counter() - start
+
+    def allocate(self, sizes):
+        """RGBA8 textures with framebuffers, ``sizes[key] = (width, height)``."""
+        for tex, fbo in self.textures.values():
+            fbo.release()
+            tex.release()
+        self.textures = {}
+        for key, size in sizes.items():
+            tex = self.ctx.texture(tuple(size), 4, dtype="f1")
+            tex.repeat_x = tex.repeat_y = False
+            self.textures[key] = (tex, self.ctx.framebuffer(color_attachments=[tex]))
+
+    def run(self, uploads, passes, reads):
+        """Write ``uploads[key]`` (uint8 HxWx4), draw every pass, return (timings, arrays).
+
+        A pass: ``{"source", "inputs": [(uniform, key, filter)], "uniforms": {name: value},
+        "output": key}``.
+        """
+        for key, data in uploads.items():
+            self.textures[key][0].write(np.ascontiguousarray(data, np.uint8).tobytes())
+        timings = []
+        for p in passes:
+            start = time.perf_counter()
+            prog, vao = self.programs[p["source"]]
+            for unit, (uniform, key, filt) in enumerate(p["inputs"]):
+                tex = self.textures[key][0]
+                f = self.mgl.LINEAR if filt == "linear" else self.mgl.NEAREST
+                tex.filter = (f, f)
+                tex.use(location=unit)
+                if uniform in prog:
+                    prog[uniform].value = unit
+            for name, value in p["uniforms"].items():
+                if name in prog:
+                    prog[name].value = value
+            self.textures[p["output"]][1].use()
+            vao.render(self.mgl.TRIANGLE_STRIP)
+            self.ctx.finish()
+            timings.append(time.perf_counter() - start)
+        arrays = {}
+        for key in reads:
+            tex, fbo = self.textures[key]
+            w, h = tex.size
+            arrays[key] = np.frombuffer(fbo.read(components=4), np.uint8).reshape(h, w, 4)
+        return timings, arrays
+
+
+def serve(inp, out):
+    worker = None
+    while True:
+        try:
+            command, kwargs = pickle.load(inp)
+        except EOFError:
+            return
+        try:
+            if worker is None:
+                worker = Worker()
+            reply = ("ok", getattr(worker, command)(**kwargs))
+        except Exception:  # report every failure to the parent, keep serving
+            reply = ("error", traceback.format_exc())
+        pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+
+if __name__ == "__main__":
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the pipe
+    serve(sys.stdin.buffer, protocol_out)

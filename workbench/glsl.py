@@ -1,0 +1,300 @@
+"""OpenGL ES 2.0 back end: one ``#version 100`` fragment shader per 4 output channels.
+
+``net = workbench.glsl.compile(model)`` lowers a Keras model to the IR, checks the ES 2.0
+limits and generates the passes; ``net.run(image)`` runs them on the GPU (moderngl, headless
+EGL), ``net.emulate(image)`` runs the numpy emulator that predicts the GPU's bytes,
+``net.save(dir)`` writes the shaders and a JSON manifest, ``workbench.glsl.load(dir)`` reads
+them back.
+
+Each program is a small generator returning a :class:`Pass`: its source and its bindings.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from workbench import activations, cost, emulate, ir, limits
+from workbench.files import atomic_path, write_json
+
+PRECISIONS = ("highp", "mediump")
+CONVENTIONS = (
+    "One RGBA8 texture per 4 channels (channel c = component c % 4 of pack c // 4); texture row "
+    "r = tensor row r; pixel (col, row) = gl_FragCoord.xy - 0.5. Uniforms set from the tensor "
+    "shapes: u_in_size = (width, height) of the first input tensor, u_out_size = of the output, "
+    "u_pad = zero padding before the first column and row (TensorFlow 'SAME'). Samplers: "
+    "CLAMP_TO_EDGE, filter as the binding says. A fullscreen quad is drawn per pass.")
+VERTEX_SHADER = """#version 100
+attribute vec2 a_pos;
+void main() { gl_Position = vec4(a_pos, 0.0, 1.0); }
+"""
+
+
+@dataclass
+class Binding:
+    uniform: str
+    tensor: str
+    pack: int
+    filter: str = "nearest"
+
+
+@dataclass
+class Pass:
+    name: str
+    op: str
+    source: str
+    inputs: list[Binding]
+    output: tuple[str, int]
+    uniforms: list[str] = field(default_factory=list)
+
+
+# --- GLSL text ------------------------------------------------------------------------------
+
+def _f(v) -> str:
+    """A float32 as a GLSL ES 1.00 literal that reads back exactly."""
+    s = f"{float(np.float32(v)):.9g}"
+    return s if any(ch in s for ch in ".en") else s + ".0"
+
+
+def _vec(values, n=4) -> str:
+    values = list(values) + [0.0] * (n - len(values))
+    return f"vec{n}({', '.join(_f(v) for v in values)})"
+
+
+def _header(precision):
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    if precision == "mediump":
+        return "#version 100\nprecision mediump float;\n"
+    return ("#version 100\n#ifdef GL_FRAGMENT_PRECISION_HIGH\nprecision highp float;\n"
+            "precision highp sampler2D;\n#else\nprecision mediump float;\n#endif\n")
+
+
+def _uniforms(samplers, vectors):
+    return "".join(f"uniform sampler2D {s};\n" for s in samplers) + \
+        "".join(f"uniform vec2 {v};\n" for v in vectors)
+
+
+_FETCH_MASKED = """vec4 fetch(sampler2D s, vec2 p) {
+    vec2 inside = step(vec2(0.0), p) * step(p, u_in_size);
+    return texture2D(s, p / u_in_size) * (inside.x * inside.y);
+}
+"""
+_FETCH = """vec4 fetch(sampler2D s, vec2 p) {
+    return texture2D(s, p / u_in_size);
+}
+"""
+
+
+def conv_pass(op: ir.Conv, pack: int, precision="highp") -> Pass:
+    """Output channels ``4*pack .. 4*pack+3`` of a convolution (+ residual) + activation."""
+    in_packs = op.input_packs(pack)
+    samplers = [f"u_in{i}" for i in range(len(in_packs))]
+    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    outs = list(range(pack * ir.PACK, min(pack * ir.PACK + ir.PACK, op.cout)))
+    _, count = op.group_channels(pack)  # the group's channels are 0..count-1 of the kernel
+    vectors = ["u_in_size", "u_pad"]
+    if op.residual:
+        samplers.append("u_res")
+        bindings.append(Binding("u_res", op.residual, pack))
+        vectors.append("u_out_size")
+    masked = op.padding == "same" and op.size > 1
+    body = [f"    vec2 base = (gl_FragCoord.xy - 0.5) * {_f(op.stride)} + 0.5 - u_pad;",
+            f"    vec4 sum = {_vec(op.bias[outs])};"]
+    for dy in range(op.size):
+        for dx in range(op.size):
+            where = f"base + vec2({_f(dx)}, {_f(dy)})"
+            if op.luma_input:
+                w = op.kernel[dy, dx, 0, outs]
+                body.append(f"    sum += {_vec(w)} * dot(fetch(u_in0, {where}).rgb, "
+                            f"{_vec(ir.LUMA, 3)});")
+                continue
+            for j, sampler in enumerate(samplers[:len(in_packs)]):
+                chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
+                m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
+                for i, c in enumerate(chans):
+                    m[i, :len(outs)] = op.kernel[dy, dx, c, outs]
+                if np.any(m):
+                    # GLSL mat4(...) is column-major: column i holds input component i.
+                    body.append(f"    sum += mat4({', '.join(_f(v) for v in m.ravel())}) * "
+                                f"fetch({sampler}, {where});")
+    if op.residual:
+        body.append("    sum += texture2D(u_res, gl_FragCoord.xy / u_out_size);")
+    body.append(f"    gl_FragColor = {activations.get(op.activation).glsl.format(x='sum')};")
+    source = (_header(precision) + _uniforms(samplers, vectors)
+              + (_FETCH_MASKED if masked else _FETCH)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
+
+
+def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
+    """Depth-to-space; with ``chroma_from`` the SR demux: the sub-pixel luma plus the chroma
+    of the input image sampled bilinearly (a luma change added equally to R, G and B leaves
+    Cb and Cr unchanged, since their weights sum to 0 and Y's to 1)."""
+    in_packs = op.source_packs(shapes, pack)
+    samplers = [f"u_in{i}" for i in range(len(in_packs))]
+    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    b = _f(op.block)
+    body = ["    vec2 o = gl_FragCoord.xy - 0.5;",
+            f"    vec2 lr = floor((o + 0.5) / {b});",
+            f"    vec2 sub = o - lr * {b};",
+            f"    float s = sub.y * {b} + sub.x;",
+            "    vec2 uv = (lr + 0.5) / u_in_size;"]
+    body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
+    body.append("    vec4 v = vec4(0.0);")
+    for s, chans in enumerate(op.source_channels(shapes, pack)):
+        parts = [f"t{c // ir.PACK}.{'xyzw'[c % ir.PACK]}" for c in chans]
+        body.append(f"    v += vec4({', '.join(parts + ['0.0'] * (4 - len(parts)))}) * "
+                    f"(1.0 - step(0.5, abs(s - {_f(s)})));")
+    vectors = ["u_in_size"]
+    if op.chroma_from:
+        # Bilinear chroma with half-pixel centres and clamped edges, computed from 4 nearest
+        # fetches in float: a GL_LINEAR sampler on RGBA8 filters with 8-bit weights on
+        # llvmpipe, which would not match the emulator byte for byte.
+        samplers.append("u_image")
+        bindings.append(Binding("u_image", op.chroma_from, 0))
+        vectors.append("u_out_size")
+        body += ["    vec2 u = (o + 0.5) / " + b + " - 0.5;",
+                 "    vec2 i0 = floor(u);",
+                 "    vec2 f = u - i0;",
+                 "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec3 rgb = mix(mix(texture2D(u_image, lo).rgb, "
+                 "texture2D(u_image, vec2(hi.x, lo.y)).rgb, f.x),",
+                 "                   mix(texture2D(u_image, vec2(lo.x, hi.y)).rgb, "
+                 "texture2D(u_image, hi).rgb, f.x), f.y);",
+                 f"    gl_FragColor = vec4(rgb + (v.x - dot(rgb, {_vec(ir.LUMA, 3)})), 1.0);"]
+    else:
+        body.append("    gl_FragColor = v;")
+    source = (_header(precision) + _uniforms(samplers, vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
+
+
+def generate(graph: ir.Graph, precision="highp") -> list[Pass]:
+    """All passes of ``graph``, in execution order."""
+    shapes = graph.shapes((64, 64))
+    passes = []
+    for op in graph.ops:
+        if isinstance(op, ir.Conv):
+            passes += [conv_pass(op, p, precision) for p in range(op.out_packs())]
+        elif isinstance(op, ir.DepthToSpace):
+            passes += [depth_to_space_pass(op, p, shapes, precision)
+                       for p in range(op.out_packs(shapes))]
+        else:
+            raise limits.LimitError(f"layer {op.name!r}: no ES 2.0 shader for {type(op).__name__}")
+    return passes
+
+
+# --- the compiled net -----------------------------------------------------------------------
+
+class Net:
+    """A net as ES 2.0 passes.  Images are HxWxC float in [0, 1] (HxWx3 RGB for luma nets)."""
+
+    def __init__(self, graph: ir.Graph, passes: list[Pass], precision="highp"):
+        self.graph, self.passes, self.precision = graph, passes, precision
+        self._runner = None
+
+    @property
+    def runner(self):
+        """The GL runner, created (and every program compiled) on first use."""
+        if self._runner is None:
+            from workbench.gl import Runner
+            self._runner = Runner(self.graph, self.passes, VERTEX_SHADER)
+        return self._runner
+
+    @property
+    def compile_seconds(self):
+        return self.runner.compile_seconds
+
+    @property
+    def timings(self):
+        """Seconds per pass of the last :meth:`run`."""
+        return self.runner.timings
+
+    def run(self, image, keep=False):
+        """Run on the GPU; the output tensor as float32 (8-bit levels), or with ``keep`` every
+        tensor as uint8 ``HxWx(4*packs)``."""
+        return self.runner.run(image, keep=keep)
+
+    def emulate(self, image, keep=False):
+        """The numpy emulator's prediction of :meth:`run`."""
+        return emulate.run(self.graph, image, keep=keep)
+
+    def cost(self, hw) -> dict[str, cost.Cost]:
+        """Cost of every op for an input of ``hw = (height, width)``."""
+        return self.graph.cost(hw)
+
+    def save(self, directory):
+        """Write ``<pass>.glsl`` files, ``vertex.glsl``, ``weights.npz`` and ``manifest.json``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for p in self.passes:
+            with atomic_path(directory / f"{p.name}.glsl") as tmp:
+                tmp.write_text(p.source)
+        with atomic_path(directory / "vertex.glsl") as tmp:
+            tmp.write_text(VERTEX_SHADER)
+        weights, ops = {}, []
+        for op in self.graph.ops:
+            desc = {"type": type(op).__name__}
+            for key, value in vars(op).items():
+                if isinstance(value, np.ndarray):
+                    weights[f"{op.name}/{key}"] = value
+                else:
+                    desc[key] = value
+            ops.append(desc)
+        with atomic_path(directory / "weights.npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **weights)
+        shapes = self.graph.shapes((256, 256))
+        write_json(directory / "manifest.json", {
+            "format": "workbench-es2/1",
+            "name": self.graph.name,
+            "precision": self.precision,
+            "conventions": CONVENTIONS,
+            "input": asdict(self.graph.input),
+            "output": self.graph.output,
+            "vertex_shader": "vertex.glsl",
+            "tensors": {name: {"channels": c, "packs": ir.packs(c), "size_at_256x256": [w, h]}
+                        for name, (h, w, c) in shapes.items()},
+            "ops": ops,
+            "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",
+                        "inputs": [asdict(b) for b in p.inputs],
+                        "output": {"tensor": p.output[0], "pack": p.output[1]},
+                        "uniforms": p.uniforms} for p in self.passes],
+        })
+
+
+def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2) -> Net:
+    """Keras model -> IR -> ES 2.0 limits check -> passes.  See the module docstring."""
+    graph = ir.from_keras(model, luma_input=luma_input)
+    limits.check(graph, limits_table)
+    return Net(graph, generate(graph, precision), precision)
+
+
+def load(directory) -> Net:
+    """Read a net written by :meth:`Net.save` (shaders as saved, graph for shapes/emulator)."""
+    directory = Path(directory)
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"{manifest_path}: no manifest; is this a saved net?")
+    manifest = json.loads(manifest_path.read_text())
+    with np.load(directory / "weights.npz") as npz:
+        weights = dict(npz)
+    ops = []
+    for desc in manifest["ops"]:
+        kind = getattr(ir, desc.pop("type"))
+        arrays = {k.split("/", 1)[1]: v for k, v in weights.items()
+                  if k.split("/", 1)[0] == desc["name"]}
+        if desc.get("input_order") is not None:
+            desc["input_order"] = tuple(desc["input_order"])
+        ops.append(kind(**desc, **arrays))
+    graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"])
+    passes = [Pass(p["name"], p["op"], (directory / p["shader"]).read_text(),
+                   [Binding(**b) for b in p["inputs"]],
+                   (p["output"]["tensor"], p["output"]["pack"]), p["uniforms"])
+              for p in manifest["passes"]]
+    return Net(graph, passes, manifest["precision"])

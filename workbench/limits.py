@@ -1,0 +1,71 @@
+"""The OpenGL ES 2.0 limits a net must fit, in one table, and the checker that enforces them.
+
+Mesa (llvmpipe) does not enforce these: it offers 32 texture units and allows dynamic
+indexing and while loops.  So the workbench checks every model itself before generating
+shaders, and the test suite validates the shaders with glslangValidator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench import activations
+from workbench.ir import PACK, Conv, DepthToSpace
+
+
+@dataclass(frozen=True)
+class Limits:
+    texture_units: int = 8            # samplers one fragment shader may use
+    fetches_per_fragment: int = 64    # texture2D calls per fragment (VideoCore IV budget)
+    outputs_per_program: int = 4      # one RGBA target, no MRT (MaxDrawBuffers = 1)
+    storage: str = "RGBA8"            # activations stored as 8-bit in [0, 1]
+    storage_range: tuple = (0.0, 1.0)
+    dynamic_indexing: bool = False    # only constant or loop-index expressions as indices
+    constant_loop_bounds: bool = True  # for loops with constant bounds; no while/do
+
+    @property
+    def channels_per_program(self):
+        """Input channels one program can sample: one RGBA texture per texture unit."""
+        return self.texture_units * PACK
+
+
+ES2 = Limits()
+
+
+class LimitError(ValueError):
+    """A net that breaks an ES 2.0 limit; names the layer, the limit and the value."""
+
+
+def check(graph, limits: Limits = ES2):
+    """Raise :class:`LimitError` for the first op of ``graph`` that breaks a limit."""
+    shapes = graph.shapes((64, 64))
+    for op in graph.ops:
+        if isinstance(op, Conv):
+            _check_conv(op, limits)
+        elif isinstance(op, DepthToSpace):
+            for pack in range(op.out_packs(shapes)):
+                _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes, pack),
+                      limits.fetches_per_fragment)
+        rng = activations.get(getattr(op, "activation", "bounded_relu")).output_range
+        if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
+            raise LimitError(f"layer {op.name!r}: activation {op.activation!r} does not keep the "
+                             f"output in {limits.storage_range}, the range of {limits.storage} "
+                             "storage; add a bounded activation")
+
+
+def _fits(layer, limit, value, maximum):
+    if value > maximum:
+        raise LimitError(f"layer {layer!r}: {limit} = {value} exceeds the ES 2.0 limit of {maximum}")
+
+
+def _check_conv(op, limits):
+    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
+    _fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program)
+    if op.groups > 1 and (cin_g % PACK or cout_g % PACK):
+        raise LimitError(f"layer {op.name!r}: with groups={op.groups} each group must read and "
+                         f"write whole RGBA packs of {PACK} channels; it reads {cin_g} and writes "
+                         f"{cout_g}")
+    for pack in range(op.out_packs()):
+        units = len(op.input_packs(pack)) + (1 if op.residual else 0)
+        _fits(op.name, "texture units", units, limits.texture_units)
+        _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(pack),
+              limits.fetches_per_fragment)
