@@ -39,3 +39,16 @@ def test_sr_notebooks_outputs(ci_run):
     assert kernels == {"bicubic_aa", "bilinear", "bicubic", "lanczos"}
     for r in results["summary"]:
         assert 10 < r["psnr_y_studio"] < 60 and 0 < r["ssim_y_studio"] <= 1
+
+
+@pytest.mark.slow
+def test_glsl_deploy_outputs(ci_run):
+    root, _ = ci_run
+    results = json.loads((root / "figures" / "glsl_deploy.json").read_text())
+    for r in results["records"]:
+        assert r["psnr_gpu_vs_tf"] >= 45
+        assert r["bytes_equal_per_op_worst"] >= 0.9999
+        assert r["bytes_equal_gpu_emulator"] >= 0.998
+    assert len(results["pass_seconds"]) == 32
+    assert (root / "figures" / "glsl_deploy_differences.png").exists()
+    assert (root / "figures" / "sr_x2_shaders" / "manifest.json").exists()

@@ -57,6 +57,17 @@ def depth_to_space(op: ir.DepthToSpace, x, image=None):
     return rgb + (y[..., :1] - rgb @ ir.LUMA.astype(np.float64)[:, None])
 
 
+def apply(op, tensors):
+    """The stored (quantized) output of ``op`` given the float tensors it reads."""
+    if isinstance(op, ir.Conv):
+        res = tensors[op.residual] if op.residual else None
+        return quantize(conv(op, tensors[op.input], res))
+    if isinstance(op, ir.DepthToSpace):
+        chroma = tensors[op.chroma_from] if op.chroma_from else None
+        return quantize(depth_to_space(op, tensors[op.input], chroma))
+    raise TypeError(f"op {op.name!r}: the emulator has no {type(op).__name__}")
+
+
 def run(graph: ir.Graph, image, keep=False):
     """Run ``graph`` on an HxWxC image in [0, 1]; the output as float (8-bit levels), or with
     ``keep`` every tensor as uint8 HxWx(4*packs), the layout the GPU runner returns."""
@@ -65,21 +76,32 @@ def run(graph: ir.Graph, image, keep=False):
         image = image[..., None]
     tensors = {graph.input.name: quantize(image)}
     for op in graph.ops:
-        if isinstance(op, ir.Conv):
-            res = tensors[op.residual] if op.residual else None
-            out = conv(op, tensors[op.input], res)
-        elif isinstance(op, ir.DepthToSpace):
-            chroma = tensors[op.chroma_from] if op.chroma_from else None
-            out = depth_to_space(op, tensors[op.input], chroma)
-        else:
-            raise TypeError(f"op {op.name!r}: the emulator has no {type(op).__name__}")
-        tensors[op.name] = quantize(out)
+        tensors[op.name] = apply(op, tensors)
     if not keep:
         return tensors[graph.output].astype(np.float32)
+    rgb = _rgb_tensors(graph)
+    return {name: to_packs(t, opaque=name in rgb) for name, t in tensors.items()}
+
+
+def stepwise(graph: ir.Graph, stored: dict):
+    """Each op emulated from the bytes another run (the GPU's) stored for its inputs.
+
+    ``stored``: uint8 HxWx(4*packs) per tensor, as ``net.run(image, keep=True)`` returns.
+    Returns ``{op name: uint8 packs}``, to compare op by op: unlike :func:`run`, a
+    difference in one layer does not spread to the next.
+    """
+    shapes = graph.shapes(stored[graph.input.name].shape[:2])
+    tensors = {name: data[..., :shapes[name][2]] / 255.0 for name, data in stored.items()}
+    rgb = _rgb_tensors(graph)
+    return {op.name: to_packs(apply(op, tensors), opaque=op.name in rgb) for op in graph.ops}
+
+
+def _rgb_tensors(graph):
+    """Tensors that hold RGB pictures (the GPU stores alpha 255 there)."""
     rgb = {op.name for op in graph.ops if getattr(op, "chroma_from", None)}
     if graph.input.rgb:
         rgb.add(graph.input.name)
-    return {name: to_packs(t, opaque=name in rgb) for name, t in tensors.items()}
+    return rgb
 
 
 def to_packs(x, opaque=False):

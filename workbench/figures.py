@@ -71,3 +71,22 @@ def crops_side_by_side(rows: dict[str, dict[str, np.ndarray]], crop=None):
 def _centre_crop(shape, size=96):
     size = min(size, shape[0], shape[1])
     return (shape[0] - size) // 2, (shape[1] - size) // 2, size
+
+
+def difference_maps(rows: dict[str, dict[str, np.ndarray]], pairs=(("GPU", "TF"), ("GPU", "emulator")),
+                    gain=32):
+    """Per image, ``|a - b|`` (mean over RGB) for each pair of outputs, multiplied by ``gain``
+    so that one 8-bit level shows (gain/255 of full scale)."""
+    fig, axes = plt.subplots(len(rows), len(pairs), figsize=(3.2 * len(pairs), 3.0 * len(rows)),
+                             squeeze=False)
+    for r, (image_name, outputs) in enumerate(rows.items()):
+        for c, (a, b) in enumerate(pairs):
+            diff = np.abs(outputs[a].astype(np.float64) - outputs[b]).mean(axis=-1) * 255
+            ax = axes[r, c]
+            im = ax.imshow(diff, cmap="magma", vmin=0, vmax=255 / gain)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"{image_name}: |{a} - {b}|, max {diff.max():.1f} levels", fontsize=8)
+            fig.colorbar(im, ax=ax, fraction=0.046, label="8-bit levels")
+    fig.tight_layout()
+    return fig

@@ -21,6 +21,7 @@ PROFILES = NOTEBOOKS_DIR / "profiles.yml"
 DEPENDENCIES = {
     "sr_train": [],
     "sr_eval": ["sr_train"],
+    "glsl_deploy": ["sr_train"],
 }
 
 

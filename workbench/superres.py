@@ -14,7 +14,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import datasets, images, metrics, training
+from workbench import datasets, images, metrics, tables, training
 from workbench.models import sr_x2
 
 SCALE = 2
@@ -124,17 +124,13 @@ def verdict(summary, baseline="bicubic", metric="psnr_y_studio"):
 def markdown_table(summary):
     """One row per (set, kernel); for each method PSNR / SSIM (studio Y) and PSNR (full Y)."""
     methods = list(dict.fromkeys(r["method"] for r in summary))
-    head = ["set", "kernel"] + [f"{m}: {c}" for m in methods
-                                for c in ("PSNR Y601 dB", "SSIM Y601", "PSNR Yfull dB")]
     rows = {}
     for r in summary:
-        rows.setdefault((r["set"], r["kernel"]), {})[r["method"]] = r
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (s, k), by_method in rows.items():
-        cells = [s, k]
-        for m in methods:
-            r = by_method.get(m)
-            cells += ([f"{r['psnr_y_studio']:.2f}", f"{r['ssim_y_studio']:.4f}",
-                       f"{r['psnr_y_full']:.2f}"] if r else ["", "", ""])
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        row = rows.setdefault((r["set"], r["kernel"]), {"set": r["set"], "kernel": r["kernel"]})
+        row.update({f"{r['method']}/{key}": f"{r[key]:.4f}" if key.startswith("ssim")
+                    else f"{r[key]:.2f}" for key in METRICS})
+    headers = {"psnr_y_studio": "PSNR Y601 dB", "ssim_y_studio": "SSIM Y601",
+               "psnr_y_full": "PSNR Yfull dB"}
+    columns = {"set": "set", "kernel": "kernel"}
+    columns.update({f"{m}/{key}": f"{m}: {h}" for m in methods for key, h in headers.items()})
+    return tables.markdown(list(rows.values()), columns)
