@@ -149,3 +149,139 @@ def sr_patches(pairs, patch, batch, seed, augment=True):
     )
     ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# --- image-folder classification datasets --------------------------------------------------
+# Layout: <root>/<split>/<class>/<image> (split "train", "val" or "test"); labels are indices
+# into the class-name list (sorted folder names, or the order of `classes`).  Batches are
+# (float32 RGB in [0, 1], shape (N, size, size, 3); int32 labels).
+
+CACHE_LIMIT_BYTES = 1 << 30  # decoded uint8 images kept in memory up to this size
+
+
+def classification_root(name="cifar10", root=None):
+    """``<data root>/cls/<name>`` (see :func:`data_root`); a clear error when it is absent."""
+    base = data_root(root)
+    folder = base / "cls" / name if base is not None else None
+    if folder is None or not folder.is_dir():
+        raise FileNotFoundError(
+            f"classification data set {name!r} not found ({folder or 'no data root'}); set "
+            "WORKBENCH_DATA or pass the data path, and put it there as image folders "
+            "(train/<class>/*.jpg, test/<class>/*.jpg), e.g. with `python -m workbench fetch-data`")
+    return folder
+
+
+def imagenet120():
+    """The 120 ImageNet classes of the dogs classifier: a list of dicts with ``wnid``,
+    ``name``, ``imagenet_index`` (0..999) and ``words`` (the WordNet synonyms)."""
+    import json
+
+    return json.loads((Path(__file__).parent / "imagenet120.json").read_text())["classes"]
+
+
+def image_folder_files(root, split, classes=None, limit=None):
+    """``(paths, labels, class_names)`` of ``<root>/<split>/<class>/*`` (images only).
+
+    ``classes``: the class folder names to use, in label order (e.g. the wnids of
+    :func:`imagenet120`); default: every sub-folder, sorted.  ``limit``: keep the first
+    ``limit`` files (by name) of each class.  A missing folder or a class without images
+    raises, naming the path.
+    """
+    folder = Path(root) / split
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder (expected <root>/{split}/<class>/*)")
+    names = list(classes) if classes is not None else sorted(
+        p.name for p in folder.iterdir() if p.is_dir())
+    if not names:
+        raise ImageError(f"{folder}: no class folders")
+    paths, labels = [], []
+    for label, name in enumerate(names):
+        if not (folder / name).is_dir():
+            raise FileNotFoundError(f"{folder / name}: no such class folder")
+        files = sorted(p for p in (folder / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ImageError(f"{folder / name}: no images ({', '.join(IMAGE_SUFFIXES)})")
+        paths += files[:limit]
+        labels += [label] * len(files[:limit])
+    return paths, np.array(labels, np.int32), names
+
+
+def load_square_uint8(path, size):
+    """An image file as uint8 (size, size, 3) RGB: the shorter side resized to ``size``
+    (bilinear, antialiased), then the centre square; errors name the file."""
+    from PIL import Image
+
+    img = (load_image(path) * 255 + 0.5).astype(np.uint8)
+    h, w = img.shape[:2]
+    if (h, w) != (size, size):
+        scale = size / min(h, w)
+        nh, nw = max(size, round(h * scale)), max(size, round(w * scale))
+        img = np.asarray(Image.fromarray(img).resize((nw, nh), Image.BILINEAR))
+        y, x = (nh - size) // 2, (nw - size) // 2
+        img = img[y:y + size, x:x + size]
+    return img
+
+
+def load_images_uint8(paths, size, workers=None):
+    """``load_square_uint8`` over many files (threads): a uint8 (N, size, size, 3) array."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers or os.cpu_count()) as pool:
+        return np.stack(list(pool.map(lambda p: load_square_uint8(p, size), paths)))
+
+
+def augment_batch(images, pad):
+    """Random horizontal flip and random ``size x size`` crop of the batch zero-padded by
+    ``pad`` pixels (the usual CIFAR augmentation); ``images``: (N, size, size, C) tensor."""
+    import tensorflow as tf
+
+    shape = tf.shape(images)
+    n, size = shape[0], shape[1]
+    flip = tf.random.uniform([n, 1, 1, 1]) < 0.5
+    images = tf.where(flip, images[:, :, ::-1], images)
+    if not pad:
+        return images
+    padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+    offsets = tf.random.uniform([n, 2], 0, 2 * pad + 1, tf.int32)
+    rows = offsets[:, :1] + tf.range(size)[None]
+    cols = offsets[:, 1:] + tf.range(size)[None]
+    return tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
+
+
+def image_folder(root, split, size, *, batch=64, classes=None, limit=None, augment=False,
+                 shuffle=False, repeat=False, seed=0, cache=None):
+    """A classification dataset from image folders: ``(tf.data.Dataset, class_names)``.
+
+    Batches are ``(images, labels)``: float32 RGB in [0, 1] (N, size, size, 3) and int32
+    class indices; images are resized and centre-cropped to ``size`` (see
+    :func:`load_square_uint8`).  ``classes`` and ``limit``: see :func:`image_folder_files`.  ``augment``: random flip and random crop with
+    ``size // 8`` pixels of zero padding.  ``shuffle`` reshuffles every epoch; ``repeat``
+    makes the dataset infinite (for :func:`workbench.training.fit`).  ``cache``: decode
+    every image once and keep the uint8 array in memory (default: when it fits in 1 GB);
+    otherwise files are decoded on the fly in parallel.
+    """
+    import tensorflow as tf
+
+    paths, labels, names = image_folder_files(root, split, classes, limit)
+    if cache is None:
+        cache = len(paths) * size * size * 3 <= CACHE_LIMIT_BYTES
+    if cache:
+        ds = tf.data.Dataset.from_tensor_slices((load_images_uint8(paths, size), labels))
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(([str(p) for p in paths], labels))
+    if shuffle:
+        ds = ds.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    if not cache:
+        def load(path, label):
+            img = tf.numpy_function(lambda p: load_square_uint8(p.decode(), size), [path], tf.uint8)
+            return tf.ensure_shape(img, (size, size, 3)), label
+
+        ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(batch).map(
+        lambda x, y: (tf.cast(x, tf.float32) / 255.0, y), num_parallel_calls=tf.data.AUTOTUNE)
+    if augment:
+        ds = ds.map(lambda x, y: (augment_batch(x, size // 8), y),
+                    num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE), names

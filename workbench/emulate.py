@@ -57,6 +57,36 @@ def depth_to_space(op: ir.DepthToSpace, x, image=None):
     return rgb + (y[..., :1] - rgb @ ir.LUMA.astype(np.float64)[:, None])
 
 
+def dense(op: ir.Dense, x):
+    """The blocked GEMV of :class:`workbench.ir.Dense`, stage by stage, with the storage of
+    every stage (fixed16: steps of 1/256, range checked; float: float32).  Returns logits."""
+    from workbench import fixed16
+
+    x = x[..., :op.cin].mean(axis=(0, 1)) if op.pool else x[0, 0, :op.cin]
+    if op.number == "float":
+        weight, bias = op.weight.astype(np.float64), op.bias.astype(np.float64)
+
+        def store(v, stage):
+            return v.astype(np.float32).astype(np.float64)
+    else:
+        scale = 2.0 ** op.weight_shift
+        weight, bias = fixed16.quantize(op.weight * scale) / scale, fixed16.quantize(op.bias)
+
+        def store(v, stage):
+            fixed16.check(v, op.name, stage)
+            return fixed16.quantize(v)
+    rows = [store(sum(weight[c] * x[c] for p in block for c in range(4 * p, min(4 * p + 4, op.cin))),
+                  f"the partial sum of input block {b}")
+            for b, block in enumerate(op.blocks())]
+    passes = len(op.reductions()) - 1
+    for k in range(passes):
+        last = k == passes - 1
+        rows = [store(sum(rows[i:i + op.reduce]) + (bias if last else 0),
+                      "the output (with bias)" if last else f"reduction {k}")
+                for i in range(0, len(rows), op.reduce)]
+    return rows[0]
+
+
 def apply(op, tensors):
     """The stored (quantized) output of ``op`` given the float tensors it reads."""
     if isinstance(op, ir.Conv):
@@ -65,6 +95,8 @@ def apply(op, tensors):
     if isinstance(op, ir.DepthToSpace):
         chroma = tensors[op.chroma_from] if op.chroma_from else None
         return quantize(depth_to_space(op, tensors[op.input], chroma))
+    if isinstance(op, ir.Dense):
+        return dense(op, tensors[op.input])
     raise TypeError(f"op {op.name!r}: the emulator has no {type(op).__name__}")
 
 
@@ -79,8 +111,22 @@ def run(graph: ir.Graph, image, keep=False):
         tensors[op.name] = apply(op, tensors)
     if not keep:
         return tensors[graph.output].astype(np.float32)
-    rgb = _rgb_tensors(graph)
-    return {name: to_packs(t, opaque=name in rgb) for name, t in tensors.items()}
+    return {name: _stored(graph, name, t) for name, t in tensors.items()}
+
+
+def _stored(graph, name, t):
+    """A tensor as the GPU stores it (uint8 packs; a dense layer's logits as its texture)."""
+    op = graph.op(name) if name != graph.input.name else None
+    if isinstance(op, ir.Dense):
+        from workbench import fixed16
+        values = np.zeros(2 * op.pairs)
+        values[:op.cout] = t
+        if op.number == "float":
+            out = np.zeros((1, op.pairs, 4), np.float32)
+            out[0, :, :2] = values.reshape(-1, 2)
+            return out
+        return fixed16.encode(values).reshape(1, op.pairs, 4)
+    return to_packs(t, opaque=name in _rgb_tensors(graph))
 
 
 def stepwise(graph: ir.Graph, stored: dict):
@@ -91,9 +137,10 @@ def stepwise(graph: ir.Graph, stored: dict):
     difference in one layer does not spread to the next.
     """
     shapes = graph.shapes(stored[graph.input.name].shape[:2])
-    tensors = {name: data[..., :shapes[name][2]] / 255.0 for name, data in stored.items()}
-    rgb = _rgb_tensors(graph)
-    return {op.name: to_packs(apply(op, tensors), opaque=op.name in rgb) for op in graph.ops}
+    tensors = {name: data[..., :shapes[name][2]] / 255.0 for name, data in stored.items()
+               if name in shapes and not isinstance(graph.op(name) if name != graph.input.name
+                                                    else None, ir.Dense)}
+    return {op.name: _stored(graph, op.name, apply(op, tensors)) for op in graph.ops}
 
 
 def _rgb_tensors(graph):

@@ -79,10 +79,14 @@ def info() -> dict:
 
 
 class Runner:
-    """Compiles the passes of a net once and runs them on images."""
+    """Compiles the passes of a net once and runs them on images.
 
-    def __init__(self, graph: ir.Graph, passes, vertex_shader):
-        self.graph, self.passes = graph, passes
+    ``constants``: textures uploaded once per allocation (``key -> HxWx4 array``), such as
+    the weights texture of a dense layer.
+    """
+
+    def __init__(self, graph: ir.Graph, passes, vertex_shader, constants=None):
+        self.graph, self.passes, self.constants = graph, passes, constants or {}
         self.worker = worker()
         self.compile_seconds = self.worker.call(
             "compile", vertex=vertex_shader, fragments=[p.source for p in passes])
@@ -92,16 +96,18 @@ class Runner:
     def _allocate(self, hw):
         if self._hw == hw:
             return
-        shapes = self.graph.shapes(hw)
+        if self.graph.input_size and tuple(hw) != tuple(self.graph.input_size):
+            raise ValueError(f"image of {hw[1]}x{hw[0]} pixels: net {self.graph.name!r} takes "
+                             f"{self.graph.input_size[1]}x{self.graph.input_size[0]}")
+        self.textures = self.graph.textures(hw)
         limit = self.worker.info["GL_MAX_TEXTURE_SIZE"]
-        sizes = {}
-        for name, (h, w, c) in shapes.items():
+        for (name, _), (w, h, _) in self.textures.items():
             if max(h, w) > limit:
                 raise ValueError(f"tensor {name!r} would be {w}x{h} pixels, over this GPU's "
                                  f"GL_MAX_TEXTURE_SIZE of {limit}; use a smaller image")
-            sizes.update({(name, p): (w, h) for p in range(ir.packs(c))})
-        self.worker.call("allocate", sizes=sizes)
-        self.shapes, self._hw = shapes, hw
+        self.worker.call("allocate", sizes=self.textures)
+        self.worker.call("run", uploads=self.constants, passes=[], reads=[])
+        self.shapes, self._hw = self.graph.shapes(hw), hw
 
     def _plan(self, p):
         """What the worker needs for pass ``p``: bindings, uniform values, output."""
@@ -110,17 +116,19 @@ class Runner:
             return (float(w), float(h))
 
         op = self.graph.op(p.op)
-        values = {"u_in_size": size(p.inputs[0].tensor), "u_out_size": size(p.output[0])}
+        values = {"u_in_size": size(p.inputs[0].tensor) if p.inputs[0].tensor in self.shapes
+                  else None, "u_out_size": size(p.output[0]) if p.output[0] in self.shapes else None}
         if isinstance(op, ir.Conv):
             top, left = op.pads(self.shapes[op.input][:2])
             values["u_pad"] = (float(left), float(top))
         return {"source": p.source,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
                 "uniforms": {name: values[name] for name in p.uniforms},
-                "output": p.output}
+                "output": p.output, "viewport": p.viewport}
 
     def run(self, image, keep=False):
-        """Run every pass; see :meth:`workbench.glsl.Net.run`."""
+        """Run every pass; returns ``{texture key: array}`` of the output textures (all of
+        them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F."""
         image = np.asarray(image, np.float32)
         if image.ndim == 2:
             image = image[..., None]
@@ -133,14 +141,10 @@ class Runner:
         if self.graph.input.rgb:
             data[..., 3] = 255
         uploads = {(self.graph.input.name, p): data[..., 4 * p:4 * p + 4] for p in range(ir.packs(c))}
-        names = list(self.shapes) if keep else [self.graph.output]
-        reads = [(n, p) for n in names for p in range(ir.packs(self.shapes[n][2]))]
+        output_op = self.graph.output.split("/")[0]
+        reads = [k for k in self.textures if k not in self.constants
+                 and (keep or k[0].split("/")[0] == output_op)]
         timings, arrays = self.worker.call("run", uploads=uploads, reads=reads,
                                            passes=[self._plan(p) for p in self.passes])
         self.timings = {p.name: t for p, t in zip(self.passes, timings)}
-        tensors = {n: np.concatenate([arrays[n, p] for p in range(ir.packs(self.shapes[n][2]))],
-                                     axis=-1) for n in names}
-        if keep:
-            return tensors
-        c_out = self.shapes[self.graph.output][2]
-        return (tensors[self.graph.output][..., :c_out] / np.float32(255)).astype(np.float32)
+        return arrays

@@ -51,24 +51,26 @@ class Worker:
         return time.perf_counter() - start
 
     def allocate(self, sizes):
-        """RGBA8 textures with framebuffers, ``sizes[key] = (width, height)``."""
+        """Textures with framebuffers, ``sizes[key] = (width, height, dtype)``; dtype "f1" is
+        RGBA8, "f4" RGBA32F."""
         for tex, fbo in self.textures.values():
             fbo.release()
             tex.release()
         self.textures = {}
-        for key, size in sizes.items():
-            tex = self.ctx.texture(tuple(size), 4, dtype="f1")
+        for key, (width, height, dtype) in sizes.items():
+            tex = self.ctx.texture((width, height), 4, dtype=dtype)
             tex.repeat_x = tex.repeat_y = False
             self.textures[key] = (tex, self.ctx.framebuffer(color_attachments=[tex]))
 
     def run(self, uploads, passes, reads):
-        """Write ``uploads[key]`` (uint8 HxWx4), draw every pass, return (timings, arrays).
+        """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass, return
+        (timings, arrays).
 
         A pass: ``{"source", "inputs": [(uniform, key, filter)], "uniforms": {name: value},
-        "output": key}``.
+        "output": key, "viewport": (x, y, width, height) or None}``.
         """
         for key, data in uploads.items():
-            self.textures[key][0].write(np.ascontiguousarray(data, np.uint8).tobytes())
+            self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
         timings = []
         for p in passes:
             start = time.perf_counter()
@@ -83,7 +85,10 @@ class Worker:
             for name, value in p["uniforms"].items():
                 if name in prog:
                     prog[name].value = value
-            self.textures[p["output"]][1].use()
+            fbo = self.textures[p["output"]][1]
+            fbo.use()
+            if p.get("viewport"):
+                self.ctx.viewport = tuple(p["viewport"])
             vao.render(self.mgl.TRIANGLE_STRIP)
             self.ctx.finish()
             timings.append(time.perf_counter() - start)
@@ -91,7 +96,9 @@ class Worker:
         for key in reads:
             tex, fbo = self.textures[key]
             w, h = tex.size
-            arrays[key] = np.frombuffer(fbo.read(components=4), np.uint8).reshape(h, w, 4)
+            dtype = np.uint8 if tex.dtype == "f1" else np.float32
+            arrays[key] = np.frombuffer(fbo.read(components=4, dtype=tex.dtype),
+                                        dtype).reshape(h, w, 4)
         return timings, arrays
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench import activations, cost, emulate, ir, limits
+from workbench import activations, cost, emulate, fixed16, ir, limits
 from workbench.files import atomic_path, write_json
 
 PRECISIONS = ("highp", "mediump")
@@ -49,6 +49,7 @@ class Pass:
     inputs: list[Binding]
     output: tuple[str, int]
     uniforms: list[str] = field(default_factory=list)
+    viewport: tuple[int, int, int, int] | None = None  # (x, y, width, height); None: all
 
 
 # --- GLSL text ------------------------------------------------------------------------------
@@ -174,9 +175,80 @@ def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp
     return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
 
 
+def _number_glsl(op: ir.Dense):
+    """enc2/dec2 (two values per texel) and wdec (a weight pair) for the op's number format."""
+    if op.number == "float":
+        return ("vec4 enc2(vec2 v) { return vec4(v, 0.0, 0.0); }\n"
+                "vec2 dec2(vec4 t) { return t.xy; }\nvec2 wdec(vec4 t) { return t.xy; }\n")
+    return fixed16.GLSL + f"vec2 wdec(vec4 t) {{ return dec2(t) / {_f(2 ** op.weight_shift)}; }}\n"
+
+
+def dense_passes(op: ir.Dense, shapes, precision="highp") -> list[Pass]:
+    """The blocked GEMV: one multiply program per block of input packs (each writes one row
+    of partial sums), then reduction passes; the last adds the bias row."""
+    h, w, _ = shapes[op.input]
+    pixels = [(x, y) for y in range(h) for x in range(w)] if op.pool else [(0, 0)]
+    rows_w = op.cin + 1
+    head = _header(precision) + _number_glsl(op)
+    passes = []
+    for row, block in enumerate(op.blocks()):
+        samplers = [f"u_in{k}" for k in range(len(block))] + ["u_w"]
+        bindings = [Binding(s_, op.input, p) for s_, p in zip(samplers, block)]
+        bindings.append(Binding("u_w", f"{op.name}/weights", 0))
+        body = [f"    float x = gl_FragCoord.x / {_f(op.pairs)};", "    vec2 acc = vec2(0.0);",
+                "    vec4 s;"]
+        for k, pack in enumerate(block):
+            taps = " + ".join(f"texture2D(u_in{k}, vec2({_f((px + 0.5) / w)}, {_f((py + 0.5) / h)}))"
+                              for px, py in pixels)
+            body.append(f"    s = {taps};")
+            for i in range(min(4, op.cin - 4 * pack)):
+                c = 4 * pack + i
+                body.append(f"    acc += wdec(texture2D(u_w, vec2(x, {_f((c + 0.5) / rows_w)})))"
+                            f" * s.{'xyzw'[i]};")
+        body.append(f"    gl_FragColor = enc2(acc / {_f(len(pixels))});")
+        source = head + _uniforms(samplers, []) + "void main() {\n" + "\n".join(body) + "\n}\n"
+        passes.append(Pass(f"{op.name}.multiply{row}", op.name, source, bindings,
+                           (f"{op.name}/partial0", 0), [], (0, row, op.pairs, 1)))
+    rows = op.reductions()
+    for k, (prev, r) in enumerate(zip(rows, rows[1:])):
+        last = r == 1 and k == len(rows) - 2
+        source_key = f"{op.name}/partial{k}"
+        target = (op.name, 0) if last else (f"{op.name}/partial{k + 1}", 0)
+        samplers = ["u_p"] + (["u_w"] if last else [])
+        bindings = [Binding("u_p", source_key, 0)]
+        body = [f"    float x = gl_FragCoord.x / {_f(op.pairs)};",
+                f"    float first = (gl_FragCoord.y - 0.5) * {_f(op.reduce)};",
+                "    vec2 acc = vec2(0.0);"]
+        for t in range(min(op.reduce, prev)):
+            body.append(f"    acc += dec2(texture2D(u_p, vec2(x, (first + {_f(t + 0.5)}) / {_f(prev)})))"
+                        f" * step(first + {_f(t)}, {_f(prev - 0.5)});")
+        if last:
+            bindings.append(Binding("u_w", f"{op.name}/weights", 0))
+            bias = "dec2" if op.number == "fixed16" else "wdec"
+            body.append(f"    acc += {bias}(texture2D(u_w, vec2(x, {_f((op.cin + 0.5) / rows_w)})));")
+        body.append("    gl_FragColor = enc2(acc);")
+        source = head + _uniforms(samplers, []) + "void main() {\n" + "\n".join(body) + "\n}\n"
+        passes.append(Pass(f"{op.name}.reduce{k}", op.name, source, bindings, target, []))
+    return passes
+
+
+def dense_weight_texture(op: ir.Dense) -> np.ndarray:
+    """The weights texture (``cin + 1`` rows of ``pairs`` texels): row c holds the weights of
+    input c for outputs (2j, 2j+1), the last row the bias.  fixed16: weights scaled by
+    ``2**weight_shift``, 2 bytes per value (uint8); float: float32 (RGBA32F)."""
+    values = np.zeros((op.cin + 1, op.pairs * 2))
+    values[:op.cin, :op.cout] = op.weight * 2.0 ** op.weight_shift
+    values[op.cin, :op.cout] = op.bias
+    if op.number == "float":  # weight_shift is 0
+        out = np.zeros((op.cin + 1, op.pairs, 4), np.float32)
+        out[..., :2] = values.reshape(op.cin + 1, op.pairs, 2)
+        return out
+    return fixed16.encode(values).reshape(op.cin + 1, op.pairs, 4)
+
+
 def generate(graph: ir.Graph, precision="highp") -> list[Pass]:
     """All passes of ``graph``, in execution order."""
-    shapes = graph.shapes((64, 64))
+    shapes = graph.shapes(graph.input_size or (64, 64))
     passes = []
     for op in graph.ops:
         if isinstance(op, ir.Conv):
@@ -184,6 +256,8 @@ def generate(graph: ir.Graph, precision="highp") -> list[Pass]:
         elif isinstance(op, ir.DepthToSpace):
             passes += [depth_to_space_pass(op, p, shapes, precision)
                        for p in range(op.out_packs(shapes))]
+        elif isinstance(op, ir.Dense):
+            passes += dense_passes(op, shapes, precision)
         else:
             raise limits.LimitError(f"layer {op.name!r}: no ES 2.0 shader for {type(op).__name__}")
     return passes
@@ -203,7 +277,9 @@ class Net:
         """The GL runner, created (and every program compiled) on first use."""
         if self._runner is None:
             from workbench.gl import Runner
-            self._runner = Runner(self.graph, self.passes, VERTEX_SHADER)
+            constants = {(f"{op.name}/weights", 0): dense_weight_texture(op)
+                         for op in self.graph.ops if isinstance(op, ir.Dense)}
+            self._runner = Runner(self.graph, self.passes, VERTEX_SHADER, constants)
         return self._runner
 
     @property
@@ -216,9 +292,28 @@ class Net:
         return self.runner.timings
 
     def run(self, image, keep=False):
-        """Run on the GPU; the output tensor as float32 (8-bit levels), or with ``keep`` every
-        tensor as uint8 ``HxWx(4*packs)``."""
-        return self.runner.run(image, keep=keep)
+        """Run on the GPU: the output as float32 (an image in 8-bit levels, or the logits of a
+        dense layer), or with ``keep`` every texture as stored, ``{tensor: HxWx(4*packs)}``
+        (uint8 for RGBA8, float32 for RGBA32F).  A dense layer's fixed-point overflow raises
+        :class:`workbench.fixed16.FixedPointOverflow`."""
+        arrays = self.runner.run(image, keep=keep)
+        tensors = {}
+        for (name, pack) in sorted(arrays, key=lambda k: k[1]):
+            a = arrays[name, pack]
+            tensors[name] = a if name not in tensors else np.concatenate([tensors[name], a], -1)
+        self._check_overflow(tensors, image)
+        return tensors if keep else output_values(self.graph, tensors[self.graph.output])
+
+    def _check_overflow(self, tensors, image):
+        """Saturated fixed16 codes on the GPU: let the emulator say where and how far."""
+        for op in self.graph.ops:
+            if isinstance(op, ir.Dense) and op.number == "fixed16":
+                stored = [t for name, t in tensors.items() if name.split("/")[0] == op.name]
+                if any(fixed16.saturated(t.reshape(*t.shape[:-1], 2, 2)).any() for t in stored):
+                    self.emulate(image)  # raises FixedPointOverflow with the exact values
+                    raise fixed16.FixedPointOverflow(
+                        f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
+                        "range on the GPU")
 
     def emulate(self, image, keep=False):
         """The numpy emulator's prediction of :meth:`run`."""
@@ -268,9 +363,21 @@ class Net:
         })
 
 
-def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2) -> Net:
+def output_values(graph: ir.Graph, stored):
+    """The net's output from its stored texture: an image in [0, 1] (HxWxC float32), or the
+    logits of a dense layer (float32 vector)."""
+    op = graph.op(graph.output)
+    if isinstance(op, ir.Dense):
+        pairs = stored[0, :op.pairs]
+        values = pairs[..., :2] if op.number == "float" else fixed16.decode(pairs.reshape(-1, 2, 2))
+        return np.asarray(values, np.float32).reshape(-1)[:op.cout]
+    return (stored[..., :graph.channels(op.name)] / np.float32(255)).astype(np.float32)
+
+
+def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2,
+            dense="fixed16") -> Net:
     """Keras model -> IR -> ES 2.0 limits check -> passes.  See the module docstring."""
-    graph = ir.from_keras(model, luma_input=luma_input)
+    graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
     limits.check(graph, limits_table)
     return Net(graph, generate(graph, precision), precision)
 

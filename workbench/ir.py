@@ -159,12 +159,105 @@ class DepthToSpace:
         return Cost(texel_fetches=h * w * fetches, texture_bytes=h * w * 4 * n, programs=n)
 
 
+FIXED16_RANGE = (-128.0, 128.0)   # 8 integer bits (sign included), 8 fractional bits
+FIXED16_STEP = 1.0 / 256
+
+
+@dataclass
+class Dense:
+    """Fully connected layer (logits), on ES 2.0 as a blocked GEMV.
+
+    ``weight`` is ``(cin, cout)``.  ``pool``: the input is averaged over all its pixels first
+    (a GlobalAveragePooling2D fused in, so the average is never rounded to 8 bits).
+    ``number``: ``"fixed16"`` stores partial sums and logits in 16-bit fixed point (range
+    [-128, 128), steps of 1/256) packed in two 8-bit channels, 2 values per RGBA texel;
+    ``"float"`` in RGBA32F textures.  Stages: one multiply program per block of ``block``
+    input packs writes one row of partial sums; reduction passes add ``reduce`` rows at a
+    time; the last adds the bias.  Weights (scaled by ``2**weight_shift`` in fixed16) and
+    bias live in a texture: row c = input channel c, the last row = bias.
+    """
+
+    name: str
+    input: str
+    weight: np.ndarray
+    bias: np.ndarray
+    pool: bool = False
+    number: str = "fixed16"
+    block: int = 4
+    reduce: int = 8
+
+    @property
+    def cin(self):
+        return self.weight.shape[0]
+
+    @property
+    def cout(self):
+        return self.weight.shape[1]
+
+    @property
+    def pairs(self):
+        """Texels per row: two outputs per texel."""
+        return -(-self.cout // 2)
+
+    @property
+    def weight_shift(self):
+        """Power of two the fixed16 weights are scaled by, to use the range fully."""
+        if self.number != "fixed16":
+            return 0
+        biggest = float(np.abs(self.weight).max()) or 1.0
+        return int(np.clip(np.floor(np.log2(127.0 / biggest)), 0, 7))
+
+    def blocks(self):
+        """Input packs of each multiply program."""
+        n = packs(self.cin)
+        return [list(range(b, min(b + self.block, n))) for b in range(0, n, self.block)]
+
+    def reductions(self):
+        """Row counts: of the partial sums, then after each reduction pass (ends at 1)."""
+        rows = [len(self.blocks())]
+        while rows[-1] > 1 or len(rows) == 1:
+            rows.append(-(-rows[-1] // self.reduce))
+        return rows
+
+    def out_shape(self, shapes, hw):
+        return (1, 1, self.cout)
+
+    def pixels(self, shapes):
+        h, w, _ = shapes[self.input]
+        return h * w if self.pool else 1
+
+    def fetches_per_fragment(self, shapes):
+        """Of the multiply stage (weights + input texels), the heaviest stage."""
+        return max(4 * len(b) + len(b) * self.pixels(shapes) for b in self.blocks())
+
+    def textures(self, shapes):
+        """Textures of this op: ``{(name, index): (width, height, dtype)}``."""
+        dtype = "f1" if self.number == "fixed16" else "f4"
+        rows = self.reductions()
+        out = {(f"{self.name}/weights", 0): (self.pairs, self.cin + 1, dtype)}
+        for k, r in enumerate(rows[:-1]):
+            out[(f"{self.name}/partial{k}", 0)] = (self.pairs, r, dtype)
+        out[(self.name, 0)] = (self.pairs, 1, dtype)
+        return out
+
+    def cost(self, shapes):
+        rows = self.reductions()
+        fetches = self.pairs * sum(4 * len(b) + len(b) * self.pixels(shapes) for b in self.blocks())
+        fetches += self.pairs * sum(r * min(self.reduce, prev) + (1 if r == 1 else 0)
+                                    for prev, r in zip(rows, rows[1:]))
+        nbytes = sum(w * h * (4 if dtype == "f1" else 16)
+                     for w, h, dtype in self.textures(shapes).values())
+        return Cost(multiply_adds=self.cin * self.cout, texel_fetches=fetches, texture_bytes=nbytes,
+                    programs=len(self.blocks()) + len(rows) - 1)
+
+
 @dataclass
 class Graph:
     input: Input
     ops: list
     output: str
     name: str = "net"
+    input_size: tuple | None = None   # (height, width) when the net needs a fixed size
 
     def op(self, name):
         return next(op for op in self.ops if op.name == name)
@@ -175,6 +268,23 @@ class Graph:
         for op in self.ops:
             shapes[op.name] = op.out_shape(shapes, None)
         return shapes
+
+    def channels(self, name) -> int:
+        """Channels of tensor ``name`` (they do not depend on the input size)."""
+        return self.shapes(self.input_size or (1024, 1024))[name][2]
+
+    def textures(self, hw) -> dict[tuple[str, int], tuple[int, int, str]]:
+        """Every texture the net needs for input size ``hw``: ``(tensor, index) -> (width,
+        height, dtype)``; dtype ``"f1"`` is RGBA8, ``"f4"`` RGBA32F."""
+        shapes = self.shapes(hw)
+        out = {}
+        for op in [self.input] + self.ops:
+            if hasattr(op, "textures"):
+                out.update(op.textures(shapes))
+            else:
+                h, w, c = shapes[op.name]
+                out.update({(op.name, p): (w, h, "f1") for p in range(packs(c))})
+        return out
 
     def cost(self, hw) -> dict[str, Cost]:
         shapes = self.shapes(hw)
@@ -218,29 +328,37 @@ def _fold_batchnorm(conv, layer):
     conv.bias = ((conv.bias - mean) * k + beta).astype(np.float32)
 
 
-def from_keras(model, luma_input=None) -> Graph:
+def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     """Lower a Keras functional model to a :class:`Graph`.
 
     ``luma_input``: the net takes an RGB image and sees its full-range luma (the SR net).
     Default: True when the model has a 1-channel input.  A final DepthToSpace of a luma net
-    becomes the SR demux (chroma from the input image).
+    becomes the SR demux (chroma from the input image).  ``dense``: number format of a
+    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`Dense`).
     """
-    from workbench.layers import Act, DepthToSpace as D2S, GroupConv2D
+    if dense not in ("fixed16", "float"):
+        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
+    from workbench.layers import Act, DepthToSpace as D2S, GroupConv2D, Shuffle
 
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise LoweringError(f"model {model.name!r}: one input and one output are supported")
     channels = model.inputs[0].shape[-1]
     luma_input = channels == 1 if luma_input is None else luma_input
     graph_input = Input("image", 3 if luma_input else channels, rgb=luma_input)
-    ops, tensor_of = [], {}
+    ops, tensor_of, order_of = [], {}, {}  # keras tensor id -> IR tensor, its pack order
+    pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
 
     def producer(keras_tensor):
+        if id(keras_tensor) not in tensor_of:
+            raise LoweringError(f"tensor {keras_tensor.name!r} feeds a layer the ES 2.0 back end "
+                                "cannot take it from (a global pooling must feed a Dense layer)")
         return tensor_of[id(keras_tensor)]
 
     def last_conv(keras_tensor, layer, what):
         name = producer(keras_tensor)
         op = ops[-1] if ops else None
-        if not isinstance(op, Conv) or op.name != name or op.activation != "linear":
+        if (not isinstance(op, Conv) or op.name != name or op.activation != "linear"
+                or id(keras_tensor) in order_of):
             raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
                                 f"convolution without activation (it follows {name!r})")
         return op
@@ -256,6 +374,7 @@ def from_keras(model, luma_input=None) -> Graph:
                                     "use GroupConv2D")
             op = _conv_from(layer, producer(inputs[0]))
             op.luma_input = luma_input and op.input == graph_input.name
+            op.input_order = order_of.get(id(inputs[0]))
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
         elif isinstance(layer, keras.layers.BatchNormalization):
@@ -266,6 +385,14 @@ def from_keras(model, luma_input=None) -> Graph:
             op.activation = (layer.activation if isinstance(layer, Act)
                              else _keras_activation(layer))
             tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, Shuffle):
+            previous = order_of.get(id(inputs[0]), range(len(layer.order)))
+            order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
+            tensor_of[id(layer.output)] = producer(inputs[0])
+        elif type(layer).__name__ == "Quantize8":  # training-time rounding; storage does it
+            if id(inputs[0]) in order_of:
+                order_of[id(layer.output)] = order_of[id(inputs[0])]
+            tensor_of[id(layer.output)] = producer(inputs[0])
         elif isinstance(layer, keras.layers.Add):
             if len(inputs) != 2:
                 raise LoweringError(f"layer {layer.name!r}: Add of exactly two tensors supported")
@@ -275,7 +402,24 @@ def from_keras(model, luma_input=None) -> Graph:
                 raise LoweringError(f"layer {layer.name!r}: one input of Add must be the "
                                     "convolution just before it")
             last_conv(inputs[names.index(op.name)], layer, "Add")
-            op.residual = names[1 - names.index(op.name)]
+            other = inputs[1 - names.index(op.name)]
+            if id(other) in order_of:
+                raise LoweringError(f"layer {layer.name!r}: the residual input of Add must not "
+                                    "be shuffled (add the unit's input before its shuffle)")
+            op.residual = producer(other)
+            tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, keras.layers.GlobalAveragePooling2D):
+            pooled[id(layer.output)] = producer(inputs[0])
+        elif isinstance(layer, keras.layers.Dense):
+            if id(inputs[0]) not in pooled:
+                raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
+                                    "GlobalAveragePooling2D on ES 2.0")
+            if _keras_activation(layer) != "linear" or layer is not model.layers[-1]:
+                raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
+                                    "without activation (logits; softmax on the CPU)")
+            weight, bias = (w.astype(np.float32) for w in layer.get_weights())
+            op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense)
+            ops.append(op)
             tensor_of[id(layer.output)] = op.name
         elif isinstance(layer, D2S):
             source = producer(inputs[0])
@@ -286,6 +430,29 @@ def from_keras(model, luma_input=None) -> Graph:
         else:
             raise LoweringError(f"layer {layer.name!r} ({type(layer).__name__}) is not supported "
                                 "by the ES 2.0 back end")
-    graph = Graph(graph_input, ops, producer(model.outputs[0]), model.name)
-    graph.shapes((64, 64))  # every op can work out its shape
+    size = tuple(model.inputs[0].shape[1:3])
+    graph = Graph(graph_input, ops, producer(model.outputs[0]), model.name,
+                  None if None in size else size)
+    for op in ops:
+        if isinstance(op, Dense):
+            if graph.input_size is None:
+                raise LoweringError(f"layer {op.name!r}: a net with a Dense layer needs a fixed "
+                                    "input size (keras.Input((height, width, channels)))")
+            op.block = _dense_block(op, graph.shapes(graph.input_size))
+    graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
     return graph
+
+
+def _dense_block(op, shapes):
+    """The most input packs one multiply program can read within the ES 2.0 fetch and
+    texture-unit limits (its weights: 4 fetches per pack; its input: 1 per pack and pixel;
+    one unit for the weights texture)."""
+    from workbench.limits import ES2, LimitError
+
+    per_pack = 4 + op.pixels(shapes)
+    block = min(ES2.fetches_per_fragment // per_pack, ES2.texture_units - 1)
+    if block < 1:
+        raise LimitError(f"layer {op.name!r}: texel fetches per fragment = {per_pack} for one "
+                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the ES 2.0 "
+                         f"limit of {ES2.fetches_per_fragment}")
+    return block

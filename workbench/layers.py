@@ -114,3 +114,88 @@ class DepthToSpace(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "block_size": self.block_size}
+
+
+def shuffle_order(packs: int, step: int) -> list[int]:
+    """The texture binding order of a channel shuffle with ``step`` over ``packs`` packs of 4
+    channels: ``order[i] = (i * step) % packs + (i * step) // packs`` (the reference article's
+    deterministic shuffle; 128 channels, step 8 -> 0, 8, 16, 24, 1, 9, ...)."""
+    order = [(i * step) % packs + (i * step) // packs for i in range(packs)]
+    if sorted(order) != list(range(packs)):
+        raise ValueError(f"shuffle step {step} over {packs} packs is not a permutation: {order}")
+    return order
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Shuffle(keras.layers.Layer):
+    """Channel shuffle by packs of 4: output pack ``i`` is input pack ``order[i]`` of
+    :func:`shuffle_order`.  Free at inference: the ES 2.0 back end only changes the order in
+    which textures are bound (the shuffle is a property of the connection)."""
+
+    def __init__(self, step, **kwargs):
+        super().__init__(**kwargs)
+        self.step = int(step)
+
+    def build(self, input_shape):
+        channels = int(input_shape[-1])
+        if channels % 4:
+            raise ValueError(f"{self.name}: {channels} channels are not whole packs of 4")
+        self.order = shuffle_order(channels // 4, self.step)
+        self._index = [4 * p + c for p in self.order for c in range(4)]
+
+    def call(self, x):
+        return tf.gather(x, self._index, axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "step": self.step}
+
+
+@tf.custom_gradient
+def _round_8bit(x):
+    def grad(dy):
+        return dy
+
+    return tf.round(x * 255.0) / 255.0, grad
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Quantize8(keras.layers.Layer):
+    """Quantisation-aware training: round to a multiple of 1/255 (what an RGBA8 texture
+    stores) in the forward pass, identity ("straight-through") gradient.  Placed after an
+    activation in [0, 1]; the shader lowering treats it as a no-op (the texture rounds)."""
+
+    def call(self, x):
+        return _round_8bit(x)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class FastBatchNorm(keras.layers.BatchNormalization):
+    """``keras.layers.BatchNormalization`` (same weights, attributes and config) whose
+    training pass on 4-D NHWC input runs TF's fused kernel, ~3x faster here.
+
+    Batch statistics are the biased variance, as in the Keras layer (the fused kernel's
+    Bessel-corrected variance is scaled back by ``(n - 1) / n``); the moving statistics
+    are updated with the same ``momentum``.  Other cases fall back to the Keras code.
+    """
+
+    def call(self, inputs, training=None, mask=None):
+        if not (training and self.trainable and mask is None and len(inputs.shape) == 4
+                and self.axis in (-1, 3) and self.scale and self.center and not self.renorm
+                and inputs.dtype == tf.float32):
+            return super().call(inputs, training=training, mask=mask)
+        y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
+            inputs, self.gamma, self.beta, epsilon=self.epsilon, data_format="NHWC",
+            is_training=True)
+        shape = tf.shape(inputs)
+        n = tf.cast(shape[0] * shape[1] * shape[2], tf.float32)
+        variance = variance * ((n - 1.0) / tf.maximum(n, 1.0))
+        m = self.momentum
+        self.moving_mean.assign(self.moving_mean * m + mean * (1.0 - m))
+        self.moving_variance.assign(self.moving_variance * m + variance * (1.0 - m))
+        return y

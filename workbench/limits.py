@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench import activations
-from workbench.ir import PACK, Conv, DepthToSpace
+from workbench.ir import PACK, Conv, Dense, DepthToSpace
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,18 @@ class LimitError(ValueError):
 
 def check(graph, limits: Limits = ES2):
     """Raise :class:`LimitError` for the first op of ``graph`` that breaks a limit."""
-    shapes = graph.shapes((64, 64))
+    shapes = graph.shapes(graph.input_size or (64, 64))
     for op in graph.ops:
         if isinstance(op, Conv):
             _check_conv(op, limits)
+        elif isinstance(op, Dense):
+            _fits(op.name, "texture units", op.block + 1, limits.texture_units)
+            _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes),
+                  limits.fetches_per_fragment)
+            if op.number == "fixed16":
+                from workbench import fixed16
+                fixed16.check(op.bias, op.name, "the bias")
+            continue
         elif isinstance(op, DepthToSpace):
             for pack in range(op.out_packs(shapes)):
                 _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes, pack),

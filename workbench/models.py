@@ -46,3 +46,69 @@ def sr_x2(widths=SR_WIDTHS, kernels=SR_KERNELS, groups=SR_GROUPS,
     x = Act(activation, name=f"L{i}_act")(x)
     outputs = DepthToSpace(scale, name="subpixels")(x)
     return keras.Model(inputs, outputs, name=name)
+
+
+# --- the dogs classifier (DESIGN.md §1b) and smaller nets built from the same units -------
+from workbench.layers import FastBatchNorm, Quantize8, Shuffle  # noqa: E402
+
+# stem: (kernel, stride, padding); stages: (regular units, channels); each stage is followed
+# by a downsampling unit to the next stage's channels (``head`` after the last); ``final``:
+# a 3x3 valid conv head -> head (groups head/8) before the global average pool.
+CLASSIFIER_PRESETS = {
+    "dogs120": dict(input_size=385, classes=120, stem=(5, 2, "valid"),
+                    stages=((2, 32), (3, 32), (3, 64), (4, 128), (5, 192)), head=192, final=True),
+    "cifar10": dict(input_size=32, classes=10, stem=(3, 1, "same"),
+                    stages=((2, 32), (3, 64), (3, 128)), head=192, final=False),
+    "tiny": dict(input_size=16, classes=4, stem=(3, 1, "same"),
+                 stages=((1, 32), (2, 64)), head=64, final=False),
+}
+SHUFFLE_STEP = 8
+
+
+def dogs_classifier(preset="dogs120", *, input_size=None, classes=None,
+                    activation="sigmoid_like", bn_momentum=0.75, quantize=False, fast_bn=True,
+                    name=None):
+    """The reference 120-class classifier (``preset="dogs120"``: 385x385x3 -> 120 logits,
+    225,112 parameters) or a smaller net of the same units (see ``CLASSIFIER_PRESETS``).
+
+    Input: RGB in [0, 1], (N, input_size, input_size, 3).  Output: logits (softmax on the
+    CPU, train with ``from_logits=True``).  Every conv has no bias and is followed by batch
+    norm, then (in this order) the residual ``Add`` and the activation.  Layer names:
+    ``stem``, ``s{stage}u{unit}_1x1`` / ``_3x3`` (+ ``_bn``, ``_add``, ``_act``),
+    ``down{stage}``, ``final``, ``pool``, ``logits``; stages and units count from 1.
+    ``quantize=True`` puts a :class:`Quantize8` (8-bit rounding, straight-through
+    gradient) after every activation, for quantisation-aware training.  ``fast_bn=False``
+    uses Keras' own ``BatchNormalization`` instead of :class:`FastBatchNorm` (same weights).
+    """
+    if preset not in CLASSIFIER_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(CLASSIFIER_PRESETS)}")
+    p = CLASSIFIER_PRESETS[preset]
+    input_size = input_size or p["input_size"]
+
+    def conv_bn(x, filters, kernel, groups, label, strides=1, padding="same"):
+        x = GroupConv2D(filters, kernel, groups=groups, strides=strides, padding=padding,
+                        use_bias=False, name=label)(x)
+        bn = FastBatchNorm if fast_bn else keras.layers.BatchNormalization
+        return bn(momentum=bn_momentum, name=f"{label}_bn")(x)
+
+    def act(x, label):
+        x = Act(activation, name=f"{label}_act")(x)
+        return Quantize8(name=f"{label}_q8")(x) if quantize else x
+
+    x = inputs = keras.Input((input_size, input_size, 3), name="rgb")
+    kernel, stride, padding = p["stem"]
+    x = act(conv_bn(x, p["stages"][0][1], kernel, 1, "stem", stride, padding), "stem")
+    widths = [c for _, c in p["stages"]] + [p["head"]]
+    for s, (units, c) in enumerate(p["stages"], start=1):
+        for u in range(1, units + 1):
+            label = f"s{s}u{u}"
+            y = Shuffle(SHUFFLE_STEP, name=f"{label}_shuffle")(x) if c > 32 and u > 1 else x
+            y = act(conv_bn(y, c, 1, max(1, c // 32), f"{label}_1x1"), f"{label}_1x1")
+            y = conv_bn(y, c, 3, c // 4, f"{label}_3x3")
+            x = act(keras.layers.Add(name=f"{label}_add")([y, x]), label)
+        x = act(conv_bn(x, widths[s], 3, c // 8, f"down{s}", 2, "valid"), f"down{s}")
+    if p["final"]:
+        x = act(conv_bn(x, p["head"], 3, p["head"] // 8, "final", padding="valid"), "final")
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    outputs = keras.layers.Dense(classes or p["classes"], name="logits")(x)
+    return keras.Model(inputs, outputs, name=name or f"classifier_{preset}")

@@ -1,0 +1,54 @@
+"""`python -m workbench upscale` on any image: RGB, greyscale, odd sizes, too large."""
+import numpy as np
+import pytest
+from PIL import Image
+
+from workbench import glsl, images, superres
+from workbench.__main__ import main
+from workbench.models import sr_x2
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "sr.keras"
+    sr_x2().save(path)
+    return path
+
+
+@pytest.mark.parametrize("mode, size", [("RGB", (31, 17)), ("L", (20, 24)), ("RGBA", (9, 13))])
+def test_upscale_command(tmp_path, model_path, mode, size):
+    rng = np.random.default_rng(0)
+    channels = {"RGB": 3, "L": 1, "RGBA": 4}[mode]
+    pixels = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
+    Image.fromarray(pixels.squeeze(), mode).save(tmp_path / "in.png")
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+                 "--model", str(model_path)]) == 0
+    out = images.load_image(tmp_path / "out.png")
+    assert out.shape == (2 * size[1], 2 * size[0], 3)
+    import keras
+    reference = superres.upscale(keras.models.load_model(model_path),
+                                 images.load_image(tmp_path / "in.png"))
+    assert np.abs(out - reference).max() <= 3 / 255
+
+
+def test_upscale_from_saved_shaders(tmp_path, model_path):
+    import keras
+    glsl.compile(keras.models.load_model(model_path)).save(tmp_path / "shaders")
+    Image.fromarray(np.full((8, 8, 3), 128, np.uint8)).save(tmp_path / "in.png")
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+                 "--model", str(tmp_path / "shaders")]) == 0
+    assert images.load_image(tmp_path / "out.png").shape == (16, 16, 3)
+
+
+def test_image_larger_than_the_texture_limit_is_refused(tmp_path, model_path):
+    from workbench import gl
+    limit = gl.info()["GL_MAX_TEXTURE_SIZE"]
+    Image.fromarray(np.zeros((2, limit // 2 + 1, 3), np.uint8)).save(tmp_path / "wide.png")
+    with pytest.raises(ValueError, match=f"'subpixels' would be .* GL_MAX_TEXTURE_SIZE of {limit}"):
+        main(["upscale", str(tmp_path / "wide.png"), str(tmp_path / "out.png"),
+              "--model", str(model_path)])
+
+
+def test_missing_model_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.keras"):
+        main(["upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")])

@@ -1,0 +1,314 @@
+"""Image classification with the dogs-classifier family (DESIGN.md §1b).
+
+Conventions: images are float32 RGB in [0, 1], (N, H, W, 3); labels are int class indices;
+models output logits (softmax on the CPU); top-1 accuracy is a fraction in [0, 1].
+
+A training run lives in one folder: ``checkpoint.keras`` and ``history.json`` (see
+:mod:`workbench.training`; re-running resumes), ``config.json`` (the settings; a run is
+only resumed with the same ones), ``validation.json`` (validation loss and top-1 after
+every epoch, and the k best epochs) and ``best/epochNNN.keras`` (those k checkpoints).
+A dataset without a ``val`` split is validated on its ``test`` split (CIFAR-10): the best
+epochs are then chosen on the test set, so the last epoch's top-1 is the unbiased number.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from workbench import activations, datasets, training
+from workbench.files import read_json, write_json
+from workbench.models import CLASSIFIER_PRESETS, dogs_classifier
+
+CONFIG, VALIDATION, BEST_DIR = "config.json", "validation.json", "best"
+OPTIMIZERS = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop}
+
+
+def lr_schedule(kind, learning_rate, epochs, steps_per_epoch, decay_start=None,
+                decay_every=None):
+    """The learning rate per step.  ``"cosine"``: cosine decay to 1 % over the run;
+    ``"step"``: constant for ``decay_start`` epochs, then halved every ``decay_every``
+    epochs (the reference: 0.01 for 400 epochs, halved every 50 up to 600; by default the
+    same proportions, 2/3 and 1/12 of ``epochs``); ``"constant"``."""
+    if kind == "cosine":
+        return keras.optimizers.schedules.CosineDecay(
+            learning_rate, epochs * steps_per_epoch, alpha=0.01)
+    if kind == "step":
+        start = epochs * 2 // 3 if decay_start is None else decay_start
+        every = max(1, epochs // 12) if decay_every is None else decay_every
+        halvings = range(max(0, math.ceil((epochs - start) / every)))
+        boundaries = [(start + k * every) * steps_per_epoch for k in halvings]
+        values = [learning_rate * 0.5 ** k for k in range(len(boundaries) + 1)]
+        return (keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, values)
+                if boundaries else learning_rate)
+    if kind == "constant":
+        return learning_rate
+    raise ValueError(f"unknown lr schedule {kind!r}; use 'cosine', 'step' or 'constant'")
+
+
+def compile_classifier(model, optimizer="adam", learning_rate=1e-3):
+    """Compile with Adam or RMSprop (``learning_rate``: a number or a schedule), sparse
+    cross-entropy on logits and top-1 ``accuracy``."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+    model.compile(optimizer=OPTIMIZERS[optimizer](learning_rate),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    return model
+
+
+def class_list(classes):
+    """``None`` (every class folder), a list of folder names, or ``"imagenet120"`` (the
+    wnids of :func:`workbench.datasets.imagenet120`)."""
+    if classes == "imagenet120":
+        return [c["wnid"] for c in datasets.imagenet120()]
+    return classes
+
+
+def validation_split(root):
+    """``"val"`` if ``<root>/val`` exists, else ``"test"``."""
+    return "val" if (Path(root) / "val").is_dir() else "test"
+
+
+def measure(model, dataset):
+    """``{"loss", "accuracy"}``: mean cross-entropy (nats) and top-1 of ``model`` (logits)
+    over a finite dataset of ``(images, labels)`` batches."""
+    @tf.function(reduce_retracing=True)
+    def step(x, y):
+        logits = model(x, training=False)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(y, tf.int32), logits)
+        hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32))
+        return tf.reduce_sum(loss), tf.reduce_sum(tf.cast(hits, tf.int32))
+
+    loss = hits = count = 0
+    for x, y in dataset:
+        batch_loss, batch_hits = step(x, y)
+        loss, hits, count = loss + float(batch_loss), hits + int(batch_hits), count + len(y)
+    return {"loss": loss / count, "accuracy": hits / count}
+
+
+def evaluate(model, dataset):
+    """Top-1 accuracy (fraction) of ``model`` on a finite dataset of (images, labels)."""
+    return measure(model, dataset)["accuracy"]
+
+
+def average_checkpoints(paths):
+    """The model of ``paths[0]`` with every weight (BatchNorm statistics included) replaced
+    by its mean over the ``.keras`` checkpoints ``paths`` (same architecture)."""
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoints given")
+    model = keras.models.load_model(paths[0])
+    sums = [w.astype(np.float64) for w in model.get_weights()]
+    for path in paths[1:]:
+        for total, w in zip(sums, keras.models.load_model(path).get_weights()):
+            total += w
+    model.set_weights([(s / len(paths)).astype(w.dtype)
+                       for s, w in zip(sums, model.get_weights())])
+    return model
+
+
+def calibrate_batchnorm(model, images):
+    """Set every BatchNorm's moving mean and variance to the statistics of its input over
+    ``images`` (one batch, e.g. 20 images), in inference mode; for nets with random weights.
+
+    One forward pass in training mode with momentum 0: each BatchNorm then sees inputs
+    normalised with the statistics its predecessors were just given.  Returns ``model``.
+    """
+    bns = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    momenta = [bn.momentum for bn in bns]
+    try:
+        for bn in bns:
+            bn.momentum = 0.0
+        model(tf.convert_to_tensor(images, tf.float32), training=True)
+    finally:
+        for bn, momentum in zip(bns, momenta):
+            bn.momentum = momentum
+    return model
+
+
+def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None, epochs=20,
+          batch=64, optimizer="adam", learning_rate=3e-3, schedule="cosine", decay_start=None,
+          decay_every=None, bn_momentum=0.75, augment=True, quantize=False, keep_best=3,
+          limit=None, steps_per_epoch=None, seed=0, verbose=2):
+    """Train ``dogs_classifier(preset)`` on the image folders ``data`` (default: CIFAR-10
+    under the data root); resumable.  Validation after every epoch (``val`` split, else
+    ``test``); the ``keep_best`` best checkpoints by validation top-1 are kept.
+
+    ``classes``: see :func:`class_list`; ``quantize``: quantisation-aware training (8-bit
+    activations, see :class:`workbench.layers.Quantize8`); ``limit``: images per class;
+    ``steps_per_epoch``: default one pass over the training images.  Returns ``(model,
+    history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
+    ``val_loss``, ``val_accuracy``), ``history["best"]`` and ``history["class_names"]``.
+    """
+    run_dir = Path(run_dir)
+    root = Path(data) if data else datasets.classification_root("cifar10")
+    size = input_size or CLASSIFIER_PRESETS[preset]["input_size"]
+    paths, _, names = datasets.image_folder_files(root, "train", class_list(classes), limit)
+    steps = steps_per_epoch or math.ceil(len(paths) / batch)
+    config = dict(preset=preset, data=str(root), class_names=names, input_size=size,
+                  epochs=epochs, batch=batch, optimizer=optimizer, learning_rate=learning_rate,
+                  schedule=schedule, decay_start=decay_start, decay_every=decay_every,
+                  bn_momentum=bn_momentum, augment=augment, quantize=quantize,
+                  keep_best=keep_best, limit=limit, steps_per_epoch=steps, seed=seed)
+    _check_config(run_dir, config)
+
+    keras.utils.set_random_seed(seed)
+    train_ds, _ = datasets.image_folder(root, "train", size, batch=batch, classes=names,
+                                        limit=limit, augment=augment, shuffle=True,
+                                        repeat=True, seed=seed)
+    val_ds, _ = datasets.image_folder(root, validation_split(root), size, batch=256,
+                                      classes=names, limit=limit)
+
+    def build():
+        model = dogs_classifier(preset, input_size=size, classes=len(names),
+                                bn_momentum=bn_momentum, quantize=quantize)
+        rate = lr_schedule(schedule, learning_rate, epochs, steps, decay_start, decay_every)
+        return compile_classifier(model, optimizer, rate)
+
+    # One training.fit call per epoch (each resumes the last one), then validation.
+    record = read_json(run_dir / VALIDATION, default={"val_loss": [], "val_accuracy": [],
+                                                      "best": []})
+    model = history = None
+    for epoch in range(len(record["val_accuracy"]) + 1, epochs + 1):
+        model, history = training.fit(build, train_ds, run_dir, epoch, steps, verbose)
+        _validate(model, val_ds, run_dir, epoch, record, keep_best, verbose)
+    if model is None:
+        model = keras.models.load_model(run_dir / training.CHECKPOINT)
+        history = read_json(run_dir / training.HISTORY)
+    return model, {**history, **record, "class_names": names}
+
+
+def _check_config(run_dir, config):
+    old = read_json(run_dir / CONFIG)
+    if old is not None and old != config:
+        diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
+        raise ValueError(f"{run_dir} holds a run with other settings (old, new): {diff}; "
+                         "use another run folder or delete this one")
+    write_json(run_dir / CONFIG, config)
+
+
+def _validate(model, val_ds, run_dir, epoch, record, keep_best, verbose):
+    """Measure ``model`` after ``epoch``, update the k best checkpoints and the record."""
+    m = measure(model, val_ds)
+    record["val_loss"].append(m["loss"])
+    record["val_accuracy"].append(m["accuracy"])
+    entry = {"epoch": epoch, "val_accuracy": m["accuracy"],
+             "path": f"{BEST_DIR}/epoch{epoch:03d}.keras"}
+    ranked = sorted(record["best"] + [entry], key=lambda e: (-e["val_accuracy"], e["epoch"]))
+    if entry in ranked[:keep_best]:
+        training.save_model(model, run_dir / entry["path"])
+    for dropped in ranked[keep_best:]:
+        (run_dir / dropped["path"]).unlink(missing_ok=True)
+    record["best"] = ranked[:keep_best]
+    write_json(run_dir / VALIDATION, record)
+    if verbose:
+        print(f"epoch {epoch}: validation loss {m['loss']:.4f}, top-1 {m['accuracy']:.4f}")
+
+
+def final_models(run_dir):
+    """``{"last", "best", "average of k best"}`` models of a finished run (the last is the
+    training checkpoint; the others come from the k best epochs by validation top-1)."""
+    run_dir = Path(run_dir)
+    best = [run_dir / e["path"] for e in read_json(run_dir / VALIDATION)["best"]]
+    return {"last": keras.models.load_model(run_dir / training.CHECKPOINT),
+            "best": keras.models.load_model(best[0]),
+            f"average of {len(best)} best": average_checkpoints(best)}
+
+
+def curves_figure(history, title="classifier training"):
+    """Loss and top-1 per epoch, training (augmented batches) and validation."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, key, label in ((axes[0], "loss", "cross-entropy loss"),
+                           (axes[1], "accuracy", "top-1 accuracy")):
+        for prefix, name in (("", "training"), ("val_", "validation")):
+            values = history.get(prefix + key, [])
+            ax.plot(np.arange(1, len(values) + 1), values, marker=".", label=name)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# --- benchmarks -----------------------------------------------------------------------------
+
+def _register_relu():
+    if "relu" not in activations.names():
+        activations.register(activations.Activation(
+            name="relu", tf_fn=tf.nn.relu, np_fn=lambda x: np.maximum(x, 0).astype(np.float32),
+            glsl="max({x}, 0.0)", description="ReLU (benchmark reference only, unbounded)",
+            output_range=None))
+
+
+def step_seconds(models, batch=64, steps=20, rounds=3, seed=0):
+    """Seconds per training step (``train_on_batch``, batch ``batch``) of each compiled
+    model in ``{label: model}``; rounds alternate between the models, the fastest round
+    counts (robust to other jobs on the machine)."""
+    rng = np.random.default_rng(seed)
+    times = {}
+    for label, model in models.items():
+        size, classes = model.input_shape[1], model.output_shape[-1]
+        x = rng.random((batch, size, size, 3), np.float32)
+        y = rng.integers(0, classes, batch)
+        model.train_on_batch(x, y)  # trace
+        times[label] = (x, y, [])
+    for _ in range(rounds):
+        for label, model in models.items():
+            x, y, rounds_s = times[label]
+            start = time.perf_counter()
+            for _ in range(steps):
+                model.train_on_batch(x, y)
+            rounds_s.append((time.perf_counter() - start) / steps)
+    return {label: min(t[2]) for label, t in times.items()}
+
+
+def bench_activation(preset="cifar10", batch=64, steps=20, rounds=3, verbose=True):
+    """Ratio of the training-step time with ``sigmoid_like`` to that with ``tf.nn.relu``
+    (Adam, the given preset and batch)."""
+    _register_relu()
+    models = {a: compile_classifier(dogs_classifier(preset, activation=a))
+              for a in ("sigmoid_like", "relu")}
+    t = step_seconds(models, batch, steps, rounds)
+    ratio = t["sigmoid_like"] / t["relu"]
+    if verbose:
+        print(f"{preset}, batch {batch}: training step sigmoid_like {t['sigmoid_like'] * 1e3:.1f}"
+              f" ms, relu {t['relu'] * 1e3:.1f} ms, ratio {ratio:.2f}")
+    return ratio
+
+
+def bench_batchnorm(preset="cifar10", batch=64, steps=20, rounds=3, verbose=True):
+    """Ratio of the training-step time with Keras' ``BatchNormalization`` to that with
+    :class:`workbench.layers.FastBatchNorm` (the speed-up of the fused kernel)."""
+    models = {f: compile_classifier(dogs_classifier(preset, fast_bn=f)) for f in (False, True)}
+    t = step_seconds(models, batch, steps, rounds)
+    ratio = t[False] / t[True]
+    if verbose:
+        print(f"{preset}, batch {batch}: training step keras BN {t[False] * 1e3:.1f} ms,"
+              f" fused BN {t[True] * 1e3:.1f} ms, speed-up {ratio:.2f}x")
+    return ratio
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("bench-activation",
+                              help="training-step time, sigmoid_like vs relu (and batch norm)")
+    p.add_argument("--preset", default="cifar10", choices=list(CLASSIFIER_PRESETS))
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batchnorm", action="store_true",
+                   help="also time Keras BatchNormalization vs the fused FastBatchNorm")
+    p.set_defaults(func=_bench_cli)
+
+
+def _bench_cli(args):
+    bench_activation(args.preset, args.batch, args.steps)
+    if args.batchnorm:
+        bench_batchnorm(args.preset, args.batch, args.steps)
+    return 0
