@@ -182,6 +182,28 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
     return model, {**history, **record, "class_names": names}
 
 
+def finish(run_dir, export="average"):
+    """Top-1 on the validation split of the last, the best and the average of the k best
+    checkpoints (:func:`final_models`) of a finished run; saves the ``export`` one
+    (``"average"``, ``"best"`` or ``"last"``) as ``<run_dir>/model.keras``.  Returns a
+    dict for ``results.json``."""
+    run_dir = Path(run_dir)
+    config = read_json(run_dir / CONFIG)
+    split = validation_split(config["data"])
+    val_ds, _ = datasets.image_folder(config["data"], split, config["input_size"], batch=256,
+                                      classes=config["class_names"], limit=config["limit"])
+    models = final_models(run_dir)
+    top1 = {label: evaluate(model, val_ds) for label, model in models.items()}
+    label = next(k for k in models if k.startswith(export))
+    training.save_model(models[label], run_dir / "model.keras")
+    return {"preset": config["preset"], "data": config["data"], "validation_split": split,
+            "quantize": config["quantize"], "epochs": config["epochs"],
+            "params": models[label].count_params(), "top1": top1, "exported": label,
+            "best_epochs": [e["epoch"] for e in read_json(run_dir / VALIDATION)["best"]],
+            "note": ("the best epochs were chosen on this split, so only 'last' is unbiased"
+                     if split == "test" else "")}
+
+
 def _check_config(run_dir, config):
     old = read_json(run_dir / CONFIG)
     if old is not None and old != config:

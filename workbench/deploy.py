@@ -1,8 +1,9 @@
-"""Deployment check of the SR net: TensorFlow vs the numpy emulator vs the GPU shaders,
-and ``python -m workbench upscale``.
+"""Deployment checks: TensorFlow vs the numpy emulator vs the GPU shaders, for the SR net
+(:func:`compare`) and for classifiers (:func:`compare_classifier`); ``python -m workbench
+upscale`` and ``bench``.
 
-Conventions as :mod:`workbench.superres`: HxWx3 RGB float in [0, 1]; "TF" is the Keras net on
-luma with bilinear chroma, rounded to 8 bits; PSNR vs ground truth on studio-range Y with
+SR conventions as :mod:`workbench.superres`: HxWx3 RGB float in [0, 1]; "TF" is the Keras net
+on luma with bilinear chroma, rounded to 8 bits; PSNR vs ground truth on studio-range Y with
 ``crop_border = 2`` (the published convention).
 """
 from __future__ import annotations
@@ -87,6 +88,41 @@ def summarize(records):
         row["GPU ms/image"] = 1000 * float(np.mean([r["gpu_seconds"] for r in rs]))
         out.append(row)
     return out
+
+
+def compare_classifier(model, net, images, labels=None, emulate=True, progress=True):
+    """Logits of TF, the GPU (and the emulator) for each image (HxWx3 float [0, 1]).
+
+    Returns a dict: per-image top-1 of each, accuracy of each (if ``labels``), the share of
+    images where the GPU's top-1 equals TF's, the largest |GPU - TF| logit difference, the
+    correlation of all GPU and TF logits, GPU seconds per image (passes only).
+    """
+    from tqdm.auto import tqdm
+
+    logits = {"TF": [], "GPU": []} | ({"emulator": []} if emulate else {})
+    seconds = []
+    for image in tqdm(images, desc="TF / GPU" + (" / emulator" if emulate else ""),
+                      disable=not progress):
+        logits["TF"].append(np.asarray(model(image[None], training=False))[0])
+        logits["GPU"].append(net.run(image))
+        seconds.append(sum(net.timings.values()))
+        if emulate:
+            logits["emulator"].append(net.emulate(image))
+    logits = {k: np.array(v, np.float64) for k, v in logits.items()}
+    top1 = {k: v.argmax(axis=1) for k, v in logits.items()}
+    result = {
+        "images": len(images),
+        "gpu_top1_equals_tf": float(np.mean(top1["GPU"] == top1["TF"])),
+        "max_logit_diff_gpu_tf": float(np.abs(logits["GPU"] - logits["TF"]).max()),
+        "logit_correlation_gpu_tf": float(np.corrcoef(logits["GPU"].ravel(), logits["TF"].ravel())[0, 1]),
+        "gpu_seconds_per_image": float(np.mean(seconds)),
+    }
+    if emulate:
+        result["emulator_top1_equals_gpu"] = float(np.mean(top1["emulator"] == top1["GPU"]))
+        result["max_logit_diff_gpu_emulator"] = float(np.abs(logits["GPU"] - logits["emulator"]).max())
+    if labels is not None:
+        result.update({f"top1_{k}": float(np.mean(v == np.asarray(labels))) for k, v in top1.items()})
+    return result
 
 
 def bench_sr(model=None, size=256, repeat=5):

@@ -39,6 +39,13 @@ class Worker:
         target = self.ctx.texture((1, 1), 4, dtype="f1")
         fbo = self.ctx.framebuffer(color_attachments=[target])
         fbo.use()
+        # Bind RGBA8 NEAREST textures as the real passes do: drivers compile a variant of a
+        # shader per sampler state, and the warm-up should make the one that will be used.
+        sampled = self.ctx.texture((1, 1), 4, dtype="f1")
+        sampled.filter = (self.mgl.NEAREST, self.mgl.NEAREST)
+        sampled.repeat_x = sampled.repeat_y = False
+        for unit in range(8):
+            sampled.use(location=unit)
         for source in fragments:
             if source not in self.programs:
                 prog = self.ctx.program(vertex_shader=vertex, fragment_shader=source)
@@ -46,8 +53,8 @@ class Worker:
                 vao.render(self.mgl.TRIANGLE_STRIP)
                 self.programs[source] = (prog, vao)
         self.ctx.finish()
-        fbo.release()
-        target.release()
+        for obj in (fbo, target, sampled):
+            obj.release()
         return time.perf_counter() - start
 
     def allocate(self, sizes):

@@ -286,6 +286,22 @@ class Graph:
                 out.update({(op.name, p): (w, h, "f1") for p in range(packs(c))})
         return out
 
+    def peak_texture_bytes(self, hw) -> int:
+        """Texture memory when each texture is freed after its last reader (the input and the
+        output are kept): the most that is alive at once while the ops run in order."""
+        nbytes = {}
+        for (name, _), (w, h, dtype) in self.textures(hw).items():
+            owner = name.split("/")[0]
+            nbytes[owner] = nbytes.get(owner, 0) + w * h * (4 if dtype == "f1" else 16)
+        last = {self.input.name: len(self.ops), self.output: len(self.ops)}
+        for i, op in enumerate(self.ops):
+            for name in (op.input, getattr(op, "residual", None), getattr(op, "chroma_from", None)):
+                if name:
+                    last[name] = max(last.get(name, i), i)
+        born = {self.input.name: -1, **{op.name: i for i, op in enumerate(self.ops)}}
+        return max(sum(b for name, b in nbytes.items() if born[name] <= i <= last.get(name, born[name]))
+                   for i in range(len(self.ops)))
+
     def cost(self, hw) -> dict[str, Cost]:
         shapes = self.shapes(hw)
         return {op.name: op.cost(shapes) for op in self.ops}

@@ -40,7 +40,12 @@ def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, pa
         model = keras.models.load_model(init_model) if init_model else sr_x2(scale=SCALE)
         return training.adam_l1(model, learning_rate, epochs * steps_per_epoch)
 
-    model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose)
+    config = {"steps": steps, "kernels": list(kernels), "batch": batch, "patch": patch,
+              "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
+              "init_model": str(init_model) if init_model else None,
+              "train_images": len(train_images)}
+    model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
+                                  config=config)
     training.save_model(model, Path(run_dir) / "model.keras")
     return model, history
 

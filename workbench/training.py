@@ -7,6 +7,7 @@ finished run returns at once.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,6 +18,7 @@ from workbench.files import atomic_path, read_json, write_json
 
 CHECKPOINT = "checkpoint.keras"
 HISTORY = "history.json"
+CONFIG = "config.json"
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):
@@ -48,15 +50,23 @@ def epochs_done(history: dict) -> int:
 
 
 def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
-        steps_per_epoch: int, verbose=2):
+        steps_per_epoch: int, verbose=2, config=None, **fit_kwargs):
     """Train ``build()`` (a compiled model) for ``epochs`` x ``steps_per_epoch`` steps.
 
     ``dataset`` is an infinite ``tf.data.Dataset`` of ``(x, y)`` batches.  If
-    ``run_dir`` holds a checkpoint, training resumes from it (``build`` is not called).
+    ``run_dir`` holds a checkpoint made with the same ``config`` (a JSON-able dict of the
+    run's parameters), training resumes from it (``build`` is not called); a run made with
+    other parameters is moved aside to ``<run_dir>.replaced-<time>``, never deleted.
     Returns ``(model, history)``; ``history[metric]`` has one value per epoch.
     """
     run_dir = Path(run_dir)
+    config = json.loads(json.dumps(config or {}, default=str))
+    if (run_dir / HISTORY).exists() and read_json(run_dir / CONFIG, default={}) != config:
+        aside = run_dir.with_name(f"{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir.rename(aside)
+        print(f"{run_dir}: parameters changed; the previous run was moved to {aside}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / CONFIG, config)
     history = read_json(run_dir / HISTORY, default={})
     checkpoint = run_dir / CHECKPOINT
     if checkpoint.exists() and epochs_done(history):
@@ -66,9 +76,10 @@ def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
         history = {}
         model = build()
     if epochs_done(history) < epochs:
+        callbacks = [AtomicCheckpoint(run_dir, history)] + fit_kwargs.pop("callbacks", [])
         model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
                   initial_epoch=epochs_done(history), verbose=verbose,
-                  callbacks=[AtomicCheckpoint(run_dir, history)])
+                  callbacks=callbacks, **fit_kwargs)
     return model, history
 
 
