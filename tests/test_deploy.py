@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workbench import glsl, images, superres
+from workbench import glsl, images, metrics, superres
 from workbench.__main__ import main
 from workbench.models import sr_x2
 
@@ -28,7 +28,7 @@ def test_upscale_command(tmp_path, model_path, mode, size):
     import keras
     reference = superres.upscale(keras.models.load_model(model_path),
                                  images.load_image(tmp_path / "in.png"))
-    assert np.abs(out - reference).max() <= 3 / 255
+    assert metrics.psnr(reference, out) >= 45  # as the deployment target: GPU vs TF
 
 
 def test_upscale_from_saved_shaders(tmp_path, model_path):
