@@ -3,10 +3,10 @@
 Conventions: images are float32 RGB in [0, 1], (N, H, W, 3); labels are int class indices;
 models output logits (softmax on the CPU); top-1 accuracy is a fraction in [0, 1].
 
-A training run lives in one folder: ``checkpoint.keras`` and ``history.json`` (see
-:mod:`workbench.training`; re-running resumes), ``config.json`` (the settings; a run is
-only resumed with the same ones), ``validation.json`` (validation loss and top-1 after
-every epoch, and the k best epochs) and ``best/epochNNN.keras`` (those k checkpoints).
+A training run lives in one folder: ``checkpoint.keras``, ``history.json`` (training and
+validation loss and top-1 per epoch) and ``config.json`` (see :mod:`workbench.training`:
+re-running resumes, a run with changed settings is moved aside), and ``best/epochNNN.keras``,
+the k checkpoints with the best validation top-1.
 A dataset without a ``val`` split is validated on its ``test`` split (CIFAR-10): the best
 epochs are then chosen on the test set, so the last epoch's top-1 is the unbiased number.
 """
@@ -21,10 +21,10 @@ import numpy as np
 import tensorflow as tf
 
 from workbench import activations, datasets, training
-from workbench.files import read_json, write_json
+from workbench.files import read_json
 from workbench.models import CLASSIFIER_PRESETS, dogs_classifier
 
-CONFIG, VALIDATION, BEST_DIR = "config.json", "validation.json", "best"
+BEST_DIR = "best"
 OPTIMIZERS = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop}
 
 
@@ -74,26 +74,18 @@ def validation_split(root):
     return "val" if (Path(root) / "val").is_dir() else "test"
 
 
-def measure(model, dataset):
-    """``{"loss", "accuracy"}``: mean cross-entropy (nats) and top-1 of ``model`` (logits)
-    over a finite dataset of ``(images, labels)`` batches."""
-    @tf.function(reduce_retracing=True)
-    def step(x, y):
-        logits = model(x, training=False)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(y, tf.int32), logits)
-        hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32))
-        return tf.reduce_sum(loss), tf.reduce_sum(tf.cast(hits, tf.int32))
-
-    loss = hits = count = 0
-    for x, y in dataset:
-        batch_loss, batch_hits = step(x, y)
-        loss, hits, count = loss + float(batch_loss), hits + int(batch_hits), count + len(y)
-    return {"loss": loss / count, "accuracy": hits / count}
-
-
 def evaluate(model, dataset):
-    """Top-1 accuracy (fraction) of ``model`` on a finite dataset of (images, labels)."""
-    return measure(model, dataset)["accuracy"]
+    """Top-1 accuracy (fraction) of ``model`` (logits) on a finite dataset of
+    ``(images, labels)`` batches."""
+    @tf.function(reduce_retracing=True)
+    def hits(x, y):
+        predicted = tf.argmax(model(x, training=False), -1, output_type=tf.int32)
+        return tf.reduce_sum(tf.cast(tf.equal(predicted, tf.cast(y, tf.int32)), tf.int32))
+
+    correct = count = 0
+    for x, y in dataset:
+        correct, count = correct + int(hits(x, y)), count + len(y)
+    return correct / count
 
 
 def average_checkpoints(paths):
@@ -142,7 +134,7 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
     activations, see :class:`workbench.layers.Quantize8`); ``limit``: images per class;
     ``steps_per_epoch``: default one pass over the training images.  Returns ``(model,
     history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
-    ``val_loss``, ``val_accuracy``), ``history["best"]`` and ``history["class_names"]``.
+    ``val_loss``, ``val_accuracy``; training metrics are on augmented batches).
     """
     run_dir = Path(run_dir)
     root = Path(data) if data else datasets.classification_root("cifar10")
@@ -154,8 +146,6 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
                   schedule=schedule, decay_start=decay_start, decay_every=decay_every,
                   bn_momentum=bn_momentum, augment=augment, quantize=quantize,
                   keep_best=keep_best, limit=limit, steps_per_epoch=steps, seed=seed)
-    _check_config(run_dir, config)
-
     keras.utils.set_random_seed(seed)
     train_ds, _ = datasets.image_folder(root, "train", size, batch=batch, classes=names,
                                         limit=limit, augment=augment, shuffle=True,
@@ -169,17 +159,36 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
         rate = lr_schedule(schedule, learning_rate, epochs, steps, decay_start, decay_every)
         return compile_classifier(model, optimizer, rate)
 
-    # One training.fit call per epoch (each resumes the last one), then validation.
-    record = read_json(run_dir / VALIDATION, default={"val_loss": [], "val_accuracy": [],
-                                                      "best": []})
-    model = history = None
-    for epoch in range(len(record["val_accuracy"]) + 1, epochs + 1):
-        model, history = training.fit(build, train_ds, run_dir, epoch, steps, verbose)
-        _validate(model, val_ds, run_dir, epoch, record, keep_best, verbose)
-    if model is None:
-        model = keras.models.load_model(run_dir / training.CHECKPOINT)
-        history = read_json(run_dir / training.HISTORY)
-    return model, {**history, **record, "class_names": names}
+    return training.fit(build, train_ds, run_dir, epochs, steps, verbose, config=config,
+                        validation_data=val_ds, callbacks=[KeepBest(run_dir, keep_best)])
+
+
+class KeepBest(keras.callbacks.Callback):
+    """Keep the ``k`` best checkpoints by validation top-1 as ``best/epochNNN.keras``
+    (epochs from 1).  Runs after :class:`workbench.training.AtomicCheckpoint`, which has
+    written this epoch's ``val_accuracy`` to ``history.json``."""
+
+    def __init__(self, run_dir, k):
+        super().__init__()
+        self.run_dir, self.k = Path(run_dir), int(k)
+
+    def on_epoch_end(self, epoch, logs=None):
+        path = self.run_dir / BEST_DIR / f"epoch{epoch + 1:03d}.keras"
+        ranked = best_checkpoints(self.run_dir, extra=[path])
+        if path in ranked[:self.k]:
+            training.save_model(self.model, path)
+        for old in ranked[self.k:]:
+            old.unlink(missing_ok=True)
+
+
+def best_checkpoints(run_dir, extra=()):
+    """The checkpoints in ``<run_dir>/best`` (and ``extra`` paths), best validation top-1
+    first (ties: earlier epoch first)."""
+    run_dir = Path(run_dir)
+    accuracy = read_json(run_dir / training.HISTORY)["val_accuracy"]
+    paths = set((run_dir / BEST_DIR).glob("epoch*.keras")) | set(extra)
+    epoch = {p: int(p.stem[len("epoch"):]) for p in paths}
+    return sorted(paths, key=lambda p: (-accuracy[epoch[p] - 1], epoch[p]))
 
 
 def finish(run_dir, export="average"):
@@ -188,7 +197,7 @@ def finish(run_dir, export="average"):
     (``"average"``, ``"best"`` or ``"last"``) as ``<run_dir>/model.keras``.  Returns a
     dict for ``results.json``."""
     run_dir = Path(run_dir)
-    config = read_json(run_dir / CONFIG)
+    config = read_json(run_dir / training.CONFIG)
     split = validation_split(config["data"])
     val_ds, _ = datasets.image_folder(config["data"], split, config["input_size"], batch=256,
                                       classes=config["class_names"], limit=config["limit"])
@@ -197,45 +206,19 @@ def finish(run_dir, export="average"):
     label = next(k for k in models if k.startswith(export))
     training.save_model(models[label], run_dir / "model.keras")
     return {"preset": config["preset"], "data": config["data"], "validation_split": split,
-            "quantize": config["quantize"], "epochs": config["epochs"],
-            "params": models[label].count_params(), "top1": top1, "exported": label,
-            "best_epochs": [e["epoch"] for e in read_json(run_dir / VALIDATION)["best"]],
+            "classes": len(config["class_names"]), "quantize": config["quantize"],
+            "epochs": config["epochs"], "params": models[label].count_params(), "top1": top1,
+            "exported": label,
+            "best_epochs": [int(p.stem[len("epoch"):]) for p in best_checkpoints(run_dir)],
             "note": ("the best epochs were chosen on this split, so only 'last' is unbiased"
                      if split == "test" else "")}
-
-
-def _check_config(run_dir, config):
-    old = read_json(run_dir / CONFIG)
-    if old is not None and old != config:
-        diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
-        raise ValueError(f"{run_dir} holds a run with other settings (old, new): {diff}; "
-                         "use another run folder or delete this one")
-    write_json(run_dir / CONFIG, config)
-
-
-def _validate(model, val_ds, run_dir, epoch, record, keep_best, verbose):
-    """Measure ``model`` after ``epoch``, update the k best checkpoints and the record."""
-    m = measure(model, val_ds)
-    record["val_loss"].append(m["loss"])
-    record["val_accuracy"].append(m["accuracy"])
-    entry = {"epoch": epoch, "val_accuracy": m["accuracy"],
-             "path": f"{BEST_DIR}/epoch{epoch:03d}.keras"}
-    ranked = sorted(record["best"] + [entry], key=lambda e: (-e["val_accuracy"], e["epoch"]))
-    if entry in ranked[:keep_best]:
-        training.save_model(model, run_dir / entry["path"])
-    for dropped in ranked[keep_best:]:
-        (run_dir / dropped["path"]).unlink(missing_ok=True)
-    record["best"] = ranked[:keep_best]
-    write_json(run_dir / VALIDATION, record)
-    if verbose:
-        print(f"epoch {epoch}: validation loss {m['loss']:.4f}, top-1 {m['accuracy']:.4f}")
 
 
 def final_models(run_dir):
     """``{"last", "best", "average of k best"}`` models of a finished run (the last is the
     training checkpoint; the others come from the k best epochs by validation top-1)."""
     run_dir = Path(run_dir)
-    best = [run_dir / e["path"] for e in read_json(run_dir / VALIDATION)["best"]]
+    best = best_checkpoints(run_dir)
     return {"last": keras.models.load_model(run_dir / training.CHECKPOINT),
             "best": keras.models.load_model(best[0]),
             f"average of {len(best)} best": average_checkpoints(best)}

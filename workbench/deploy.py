@@ -14,7 +14,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import emulate, glsl, images, metrics, superres
+from workbench import datasets, emulate, glsl, images, metrics, superres
 
 
 def load_net(path, precision="highp"):
@@ -90,6 +90,28 @@ def summarize(records):
     return out
 
 
+def classification_arrays(root, split, size, limit=None, classes=None):
+    """A whole image-folder split in memory: ``(images, labels, class_names)``, images float32
+    (N, size, size, 3) in [0, 1] (8-bit levels), labels int."""
+    dataset, names = datasets.image_folder(root, split, size, batch=256, limit=limit,
+                                           classes=classes)
+    images_, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset])
+    return np.concatenate(images_), np.concatenate(labels), names
+
+
+def photos(size, count, root=None):
+    """``count`` natural photos (the SR training set, or scikit-image's samples) as float32
+    (count, size, size, 3) centre squares, for running a classifier with random weights."""
+    folder = datasets.data_root(root)
+    paths = sorted((folder / "sr" / "train").glob("*.jpg"))[:count] if folder else []
+    if paths:
+        squares = [datasets.load_square_uint8(p, size) for p in paths]
+    else:
+        squares = [images.to_uint8(images.imresize(img, output_shape=(size, size)))
+                   for _, img in datasets.sr_images("train", root).images[:count]]
+    return np.stack(squares).astype(np.float32) / 255
+
+
 def compare_classifier(model, net, images, labels=None, emulate=True, progress=True):
     """Logits of TF, the GPU (and the emulator) for each image (HxWx3 float [0, 1]).
 
@@ -99,16 +121,18 @@ def compare_classifier(model, net, images, labels=None, emulate=True, progress=T
     """
     from tqdm.auto import tqdm
 
-    logits = {"TF": [], "GPU": []} | ({"emulator": []} if emulate else {})
+    logits = {"TF": [np.asarray(model.predict(np.asarray(images), batch_size=256, verbose=0))],
+              "GPU": []} | ({"emulator": []} if emulate else {})
+    net.run(images[0])  # the first run also has the driver translate every shader
     seconds = []
-    for image in tqdm(images, desc="TF / GPU" + (" / emulator" if emulate else ""),
+    for image in tqdm(images, desc="GPU" + (" / emulator" if emulate else ""),
                       disable=not progress):
-        logits["TF"].append(np.asarray(model(image[None], training=False))[0])
         logits["GPU"].append(net.run(image))
         seconds.append(sum(net.timings.values()))
         if emulate:
             logits["emulator"].append(net.emulate(image))
-    logits = {k: np.array(v, np.float64) for k, v in logits.items()}
+    logits = {k: np.concatenate(v) if k == "TF" else np.array(v) for k, v in logits.items()}
+    logits = {k: v.astype(np.float64) for k, v in logits.items()}
     top1 = {k: v.argmax(axis=1) for k, v in logits.items()}
     result = {
         "images": len(images),
@@ -125,6 +149,33 @@ def compare_classifier(model, net, images, labels=None, emulate=True, progress=T
     return result
 
 
+def dogs120_check(count=20, root=None, calibrate=4, seed=0):
+    """The full-size dogs120 net (385x385) with random weights, BatchNorm statistics
+    calibrated on ``calibrate`` photos, run on ``count`` other photos through TF and the
+    GPU; with its cost against the reference's (398.4 M multiply-adds, 27.9 M texel
+    fetches, < 6 MB of textures per image)."""
+    from workbench import classify, cost
+    from workbench.models import dogs_classifier
+
+    keras.utils.set_random_seed(seed)
+    model = dogs_classifier("dogs120")
+    pictures = photos(385, count + calibrate, root)
+    classify.calibrate_batchnorm(model, pictures[:calibrate])
+    net = glsl.compile(model)
+    result = compare_classifier(model, net, pictures[calibrate:], emulate=False)
+    total = cost.total(net.cost((385, 385)).values())
+    return {"images": result["images"], "programs": len(net.passes),
+            "compile s": net.compile_seconds,
+            "logit correlation GPU/TF": result["logit_correlation_gpu_tf"],
+            "max logit |GPU - TF|": result["max_logit_diff_gpu_tf"],
+            "GPU top-1 = TF top-1": result["gpu_top1_equals_tf"],
+            "GPU s/image": result["gpu_seconds_per_image"],
+            "multiply-adds M": total.multiply_adds / 1e6, "reference M": 398.4,
+            "texel fetches M": total.texel_fetches / 1e6, "reference fetches M": 27.9,
+            "peak texture MB": net.graph.peak_texture_bytes((385, 385)) / 1e6,
+            "all textures MB": total.texture_bytes / 1e6}
+
+
 def bench_sr(model=None, size=256, repeat=5):
     """GPU (this machine's GL) vs TensorFlow CPU time for one ``size`` x ``size`` -> 2x upscale,
     and the compile+link time of all programs.  Returns a dict of seconds and ratios."""
@@ -137,8 +188,10 @@ def bench_sr(model=None, size=256, repeat=5):
     start = time.perf_counter()
     net = glsl.compile(model)
     generate_seconds = time.perf_counter() - start
-    compile_seconds = net.compile_seconds  # compile + link + first draw of every program
-    net.run(image)
+    compile_seconds = net.compile_seconds  # compile + link + a warm-up draw of every program
+    start = time.perf_counter()
+    net.run(image)  # the driver may still translate shader variants for the real textures
+    first_run_seconds = time.perf_counter() - start
     gpu = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -153,7 +206,8 @@ def bench_sr(model=None, size=256, repeat=5):
         superres.upscale(forward, image)
         cpu.append(time.perf_counter() - start)
     result = {"size": size, "programs": len(net.passes), "generate_seconds": generate_seconds,
-              "compile_link_seconds": compile_seconds, "gpu_seconds": float(np.median(gpu)),
+              "compile_link_seconds": compile_seconds, "first_run_seconds": first_run_seconds,
+              "gpu_seconds": float(np.median(gpu)),
               "gpu_pass_seconds": passes, "tf_cpu_seconds": float(np.median(cpu))}
     result["gpu_over_tf"] = result["gpu_seconds"] / result["tf_cpu_seconds"]
     return result
@@ -197,6 +251,7 @@ def _bench_cli(args):
     print(f"x2 SR, {s}x{s} -> {2 * s}x{2 * s}, {r['programs']} programs")
     print(f"  shader generation       {r['generate_seconds'] * 1000:8.1f} ms")
     print(f"  compile + link (+JIT)   {r['compile_link_seconds'] * 1000:8.1f} ms   (Pi 3 reference: 3500-4000 ms)")
+    print(f"  first run               {r['first_run_seconds'] * 1000:8.1f} ms   (includes any shader translation left)")
     print(f"  GPU (llvmpipe) run      {r['gpu_seconds'] * 1000:8.1f} ms   (passes alone {r['gpu_pass_seconds'] * 1000:.1f} ms; Pi 3 reference: ~130 ms)")
     print(f"  TensorFlow CPU run      {r['tf_cpu_seconds'] * 1000:8.1f} ms")
     print(f"  GPU / TF time ratio     {r['gpu_over_tf']:8.2f}")

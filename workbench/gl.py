@@ -88,7 +88,7 @@ class Runner:
     def __init__(self, graph: ir.Graph, passes, vertex_shader, constants=None):
         self.graph, self.passes, self.constants = graph, passes, constants or {}
         self.worker = worker()
-        self.compile_seconds = self.worker.call(
+        self.compile_seconds, self.program_ids = self.worker.call(
             "compile", vertex=vertex_shader, fragments=[p.source for p in passes])
         self.timings: dict[str, float] = {}
         self._hw = None
@@ -108,9 +108,10 @@ class Runner:
         self.worker.call("allocate", sizes=self.textures)
         self.worker.call("run", uploads=self.constants, passes=[], reads=[])
         self.shapes, self._hw = self.graph.shapes(hw), hw
+        self._plans = [self._plan(p, i) for p, i in zip(self.passes, self.program_ids)]
 
-    def _plan(self, p):
-        """What the worker needs for pass ``p``: bindings, uniform values, output."""
+    def _plan(self, p, program):
+        """What the worker needs for pass ``p``: program, bindings, uniform values, output."""
         def size(name):
             h, w, _ = self.shapes[name]
             return (float(w), float(h))
@@ -121,7 +122,7 @@ class Runner:
         if isinstance(op, ir.Conv):
             top, left = op.pads(self.shapes[op.input][:2])
             values["u_pad"] = (float(left), float(top))
-        return {"source": p.source,
+        return {"program": program,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
                 "uniforms": {name: values[name] for name in p.uniforms},
                 "output": p.output, "viewport": p.viewport}
@@ -145,6 +146,6 @@ class Runner:
         reads = [k for k in self.textures if k not in self.constants
                  and (keep or k[0].split("/")[0] == output_op)]
         timings, arrays = self.worker.call("run", uploads=uploads, reads=reads,
-                                           passes=[self._plan(p) for p in self.passes])
+                                           passes=self._plans)
         self.timings = {p.name: t for p, t in zip(self.passes, timings)}
         return arrays

@@ -26,6 +26,7 @@ class Worker:
         quad = np.array([-1, -1, 1, -1, -1, 1, 1, 1], np.float32)
         self.vbo = self.ctx.buffer(quad.tobytes())
         self.programs = {}   # fragment source -> (program, vao)
+        self.by_id = []      # (program, vao) in the order compile() returned their ids
         self.textures = {}   # key -> (texture, framebuffer)
 
     def info(self):
@@ -34,14 +35,14 @@ class Worker:
     def compile(self, vertex, fragments):
         """Compile and link the programs not compiled yet, and draw each once into a 1x1
         target (drivers such as llvmpipe translate a shader at its first draw); returns
-        the seconds all that took."""
+        ``(seconds all that took, program ids for run())``."""
         start = time.perf_counter()
         target = self.ctx.texture((1, 1), 4, dtype="f1")
         fbo = self.ctx.framebuffer(color_attachments=[target])
         fbo.use()
         # Bind RGBA8 NEAREST textures as the real passes do: drivers compile a variant of a
         # shader per sampler state, and the warm-up should make the one that will be used.
-        sampled = self.ctx.texture((1, 1), 4, dtype="f1")
+        sampled = self.ctx.texture((3, 3), 4, dtype="f1")  # most tensors are not powers of 2
         sampled.filter = (self.mgl.NEAREST, self.mgl.NEAREST)
         sampled.repeat_x = sampled.repeat_y = False
         for unit in range(8):
@@ -55,7 +56,12 @@ class Worker:
         self.ctx.finish()
         for obj in (fbo, target, sampled):
             obj.release()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        ids = []
+        for source in fragments:
+            ids.append(len(self.by_id))
+            self.by_id.append(self.programs[source])
+        return seconds, ids
 
     def allocate(self, sizes):
         """Textures with framebuffers, ``sizes[key] = (width, height, dtype)``; dtype "f1" is
@@ -73,7 +79,7 @@ class Worker:
         """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass, return
         (timings, arrays).
 
-        A pass: ``{"source", "inputs": [(uniform, key, filter)], "uniforms": {name: value},
+        A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
         "output": key, "viewport": (x, y, width, height) or None}``.
         """
         for key, data in uploads.items():
@@ -81,7 +87,7 @@ class Worker:
         timings = []
         for p in passes:
             start = time.perf_counter()
-            prog, vao = self.programs[p["source"]]
+            prog, vao = self.by_id[p["program"]]
             for unit, (uniform, key, filt) in enumerate(p["inputs"]):
                 tex = self.textures[key][0]
                 f = self.mgl.LINEAR if filt == "linear" else self.mgl.NEAREST

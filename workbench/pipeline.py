@@ -52,8 +52,12 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     Statuses: ``ok``, ``failed``, ``skipped (needs X)``.  Raises ``SystemExit`` naming the
     failed notebooks when any failed.
     """
+    import logging
+
     import papermill
 
+    if not logging.getLogger().handlers:  # let papermill stream each cell's output
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
     params = load_profile(profile)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     runs_dir = Path(runs_dir or project_root() / "runs" / stamp)
