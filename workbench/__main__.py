@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench import deploy, fetch, pipeline
+from workbench import classify, deploy, fetch, pipeline
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (fetch, pipeline, deploy):
+    for module in (fetch, pipeline, deploy, classify):
         module.add_parser(commands)
     args = parser.parse_args(argv)
     return args.func(args) or 0

@@ -354,7 +354,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     """
     if dense not in ("fixed16", "float"):
         raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
-    from workbench.layers import Act, DepthToSpace as D2S, GroupConv2D, Shuffle
+    from workbench.layers import Act, DepthToSpace as D2S, GroupConv2D, Quantize8, Shuffle
 
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise LoweringError(f"model {model.name!r}: one input and one output are supported")
@@ -405,7 +405,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
             previous = order_of.get(id(inputs[0]), range(len(layer.order)))
             order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
             tensor_of[id(layer.output)] = producer(inputs[0])
-        elif type(layer).__name__ == "Quantize8":  # training-time rounding; storage does it
+        elif isinstance(layer, Quantize8):  # training-time rounding; RGBA8 storage does it
             if id(inputs[0]) in order_of:
                 order_of[id(layer.output)] = order_of[id(inputs[0])]
             tensor_of[id(layer.output)] = producer(inputs[0])

@@ -22,6 +22,8 @@ DEPENDENCIES = {
     "sr_train": [],
     "sr_eval": ["sr_train"],
     "glsl_deploy": ["sr_train"],
+    "classifier_train": [],
+    "classifier_deploy": ["classifier_train"],
 }
 
 
