@@ -16,6 +16,10 @@ Ops:
   the input packs (a channel shuffle is a property of this connection, never a copy).
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``; with ``chroma_from`` it is the SR demux:
   1 luma channel out, recombined with the chroma of that RGB tensor sampled bilinearly.
+* :class:`Dense` -- the logits: GlobalAveragePooling2D + Dense as one blocked GEMV, in 16-bit
+  fixed point (or float); softmax stays on the CPU.
+
+Each op reports its own :class:`workbench.cost.Cost`.
 """
 from __future__ import annotations
 
