@@ -196,6 +196,8 @@ def finish(run_dir, export="average"):
     checkpoints (:func:`final_models`) of a finished run; saves the ``export`` one
     (``"average"``, ``"best"`` or ``"last"``) as ``<run_dir>/model.keras``.  Returns a
     dict for ``results.json``."""
+    if export not in ("average", "best", "last"):
+        raise ValueError(f"export must be 'average', 'best' or 'last', not {export!r}")
     run_dir = Path(run_dir)
     config = read_json(run_dir / training.CONFIG)
     split = validation_split(config["data"])
