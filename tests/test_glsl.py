@@ -231,3 +231,21 @@ def test_fixed_point_overflow_is_reported_not_garbage():
         net.emulate(_image(3, 3, 4, seed=10))
     # the float path has no such range
     assert np.isfinite(glsl.compile(model, dense="float").run(_image(3, 3, 4, seed=10))).all()
+
+
+def test_dogs120_cost_reproduces_the_reference():
+    """Per 385x385 image the reference reports ~398.4 M multiply-adds, ~27.9 M RGBA texel
+    fetches and < 6 MB of texture memory (convention: workbench/cost.py)."""
+    from workbench.models import dogs_classifier
+    graph = glsl.ir.from_keras(dogs_classifier("dogs120"))
+    limits.check(graph)
+    total = cost.total(graph.cost((385, 385)).values())
+    assert abs(total.multiply_adds / 398.4e6 - 1) < 0.01
+    assert abs(total.texel_fetches / 27.9e6 - 1) < 0.01
+    assert graph.peak_texture_bytes((385, 385)) < 6e6
+    shapes = graph.shapes((385, 385))
+    assert [shapes[n][:2] for n in ("stem", "down1", "down2", "down3", "down4", "down5", "final")] == \
+        [(191, 191), (95, 95), (47, 47), (23, 23), (11, 11), (5, 5), (3, 3)]
+    # shuffles became binding orders, BatchNorms were folded: only convs and the dense remain
+    assert {type(op).__name__ for op in graph.ops} == {"Conv", "Dense"}
+    assert any(op.input_order for op in graph.ops if hasattr(op, "input_order"))
