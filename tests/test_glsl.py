@@ -157,7 +157,9 @@ def test_save_and_load_round_trip(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert len(manifest["passes"]) == 32
     assert all((tmp_path / p["shader"]).exists() for p in manifest["passes"])
-    assert manifest["tensors"]["L1"] == {"channels": 48, "packs": 12, "size_at_256x256": [256, 256]}
+    assert manifest["tensors"]["L1"] == {"channels": 48, "packs": 12}
+    assert {"tensor": "L1", "index": 11, "width": 256, "height": 256, "format": "RGBA8"} in \
+        manifest["textures_for_input"]["textures"]
     again = glsl.load(tmp_path)
     image = _image(10, 12, 3, seed=6)
     np.testing.assert_array_equal(again.run(image), net.run(image))
@@ -249,3 +251,15 @@ def test_dogs120_cost_reproduces_the_reference():
     # shuffles became binding orders, BatchNorms were folded: only convs and the dense remain
     assert {type(op).__name__ for op in graph.ops} == {"Conv", "Dense"}
     assert any(op.input_order for op in graph.ops if hasattr(op, "input_order"))
+
+
+def test_classifier_save_and_load_round_trip(tmp_path):
+    net = glsl.compile(_classifier(48, 7, 5))
+    net.save(tmp_path)
+    again = glsl.load(tmp_path)
+    image = _image(5, 5, 4, seed=11)
+    np.testing.assert_array_equal(again.run(image), net.run(image))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["input_size"] == [5, 5]
+    weights = np.load(tmp_path / next(iter(manifest["constant_textures"].values())))
+    assert weights.shape == (49, 4, 4) and weights.dtype == np.uint8

@@ -344,22 +344,35 @@ class Net:
         with atomic_path(directory / "weights.npz") as tmp:
             with open(tmp, "wb") as f:
                 np.savez(f, **weights)
-        shapes = self.graph.shapes((256, 256))
+        constants = {}
+        for op in self.graph.ops:
+            if isinstance(op, ir.Dense):  # the weights texture, as uploaded (HxWx4)
+                constants[f"{op.name}/weights"] = f"{op.name}.weights.npy"
+                with atomic_path(directory / constants[f"{op.name}/weights"]) as tmp:
+                    with open(tmp, "wb") as f:
+                        np.save(f, dense_weight_texture(op))
+        hw = self.graph.input_size or (256, 256)
         write_json(directory / "manifest.json", {
             "format": "workbench-es2/1",
             "name": self.graph.name,
             "precision": self.precision,
             "conventions": CONVENTIONS,
             "input": asdict(self.graph.input),
+            "input_size": self.graph.input_size,
             "output": self.graph.output,
             "vertex_shader": "vertex.glsl",
-            "tensors": {name: {"channels": c, "packs": ir.packs(c), "size_at_256x256": [w, h]}
-                        for name, (h, w, c) in shapes.items()},
+            "tensors": {name: {"channels": c, "packs": ir.packs(c)}
+                        for name, (h, w, c) in self.graph.shapes(hw).items()},
+            "textures_for_input": {"height": hw[0], "width": hw[1], "textures": [
+                {"tensor": k[0], "index": k[1], "width": w, "height": h,
+                 "format": "RGBA8" if dtype == "f1" else "RGBA32F"}
+                for k, (w, h, dtype) in self.graph.textures(hw).items()]},
+            "constant_textures": constants,
             "ops": ops,
             "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",
                         "inputs": [asdict(b) for b in p.inputs],
                         "output": {"tensor": p.output[0], "pack": p.output[1]},
-                        "uniforms": p.uniforms} for p in self.passes],
+                        "uniforms": p.uniforms, "viewport": p.viewport} for p in self.passes],
         })
 
 
@@ -399,9 +412,12 @@ def load(directory) -> Net:
         if desc.get("input_order") is not None:
             desc["input_order"] = tuple(desc["input_order"])
         ops.append(kind(**desc, **arrays))
-    graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"])
+    size = manifest.get("input_size")
+    graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],
+                     tuple(size) if size else None)
     passes = [Pass(p["name"], p["op"], (directory / p["shader"]).read_text(),
                    [Binding(**b) for b in p["inputs"]],
-                   (p["output"]["tensor"], p["output"]["pack"]), p["uniforms"])
+                   (p["output"]["tensor"], p["output"]["pack"]), p["uniforms"],
+                   tuple(p["viewport"]) if p.get("viewport") else None)
               for p in manifest["passes"]]
     return Net(graph, passes, manifest["precision"])
