@@ -2,18 +2,21 @@
 
 Profiles live in ``notebooks/profiles.yml``.  Each run writes the executed notebooks
 to ``runs/<timestamp>/``; a notebook that fails keeps its partial output there and
-stops the notebooks that depend on it.
+stops the notebooks that depend on it.  A notebook whose source, parameters and upstream
+steps did not change since its last successful run is skipped (``force`` re-runs it).
 """
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from workbench.files import figures_dir, project_root
+from workbench.files import figures_dir, project_root, read_json, write_json
 
 NOTEBOOKS_DIR = project_root() / "notebooks"
 PROFILES = NOTEBOOKS_DIR / "profiles.yml"
@@ -27,12 +30,12 @@ DEPENDENCIES = {
 }
 
 
-def load_profile(name, path=PROFILES) -> dict:
+def load_profile(name, path=PROFILES, dependencies=None) -> dict:
     """The ``{notebook: parameters}`` of profile ``name``."""
     profiles = yaml.safe_load(Path(path).read_text())
     if name not in profiles:
         raise ValueError(f"{path}: no profile {name!r}; profiles: {', '.join(profiles)}")
-    unknown = set(profiles[name]) - set(DEPENDENCIES)
+    unknown = set(profiles[name]) - set(dependencies or DEPENDENCIES)
     if unknown:
         raise ValueError(f"{path}: profile {name!r} names unknown notebooks {sorted(unknown)}")
     return profiles[name]
@@ -48,11 +51,22 @@ def _expand(value, names):
     return value
 
 
-def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None):
-    """Execute the profile's notebooks (or those in ``only``); returns ``{name: status}``.
+def fingerprint(notebook_path, parameters, upstream) -> str:
+    """What a step's result depends on: the notebook, its parameters, its upstream steps."""
+    digest = hashlib.sha256(Path(notebook_path).read_bytes())
+    digest.update(json.dumps([parameters, upstream], sort_keys=True, default=str).encode())
+    return digest.hexdigest()
 
-    Statuses: ``ok``, ``failed``, ``skipped (needs X)``.  Raises ``SystemExit`` naming the
-    failed notebooks when any failed.
+
+def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
+        force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None):
+    """Execute the profile's notebooks (or those in ``only``) in dependency order; returns
+    ``{name: status}``.
+
+    Statuses: ``ok``, ``unchanged`` (notebook, parameters and upstream steps as at its last
+    successful run: skipped unless ``force``), ``failed in cell N: ...`` (the executed copy
+    keeps its partial output), ``skipped (needs X)``.  Raises ``SystemExit`` naming the failed
+    notebooks and cells when any failed.
     """
     import logging
 
@@ -60,39 +74,53 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
 
     if not logging.getLogger().handlers:  # let papermill stream each cell's output
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    params = load_profile(profile)
+    notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
+    dependencies = dependencies or DEPENDENCIES
+    params = load_profile(profile, profiles, dependencies)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     runs_dir = Path(runs_dir or project_root() / "runs" / stamp)
-    names = {"artifacts": str(Path(artifacts_dir or project_root() / "runs" / "artifacts" / profile)),
-             "figures": str(figures_dir())}
+    artifacts = Path(artifacts_dir or project_root() / "runs" / "artifacts" / profile)
+    names = {"artifacts": str(artifacts), "figures": str(figures_dir())}
+    state_path = artifacts / "pipeline-state.json"
+    state = read_json(state_path, default={})
     runs_dir.mkdir(parents=True, exist_ok=True)
-    status = {}
-    for notebook, needs in DEPENDENCIES.items():
+    status, prints = {}, {}
+    for notebook, needs in dependencies.items():
         if notebook not in params or (only and notebook not in only):
             continue
-        broken = [n for n in needs if status.get(n, "ok") != "ok"]
+        broken = [n for n in needs if status.get(n, "ok") not in ("ok", "unchanged")]
         if broken:
             status[notebook] = f"skipped (needs {', '.join(broken)})"
             print(f"[{notebook}] {status[notebook]}")
             continue
         parameters = _expand(params[notebook] or {}, names)
         parameters.update(overrides or {})
+        source = notebooks_dir / f"{notebook}.ipynb"
+        prints[notebook] = fingerprint(source, parameters,
+                                       [prints.get(n) or state.get(n) for n in needs])
+        if not force and state.get(notebook) == prints[notebook]:
+            status[notebook] = "unchanged"
+            print(f"[{notebook}] unchanged since its last run: skipped (force to re-run)")
+            continue
         output = runs_dir / f"{notebook}.ipynb"
         print(f"[{notebook}] running -> {output}", flush=True)
         start = time.time()
         try:
-            papermill.execute_notebook(NOTEBOOKS_DIR / f"{notebook}.ipynb", output,
-                                       parameters=parameters, cwd=project_root(),
-                                       kernel_name="python3", progress_bar=False,
-                                       log_output=True)
+            papermill.execute_notebook(source, output, parameters=parameters,
+                                       cwd=project_root(), kernel_name="python3",
+                                       progress_bar=False, log_output=True)
             status[notebook] = "ok"
+            state[notebook] = prints[notebook]
+            write_json(state_path, state)
         except papermill.PapermillExecutionError as err:
             status[notebook] = f"failed in cell {err.exec_count}: {err.ename}: {err.evalue}"
+            state.pop(notebook, None)
+            write_json(state_path, state)
         print(f"[{notebook}] {status[notebook]} ({time.time() - start:.0f} s)", flush=True)
-    failed = [n for n, s in status.items() if s.startswith("failed")]
+    failed = [f"{n} ({s})" for n, s in status.items() if s.startswith("failed")]
     print("summary: " + ", ".join(f"{n}: {s}" for n, s in status.items()))
     if failed:
-        raise SystemExit(f"notebooks failed: {', '.join(failed)} (partial output in {runs_dir})")
+        raise SystemExit(f"notebooks failed: {'; '.join(failed)}; partial output in {runs_dir}")
     return status
 
 
@@ -102,11 +130,13 @@ def add_parser(subparsers):
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks")
     p.add_argument("-p", nargs=2, action="append", metavar=("KEY", "VALUE"), default=[],
                    help="override a parameter in every notebook (VALUE parsed as YAML)")
+    p.add_argument("--force", action="store_true", help="re-run unchanged notebooks too")
     p.set_defaults(func=_cli)
 
 
 def _cli(args):
-    run(args.profile, args.only, overrides={k: yaml.safe_load(v) for k, v in args.p})
+    run(args.profile, args.only, overrides={k: yaml.safe_load(v) for k, v in args.p},
+        force=args.force)
     return 0
 
 

@@ -1,0 +1,85 @@
+"""`python -m workbench run`: profiles, dependency order, failure propagation, skipping
+unchanged steps.  Uses tiny notebooks made here (each appends its name to a log file)."""
+import json
+
+import nbformat
+import pytest
+import yaml
+
+from workbench import pipeline
+
+DEPENDENCIES = {"a": [], "b": ["a"], "c": ["b"], "d": []}
+
+
+def _notebook(path, body):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                  "language": "python"}}
+    params = nbformat.v4.new_code_cell("log = None\nfail = False")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def project(tmp_path):
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    for name in DEPENDENCIES:
+        _notebook(books / f"{name}.ipynb",
+                  f"open(log, 'a').write('{name}\\n')\nprint('partial output of {name}')\n"
+                  "assert not fail, 'made to fail'")
+    log = tmp_path / "log.txt"
+    profiles = tmp_path / "profiles.yml"
+    profiles.write_text(yaml.safe_dump({
+        "p": {name: {"log": str(log)} for name in DEPENDENCIES},
+        "broken": {**{name: {"log": str(log)} for name in DEPENDENCIES},
+                   "b": {"log": str(log), "fail": True}},
+    }))
+
+    def run(profile="p", **kw):
+        return pipeline.run(profile, profiles=profiles, notebooks_dir=books,
+                            dependencies=DEPENDENCIES, artifacts_dir=tmp_path / "artifacts",
+                            runs_dir=tmp_path / "runs" / str(len(list(tmp_path.glob("runs/*")))),
+                            **kw)
+    return tmp_path, log, run
+
+
+def test_profile_parsing(tmp_path):
+    path = tmp_path / "profiles.yml"
+    path.write_text("quick:\n  sr_train: {steps: 3}\nodd:\n  nope: {}\n")
+    assert pipeline.load_profile("quick", path) == {"sr_train": {"steps": 3}}
+    with pytest.raises(ValueError, match="no profile 'full'; profiles: quick, odd"):
+        pipeline.load_profile("full", path)
+    with pytest.raises(ValueError, match="unknown notebooks \\['nope'\\]"):
+        pipeline.load_profile("odd", path)
+    # the real profiles name only real notebooks, and each has a parameters cell
+    for name in ("quick", "full", "ci"):
+        assert set(pipeline.load_profile(name)) <= set(pipeline.DEPENDENCIES)
+
+
+def test_dependency_order_and_skip_when_unchanged(project):
+    root, log, run = project
+    assert run() == {n: "ok" for n in DEPENDENCIES}
+    assert log.read_text().split() == ["a", "b", "c", "d"]
+    assert run() == {n: "unchanged" for n in DEPENDENCIES}
+    assert log.read_text().split() == ["a", "b", "c", "d"]          # nothing ran again
+    # a changed upstream notebook re-runs it and everything downstream of it
+    nb = nbformat.read(root / "notebooks" / "a.ipynb", as_version=4)
+    nb.cells[1].source += "\n# changed"
+    nbformat.write(nb, root / "notebooks" / "a.ipynb")
+    assert run() == {"a": "ok", "b": "ok", "c": "ok", "d": "unchanged"}
+    assert run(force=True) == {n: "ok" for n in DEPENDENCIES}
+
+
+def test_failure_stops_dependants_and_keeps_partial_output(project):
+    root, log, run = project
+    with pytest.raises(SystemExit, match=r"notebooks failed: b \(failed in cell \d+: AssertionError: "
+                                         r"made to fail\); partial output in"):
+        run("broken")
+    assert log.read_text().split() == ["a", "b", "d"]                 # c never started
+    executed = next((root / "runs").glob("*/b.ipynb"))
+    outputs = nbformat.read(executed, as_version=4).cells[-1].outputs
+    assert any("partial output of b" in o.get("text", "") for o in outputs)
+    state = json.loads((root / "artifacts" / "pipeline-state.json").read_text())
+    assert "b" not in state and "a" in state
