@@ -41,13 +41,14 @@ def load_profile(name, path=PROFILES, dependencies=None) -> dict:
     return profiles[name]
 
 
-def _expand(value, names):
+def expand(value, names):
+    """Fill ``{artifacts}`` and ``{figures}`` into a profile's parameters."""
     if isinstance(value, str):
         return value.format(**names)
     if isinstance(value, dict):
-        return {k: _expand(v, names) for k, v in value.items()}
+        return {k: expand(v, names) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, names) for v in value]
+        return [expand(v, names) for v in value]
     return value
 
 
@@ -93,7 +94,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
             status[notebook] = f"skipped (needs {', '.join(broken)})"
             print(f"[{notebook}] {status[notebook]}")
             continue
-        parameters = _expand(params[notebook] or {}, names)
+        parameters = expand(params[notebook] or {}, names)
         parameters.update(overrides or {})
         source = notebooks_dir / f"{notebook}.ipynb"
         prints[notebook] = fingerprint(source, parameters,
