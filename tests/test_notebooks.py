@@ -82,3 +82,20 @@ def test_classifier_notebooks_outputs(ci_run):
     assert result["gpu_top1_equals_tf"] >= 0.9
     assert result["logit_correlation_gpu_tf"] >= 0.99
     assert result["emulator"]["max_logit_diff_gpu_emulator"] <= 0.05
+
+
+@pytest.mark.slow
+def test_report(ci_run):
+    root = ci_run[0]
+    text = (root / "figures" / "report.md").read_text()
+    for section in ("x2 super-resolution", "Deployment fidelity", "Cost per op", "Timings"):
+        assert f"## {section}" in text
+    assert "| Set5 | bicubic_aa | bicubic |" in text
+    assert (root / "figures" / "report.html").read_text().startswith("<!doctype html>")
+
+
+def test_report_names_missing_results(tmp_path):
+    from workbench import report
+    text = report.build(tmp_path)
+    assert "_Not in this run: `notebooks/sr_eval.ipynb` writes it._" in text
+    assert "_Not in this run: `notebooks/activations.ipynb` writes it._" in text
