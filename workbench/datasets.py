@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .images import ImageError, degrade, load_image, modcrop, rgb_to_y, to_float
+from .images import ImageError, degrade, load_image, modcrop, rgb_to_y, to_float, to_uint8
 
 REPO_DATA = Path(__file__).resolve().parent.parent / "data"
 SR_SETS = ("Set5", "Set14")
@@ -211,7 +211,7 @@ def load_square_uint8(path, size):
     (bilinear, antialiased), then the centre square; errors name the file."""
     from PIL import Image
 
-    img = (load_image(path) * 255 + 0.5).astype(np.uint8)
+    img = to_uint8(load_image(path))
     h, w = img.shape[:2]
     if (h, w) != (size, size):
         scale = size / min(h, w)

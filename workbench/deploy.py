@@ -42,8 +42,7 @@ def compare(model, net, sr_sets, kernel="bicubic_aa", scale=2, keep_images=()):
     """
     records, kept = [], {}
     for sr_set in sr_sets:
-        names = [n for n, _ in sr_set.images]
-        keep = [n for n in names if n in keep_images] or names[:1]
+        keep = superres.figure_images(sr_set, keep_images)
         for name, hr in sr_set.images:
             hr = images.modcrop(hr, scale)
             lr = images.degrade(hr, scale, kernel)
@@ -121,8 +120,7 @@ def compare_classifier(model, net, images, labels=None, emulate=True, progress=T
     """
     from tqdm.auto import tqdm
 
-    logits = {"TF": [np.asarray(model.predict(np.asarray(images), batch_size=256, verbose=0))],
-              "GPU": []} | ({"emulator": []} if emulate else {})
+    logits = {"GPU": []} | ({"emulator": []} if emulate else {})
     net.run(images[0])  # the first run also has the driver translate every shader
     seconds = []
     for image in tqdm(images, desc="GPU" + (" / emulator" if emulate else ""),
@@ -131,8 +129,9 @@ def compare_classifier(model, net, images, labels=None, emulate=True, progress=T
         seconds.append(sum(net.timings.values()))
         if emulate:
             logits["emulator"].append(net.emulate(image))
-    logits = {k: np.concatenate(v) if k == "TF" else np.array(v) for k, v in logits.items()}
-    logits = {k: v.astype(np.float64) for k, v in logits.items()}
+    logits = {k: np.array(v, np.float64) for k, v in logits.items()}
+    logits["TF"] = np.asarray(model.predict(np.asarray(images), batch_size=256, verbose=0),
+                              np.float64)
     top1 = {k: v.argmax(axis=1) for k, v in logits.items()}
     result = {
         "images": len(images),

@@ -114,10 +114,14 @@ def run(graph: ir.Graph, image, keep=False):
     return {name: _stored(graph, name, t) for name, t in tensors.items()}
 
 
+def _is_dense(graph, name):
+    return name != graph.input.name and isinstance(graph.op(name), ir.Dense)
+
+
 def _stored(graph, name, t):
     """A tensor as the GPU stores it (uint8 packs; a dense layer's logits as its texture)."""
-    op = graph.op(name) if name != graph.input.name else None
-    if isinstance(op, ir.Dense):
+    if _is_dense(graph, name):
+        op = graph.op(name)
         from workbench import fixed16
         values = np.zeros(2 * op.pairs)
         values[:op.cout] = t
@@ -138,8 +142,7 @@ def stepwise(graph: ir.Graph, stored: dict):
     """
     shapes = graph.shapes(stored[graph.input.name].shape[:2])
     tensors = {name: data[..., :shapes[name][2]] / 255.0 for name, data in stored.items()
-               if name in shapes and not isinstance(graph.op(name) if name != graph.input.name
-                                                    else None, ir.Dense)}
+               if name in shapes and not _is_dense(graph, name)}
     return {op.name: _stored(graph, op.name, apply(op, tensors)) for op in graph.ops}
 
 

@@ -39,6 +39,11 @@ def packs(channels: int) -> int:
     return -(-channels // PACK)
 
 
+def texture_bytes(width, height, dtype) -> int:
+    """Memory of an RGBA texture: 4 bytes a texel for RGBA8 ("f1"), 16 for RGBA32F ("f4")."""
+    return width * height * (4 if dtype == "f1" else 16)
+
+
 class LoweringError(ValueError):
     """A Keras model that cannot be turned into the IR; the message names the layer."""
 
@@ -249,8 +254,7 @@ class Dense:
         fetches = self.pairs * sum(4 * len(b) + len(b) * self.pixels(shapes) for b in self.blocks())
         fetches += self.pairs * sum(r * min(self.reduce, prev) + (1 if r == 1 else 0)
                                     for prev, r in zip(rows, rows[1:]))
-        nbytes = sum(w * h * (4 if dtype == "f1" else 16)
-                     for w, h, dtype in self.textures(shapes).values())
+        nbytes = sum(texture_bytes(*t) for t in self.textures(shapes).values())
         return Cost(multiply_adds=self.cin * self.cout, texel_fetches=fetches, texture_bytes=nbytes,
                     programs=len(self.blocks()) + len(rows) - 1)
 
@@ -294,9 +298,9 @@ class Graph:
         """Texture memory when each texture is freed after its last reader (the input and the
         output are kept): the most that is alive at once while the ops run in order."""
         nbytes = {}
-        for (name, _), (w, h, dtype) in self.textures(hw).items():
+        for (name, _), texture in self.textures(hw).items():
             owner = name.split("/")[0]
-            nbytes[owner] = nbytes.get(owner, 0) + w * h * (4 if dtype == "f1" else 16)
+            nbytes[owner] = nbytes.get(owner, 0) + texture_bytes(*texture)
         last = {self.input.name: len(self.ops), self.output: len(self.ops)}
         for i, op in enumerate(self.ops):
             for name in (op.input, getattr(op, "residual", None), getattr(op, "chroma_from", None)):

@@ -69,6 +69,13 @@ def upscale(model, lr_rgb, scale=SCALE):
     return images.round_8bit(rgb)
 
 
+def figure_images(sr_set, wanted=()):
+    """The names of ``sr_set``'s images to show in figures: those in ``wanted``, or else
+    the set's first image."""
+    names = [n for n, _ in sr_set.images]
+    return [n for n in names if n in (wanted or ())] or names[:1]
+
+
 def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_images=None):
     """PSNR/SSIM of bicubic and of each net, for every image, set and degradation kernel.
 
@@ -80,8 +87,7 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
     """
     records, kept = [], {}
     for sr_set in sr_sets:
-        names = [n for n, _ in sr_set.images]
-        keep = [n for n in names if n in (keep_images or ())] or names[:1]
+        keep = figure_images(sr_set, keep_images)
         for image_name, hr in sr_set.images:
             hr = images.modcrop(hr, scale)
             for kernel in kernels:
