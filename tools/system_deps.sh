@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Make sure the system libraries the workbench needs are present:
 #   python3-venv (to create .venv), Mesa's EGL/OpenGL (headless llvmpipe for moderngl) and
-#   glslang-tools (Khronos' glslangValidator, checks the shaders under ES 2.0 limits).
+#   glslang-tools (Khronos' glslangValidator, checks the shaders under ES 2.0 limits) and
+#   chromium (headless browser: WebGL 1.0 through SwiftShader, JupyterLab widget tests).
 # Installs them with apt when missing and we are root; otherwise prints the exact
 # command and exits non-zero.
 set -euo pipefail
 
-PACKAGES=(libegl1 libgl1 libgl1-mesa-dri libegl-mesa0 glslang-tools)
 missing=()
 
 have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
@@ -17,6 +17,7 @@ compgen -G '/usr/lib/*/dri/swrast_dri.so' >/dev/null || compgen -G '/usr/lib/dri
     || missing+=(libgl1-mesa-dri)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 command -v glslangValidator >/dev/null 2>&1 || missing+=(glslang-tools)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

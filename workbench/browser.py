@@ -1,0 +1,79 @@
+"""Headless Chromium for the browser tests: WebGL 1.0 through SwiftShader, driven by Playwright.
+
+Playwright drives the system's Chromium (Debian package ``chromium``); it never downloads a browser
+of its own. ``open_page()`` is the one entry point::
+
+    with workbench.browser.open_page() as page:
+        page.goto("http://127.0.0.1:8000/index.html")
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+# Flags from DESIGN.md §2: software WebGL (SwiftShader through ANGLE), nothing that reaches the network.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--use-angle=swiftshader",
+    "--enable-unsafe-swiftshader",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+class BrowserUnavailable(RuntimeError):
+    """No Chromium, or no Playwright, on this machine."""
+
+
+def chromium_path() -> str:
+    """The Chromium executable: ``WORKBENCH_CHROMIUM``, else ``chromium`` / ``chromium-browser`` on PATH."""
+    candidates = [os.environ.get("WORKBENCH_CHROMIUM"), "chromium", "chromium-browser"]
+    for name in filter(None, candidates):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise BrowserUnavailable(
+        "no Chromium found (tried $WORKBENCH_CHROMIUM, chromium, chromium-browser); install it with "
+        "`apt-get install -y --no-install-recommends chromium` (make test does this as root)")
+
+
+@contextlib.contextmanager
+def open_page(width: int = 1280, height: int = 900):
+    """A Playwright page in headless Chromium; the browser is closed on exit."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as error:
+        raise BrowserUnavailable("Playwright is not installed: pip install -e '.[dev]'") from error
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield browser.new_page(viewport={"width": width, "height": height})
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def serve(directory) -> str:
+    """Serve ``directory`` over HTTP on loopback (a free port); yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(Path(directory)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
