@@ -43,3 +43,42 @@ def test_sigmoid_like_custom_gradient_matches_autodiff_of_clip_form():
 def test_unknown_activation_lists_known_ones():
     with pytest.raises(ValueError, match="unknown activation 'swish'.*sigmoid_like"):
         activations.get("swish")
+
+
+@pytest.mark.parametrize("name", ["bounded_relu", "relu6_scaled", "sigmoid_like", "sigmoid"])
+def test_gradient_matches_central_differences_away_from_kinks(name):
+    x = np.array([-7.0, -3.0, -1.0, -0.2, 0.3, 0.7, 1.7, 3.0, 5.0, 7.0])
+    act = activations.get(name).np_fn
+    h = 1e-3
+    numeric = (act(x + h).astype(np.float64) - act(x - h)) / (2 * h)
+    np.testing.assert_allclose(activations.gradient(name, x), numeric, atol=2e-3)
+
+
+def test_activation_study_summary_and_verdict():
+    from workbench import activation_study
+
+    def record(name, seed, top1):
+        return {"activation": name, "seed": seed, "top1": top1, "top1_8bit": top1 - 0.01,
+                "history": {"loss": [2.0, 1.0 + seed]}}
+
+    records = [record("bounded_relu", s, t) for s, t in enumerate((0.10, 0.12, 0.11))]
+    records += [record("relu6_scaled", s, t) for s, t in enumerate((0.40, 0.42, 0.44))]
+    records += [record("sigmoid_like", s, t) for s, t in enumerate((0.60, 0.62, 0.61))]
+    summary = activation_study.summarize(records)
+    assert [r["activation"] for r in summary] == ["bounded_relu", "relu6_scaled", "sigmoid_like"]
+    relu6 = summary[1]
+    assert relu6["top-1 %"] == "42.0 ± 2.0" and relu6["8-bit top-1 %"] == "41.0 ± 2.0"
+    assert relu6["final loss"] == pytest.approx(2.0)
+    assert activation_study.verdict(summary).startswith("The article's finding holds")
+    swapped = [dict(r, activation={"bounded_relu": "sigmoid_like", "sigmoid_like": "bounded_relu"}
+                    .get(r["activation"], r["activation"])) for r in records]
+    assert "does not hold" in activation_study.verdict(activation_study.summarize(swapped))
+
+
+def test_activation_figures_draw_every_candidate(tmp_path):
+    from workbench import figures
+
+    for fig in (figures.activation_curves(), figures.activation_levels()):
+        labels = [line.get_label() for line in fig.axes[0].get_lines()]
+        assert labels == list(figures.STUDY_ACTIVATIONS)
+        assert [p.name for p in figures.save_figure(fig, "a", tmp_path)] == ["a.png", "a.svg"]

@@ -7,6 +7,9 @@ import pytest
 from workbench import datasets, pipeline
 
 
+NEED_CIFAR = ("classifier_train", "classifier_deploy", "activations")
+
+
 def _have_cifar():
     try:
         datasets.classification_root("cifar10")
@@ -18,13 +21,13 @@ def _have_cifar():
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
     """The ci profile, as `python -m workbench run --profile ci`.  Without CIFAR-10 in the
-    data path (`make test` points WORKBENCH_DATA at ../shared/data) the classifier
-    notebooks are left out and their test is skipped."""
+    data path (`make test` points WORKBENCH_DATA at ../shared/data) the notebooks that
+    train classifiers are left out and their tests are skipped."""
     root = tmp_path_factory.mktemp("ci_run")
     mp = pytest.MonkeyPatch()
     mp.setenv("WORKBENCH_FIGURES", str(root / "figures"))
     only = list(pipeline.DEPENDENCIES) if _have_cifar() else \
-        [n for n in pipeline.DEPENDENCIES if "classifier" not in n]
+        [n for n in pipeline.DEPENDENCIES if n not in NEED_CIFAR]
     status = pipeline.run("ci", only=only, runs_dir=root / "runs", artifacts_dir=root / "artifacts")
     yield root, status, only
     mp.undo()
@@ -99,3 +102,19 @@ def test_report_names_missing_results(tmp_path):
     text = report.build(tmp_path)
     assert "_Not in this run: `notebooks/sr_eval.ipynb` writes it._" in text
     assert "_Not in this run: `notebooks/activations.ipynb` writes it._" in text
+
+
+@pytest.mark.slow
+def test_activations_notebook_outputs(ci_run):
+    if not _have_cifar():
+        pytest.skip("no CIFAR-10 in the data path (set WORKBENCH_DATA)")
+    root = ci_run[0]
+    results = json.loads((root / "figures" / "activations.json").read_text())
+    assert [(r["activation"], r["seed"]) for r in results["runs"]] == [
+        ("bounded_relu", 0), ("bounded_relu", 1), ("sigmoid_like", 0), ("sigmoid_like", 1)]
+    for r in results["runs"]:
+        assert 0 <= r["top1_8bit"] <= 1 and len(r["history"]["val_accuracy"]) == 1
+    assert [row["seeds"] for row in results["summary"]] == [2, 2]
+    assert "verdict" in results
+    for name in ("activations", "activation_levels", "activation_study_curves"):
+        assert (root / "figures" / f"{name}.png").exists()

@@ -57,6 +57,16 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def gradient(name: str | Activation, x) -> np.ndarray:
+    """d act(x) / dx at the points ``x`` (float32), by TensorFlow autodiff: the gradient the
+    training uses (for ``sigmoid_like`` its hand-written one)."""
+    x = tf.constant(np.asarray(x, np.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = get(name).tf_fn(x)
+    return tape.gradient(y, x).numpy()
+
+
 # --- the sigmoid-like piecewise-linear activation -------------------------------
 # y = clip(0.05x + clip(0.1x, -0.05, 0.05) + clip(0.05x, -0.125, 0.125) + 0.5, 0, 1)
 # Breakpoints at |x| = 0.5, 2.5, 6.5; slopes 0.2, 0.1, 0.05, then 0.

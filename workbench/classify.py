@@ -125,12 +125,13 @@ def calibrate_batchnorm(model, images):
 def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None, epochs=20,
           batch=64, optimizer="adam", learning_rate=3e-3, schedule="cosine", decay_start=None,
           decay_every=None, bn_momentum=0.75, augment=True, quantize=False, keep_best=3,
-          limit=None, steps_per_epoch=None, seed=0, verbose=2):
+          limit=None, steps_per_epoch=None, seed=0, activation="sigmoid_like", verbose=2):
     """Train ``dogs_classifier(preset)`` on the image folders ``data`` (default: CIFAR-10
     under the data root); resumable.  Validation after every epoch (``val`` split, else
     ``test``); the ``keep_best`` best checkpoints by validation top-1 are kept.
 
-    ``classes``: see :func:`class_list`; ``quantize``: quantisation-aware training (8-bit
+    ``classes``: see :func:`class_list`; ``activation``: a registered name (see
+    :mod:`workbench.activations`); ``quantize``: quantisation-aware training (8-bit
     activations, see :class:`workbench.layers.Quantize8`); ``limit``: images per class;
     ``steps_per_epoch``: default one pass over the training images.  Returns ``(model,
     history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
@@ -145,7 +146,8 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
                   epochs=epochs, batch=batch, optimizer=optimizer, learning_rate=learning_rate,
                   schedule=schedule, decay_start=decay_start, decay_every=decay_every,
                   bn_momentum=bn_momentum, augment=augment, quantize=quantize,
-                  keep_best=keep_best, limit=limit, steps_per_epoch=steps, seed=seed)
+                  keep_best=keep_best, limit=limit, steps_per_epoch=steps, seed=seed,
+                  activation=activation)
     keras.utils.set_random_seed(seed)
     train_ds, _ = datasets.image_folder(root, "train", size, batch=batch, classes=names,
                                         limit=limit, augment=augment, shuffle=True,
@@ -155,7 +157,8 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
 
     def build():
         model = dogs_classifier(preset, input_size=size, classes=len(names),
-                                bn_momentum=bn_momentum, quantize=quantize)
+                                activation=activation, bn_momentum=bn_momentum,
+                                quantize=quantize)
         rate = lr_schedule(schedule, learning_rate, epochs, steps, decay_start, decay_every)
         return compile_classifier(model, optimizer, rate)
 

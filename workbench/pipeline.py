@@ -27,6 +27,7 @@ DEPENDENCIES = {
     "glsl_deploy": ["sr_train"],
     "classifier_train": [],
     "classifier_deploy": ["classifier_train"],
+    "activations": [],
     "figures": [],  # last: the report of whatever the run produced
 }
 

@@ -1,0 +1,135 @@
+"""The activation study: one classifier preset trained with each activation, same data, same seeds.
+
+The reference article chose its activation by experiment: a ReLU clipped to [0, 1] did not learn in
+its deep net, ReLU6 rescaled to [0, 1] fell short, a piecewise-linear sigmoid won.  :func:`run`
+redoes that comparison at a size this machine affords; :func:`summarize` gives mean and spread
+over seeds, also after 8-bit storage of every activation (what the RGBA8 textures keep, computed
+in TensorFlow by a :class:`workbench.layers.Quantize8` copy of the trained net).
+
+Accuracies are fractions in [0, 1]; "top-1 %" columns are percentages.  Validation and the
+final accuracies use the dataset's validation split (CIFAR-10: the test split), limited
+to ``limit`` images per class like the training split; the final model is the last epoch's.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from workbench import classify, datasets
+from workbench.files import read_json, write_json
+from workbench.models import dogs_classifier
+
+ARTICLE = {"bounded_relu": "did not learn", "relu6_scaled": "fell short", "sigmoid_like": "won"}
+
+
+def quantized_copy(model, preset, activation):
+    """``model`` rebuilt with 8-bit rounding after every activation (same weights)."""
+    copy = dogs_classifier(preset, input_size=model.input_shape[1], classes=model.output_shape[-1],
+                           activation=activation, quantize=True)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def train_one(out_dir, activation, seed, *, preset, data, epochs, limit, **train_args) -> dict:
+    """Train (or resume) one run in ``<out_dir>/<activation>/seed<seed>``; returns its record
+    (cached in ``record.json`` there, so a finished run is not evaluated again)."""
+    run_dir = Path(out_dir) / activation / f"seed{seed}"
+    model, history = classify.train(run_dir, preset=preset, data=data, epochs=epochs, limit=limit,
+                                    activation=activation, seed=seed, keep_best=1, **train_args)
+    record = read_json(run_dir / "record.json")
+    if record and len(record["history"]["loss"]) == epochs:
+        return record
+    val_ds, _ = datasets.image_folder(data, classify.validation_split(data), model.input_shape[1],
+                                      batch=256, limit=limit,
+                                      classes=read_json(run_dir / "config.json")["class_names"])
+    record = {"activation": activation, "seed": seed,
+              "top1": classify.evaluate(model, val_ds),
+              "top1_8bit": classify.evaluate(quantized_copy(model, preset, activation), val_ds),
+              "history": {k: history[k] for k in ("loss", "accuracy", "val_loss", "val_accuracy")},
+              "minutes": history["seconds"] / 60}
+    write_json(run_dir / "record.json", record)
+    return record
+
+
+def run(out_dir, activation_names, seeds, *, preset="cifar10", data=None, epochs=4, limit=500,
+        **train_args) -> list[dict]:
+    """Every (activation, seed) pair; ``train_args`` go to :func:`workbench.classify.train`."""
+    data = data or datasets.classification_root("cifar10")
+    return [train_one(out_dir, name, seed, preset=preset, data=data, epochs=epochs, limit=limit,
+                      **train_args)
+            for name in activation_names for seed in seeds]
+
+
+def _mean_spread(values):
+    values = 100 * np.asarray(values, float)
+    spread = values.std(ddof=1) if len(values) > 1 else 0.0
+    return values.mean(), spread
+
+
+def summarize(records) -> list[dict]:
+    """One row per activation: top-1 mean and sample standard deviation over seeds (in %),
+    the same after 8-bit storage, and the final training loss."""
+    rows = []
+    for name in dict.fromkeys(r["activation"] for r in records):
+        runs = [r for r in records if r["activation"] == name]
+        mean, spread = _mean_spread([r["top1"] for r in runs])
+        mean8, spread8 = _mean_spread([r["top1_8bit"] for r in runs])
+        rows.append({"activation": name, "seeds": len(runs),
+                     "top-1 %": f"{mean:.1f} ± {spread:.1f}",
+                     "8-bit top-1 %": f"{mean8:.1f} ± {spread8:.1f}",
+                     "final loss": float(np.mean([r["history"]["loss"][-1] for r in runs])),
+                     "article": ARTICLE.get(name, ""),
+                     "mean": mean, "spread": spread, "mean_8bit": mean8})
+    return rows
+
+
+def verdict(summary) -> str:
+    """Whether the article's ranking (sigmoid-like > ReLU6/6 > bounded ReLU) holds here, with the
+    margins in points of top-1 against the seed spread."""
+    row = {r["activation"]: r for r in summary}
+    if not set(ARTICLE) <= set(row):
+        return "The article's three activations were not all trained: no verdict."
+    s, r6, b = (row[k] for k in ("sigmoid_like", "relu6_scaled", "bounded_relu"))
+    noise = max(s["spread"], r6["spread"], b["spread"], 0.1)
+    margins = (f"sigmoid-like {s['mean']:.1f} %, ReLU6/6 {r6['mean']:.1f} %, bounded ReLU "
+               f"{b['mean']:.1f} %; largest seed spread {noise:.1f} points")
+    if s["mean"] - r6["mean"] > noise and r6["mean"] - b["mean"] > noise:
+        return f"The article's finding holds at this scale: {margins}."
+    if s["mean"] > max(r6["mean"], b["mean"]) + noise:
+        return (f"Partly: the sigmoid-like activation wins, but ReLU6/6 vs bounded ReLU does "
+                f"not order as in the article: {margins}.")
+    return (f"The article's finding does not hold at this scale (the nets here are shallower "
+            f"and trained far shorter): {margins}.")
+
+
+def curves_figure(records):
+    """Validation top-1 and training loss per epoch: mean over seeds per activation, the band
+    between the seeds' lowest and highest."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name in dict.fromkeys(r["activation"] for r in records):
+        runs = [r for r in records if r["activation"] == name]
+        for ax, key, scale in ((axes[0], "val_accuracy", 100), (axes[1], "loss", 1)):
+            values = scale * np.array([r["history"][key] for r in runs])
+            epochs = np.arange(1, values.shape[1] + 1)
+            line, = ax.plot(epochs, values.mean(0), marker=".", label=name)
+            ax.fill_between(epochs, values.min(0), values.max(0), color=line.get_color(), alpha=0.2)
+    axes[0].set_ylabel("validation top-1 %")
+    axes[1].set_ylabel("training cross-entropy")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("activation study: mean over seeds, band = min..max")
+    fig.tight_layout()
+    return fig
+
+
+def save_results(path, records, summary, parameters):
+    """``activations.json``: every run, the summary table and the verdict."""
+    write_json(path, {"parameters": parameters, "runs": records,
+                      "summary": [{k: v for k, v in row.items()
+                                   if k not in ("mean", "spread", "mean_8bit")} for row in summary],
+                      "verdict": verdict(summary)})
