@@ -94,6 +94,8 @@ def test_report(ci_run):
     for section in ("x2 super-resolution", "Deployment fidelity", "Cost per op", "Timings"):
         assert f"## {section}" in text
     assert "| Set5 | bicubic_aa | bicubic |" in text
+    if _have_cifar():
+        assert "| bounded_relu | 2 |" in text and "| sigmoid_like | 2 |" in text
     assert (root / "figures" / "report.html").read_text().startswith("<!doctype html>")
 
 

@@ -88,6 +88,16 @@ def timings_section(sr, classifier):
     return tables.markdown(rows) if rows else _missing("glsl_deploy")
 
 
+def activation_section(results):
+    if not results:
+        return _missing("activations")
+    p = results["parameters"]
+    return (tables.markdown(results["summary"], digits=3) + f"\n\n{results['verdict']}\n\n"
+            f"Preset `{p['preset']}`, {p['epochs']} epochs, {p['limit'] or 'all'} images per class, "
+            f"seeds {p['seeds']}; mean ± sample standard deviation over seeds. The `article` column "
+            "is the reference article's finding for its deeper net.")
+
+
 def build(directory=None) -> str:
     """Write ``report.md`` and ``report.html`` in ``directory`` (the figures folder) from
     the results files there; returns the Markdown."""
@@ -102,8 +112,7 @@ def build(directory=None) -> str:
         ("Classifier: TensorFlow vs the GPU", classifier_section(classifier)),
         ("Cost per op", cost_section(deployed, classifier)),
         ("Timings on this machine (Mesa llvmpipe)", timings_section(deployed, classifier)),
-        ("Activation study", tables.markdown(activations_["summary"]) if activations_
-         else _missing("activations")),
+        ("Activation study", activation_section(activations_)),
     ]
     figures = [p.name for p in sorted(directory.glob("*.png"))]
     text = "# Workbench report\n\n" + "\n\n".join(f"## {t}\n\n{body}" for t, body in sections)
