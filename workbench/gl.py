@@ -28,10 +28,11 @@ class GLError(RuntimeError):
 
 
 class _Worker:
-    """The child process that owns the GL context."""
+    """The child process that owns the GL context (``python -m <module>``, a module that calls
+    :func:`workbench.gl_worker.main`)."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.gl_worker"],
+    def __init__(self, module="workbench.gl_worker"):
+        self.proc = subprocess.Popen([sys.executable, "-m", module],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
             self.info = self.call("info")

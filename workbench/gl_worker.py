@@ -115,7 +115,9 @@ class Worker:
         return timings, arrays
 
 
-def serve(inp, out):
+def serve(inp, out, factory=None):
+    """Answer requests until ``inp`` closes; ``factory`` makes the worker (default
+    :class:`Worker`) on the first request."""
     worker = None
     while True:
         try:
@@ -124,7 +126,7 @@ def serve(inp, out):
             return
         try:
             if worker is None:
-                worker = Worker()
+                worker = (factory or Worker)()
             reply = ("ok", getattr(worker, command)(**kwargs))
         except Exception:  # report every failure to the parent, keep serving
             reply = ("error", traceback.format_exc())
@@ -132,7 +134,12 @@ def serve(inp, out):
         out.flush()
 
 
-if __name__ == "__main__":
+def main(factory=None):
+    """Serve on stdin/stdout (the entry point of a worker process)."""
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the pipe
-    serve(sys.stdin.buffer, protocol_out)
+    serve(sys.stdin.buffer, protocol_out, factory)
+
+
+if __name__ == "__main__":
+    main()

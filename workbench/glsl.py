@@ -388,8 +388,16 @@ def output_values(graph: ir.Graph, stored):
 
 
 def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2,
-            dense="fixed16") -> Net:
-    """Keras model -> IR -> ES 2.0 limits check -> passes.  See the module docstring."""
+            dense="fixed16", target="es2", **options) -> Net:
+    """Keras model -> IR -> ES 2.0 limits check -> passes.  See the module docstring.
+
+    ``target="es31"``: OpenGL ES 3.1 compute shaders instead (:func:`workbench.es31.compile`;
+    ``options``: ``storage="rgba32f"|"rgba16f"``, ``local_size``, ``max_outputs``, ``tile``)."""
+    if target == "es31":
+        from workbench import es31
+        return es31.compile(model, luma_input=luma_input, **options)
+    if target != "es2" or options:
+        raise ValueError(f"target must be 'es2' or 'es31' (options only for es31), not {target!r}")
     graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
     limits.check(graph, limits_table)
     return Net(graph, generate(graph, precision), precision)

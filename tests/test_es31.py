@@ -1,0 +1,173 @@
+"""The OpenGL ES 3.1 compute back end (workbench.es31) against TensorFlow, and its cost.
+
+Tolerances, and why:
+* SR net, RGBA32F: nothing is rounded to 8 bits, so the GPU is TF up to float32 rounding
+  (different summation order): the issue's 1e-4 max abs error; measured ~1e-6.
+* Classifier logits, RGBA32F: float32 all the way; logits reach |x| ~ 1-5 after ~10 convs of
+  up to 288 multiply-adds each, float32 rounding (~6e-8 relative per operation) accumulates to
+  ~1e-6; 1e-4 leaves room for a different summation order on another GPU.  RGBA16F storage
+  rounds every stored value to 11 significant bits (relative 2^-11 ~ 5e-4 per layer), hence
+  0.05 on the logits there.
+* Image loads: the analytic count of net.cost equals what an atomic counter in every load
+  counts on the GPU, exactly.
+"""
+import json
+import shutil
+import subprocess
+
+import keras
+import numpy as np
+import pytest
+
+from workbench import classify, cost, es31, glsl, images, ir
+from workbench.layers import Act, DepthToSpace, GroupConv2D
+from workbench.models import dogs_classifier, sr_x2
+
+
+def _image(h, w, c, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, c)).astype(np.float32) / 255
+
+
+def _sr_reference(model, rgb):
+    """TF in float: the net on full-range luma, chroma bilinear, back to RGB, clipped to
+    [0, 1], not rounded."""
+    ycc = images.rgb_to_ycbcr(rgb, range="full")
+    luma = np.asarray(model(ycc[None, :, :, :1], training=False))[0]
+    chroma = images.upscale_bilinear(ycc[:, :, 1:], 2)
+    return np.clip(images.ycbcr_to_rgb(np.concatenate([luma, chroma], -1), range="full"), 0, 1)
+
+
+def _loads_by_op(net):
+    out = {}
+    for name, n in net.loads.items():
+        op = name.split(".")[0]
+        out[op] = out.get(op, 0) + n
+    return out
+
+
+@pytest.fixture(scope="module")
+def sr_model():
+    keras.utils.set_random_seed(3)
+    return sr_x2()
+
+
+def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
+    image = _image(21, 17, 3, seed=4)  # not a multiple of the 8x8 work groups
+    net = glsl.compile(sr_model, target="es31", count_loads=True)
+    out = net.run(image)
+    assert out.shape == (42, 34, 3)
+    assert np.abs(out - _sr_reference(sr_model, image)).max() <= 1e-4
+    costs = net.cost(image.shape[:2])
+    assert {k: c.texel_fetches for k, c in costs.items()} == _loads_by_op(net)
+    # no op reads more than its ES 2.0 shaders (L5, one output pack of a 1x1 conv: as many)
+    es2 = ir.from_keras(sr_model).cost(image.shape[:2])
+    for name, c in costs.items():
+        assert c.texel_fetches <= es2[name].texel_fetches, name
+        assert c.multiply_adds == es2[name].multiply_adds, name
+
+
+def test_sr_cost_at_256_is_less_than_half_of_es2(sr_model):
+    net = es31.compile(sr_model)
+    loads = cost.total(net.cost((256, 256)).values()).texel_fetches
+    fetches = cost.total(ir.from_keras(sr_model).cost((256, 256)).values()).texel_fetches
+    assert loads <= 0.5 * fetches
+    assert len(net.kernels) == 6  # one program per op instead of 32
+
+
+def test_rgba16f_storage(sr_model):
+    image = _image(16, 16, 3, seed=5)
+    net = es31.compile(sr_model, storage="rgba16f")
+    assert "rgba16f" in net.kernels[1].source
+    err = np.abs(net.run(image) - _sr_reference(sr_model, image)).max()
+    assert 1e-5 < err <= 4e-3   # half-float storage: rounded, but to ~11 bits
+
+
+@pytest.mark.parametrize("kernel, stride, padding, groups, residual", [
+    (3, 1, "same", 1, False), (3, 2, "valid", 2, False), (5, 2, "same", 1, False),
+    (1, 1, "same", 2, True), (3, 1, "same", 4, True), (3, 2, "same", 1, False)])
+@pytest.mark.parametrize("tile", [True, False])
+def test_conv_against_tf(kernel, stride, padding, groups, residual, tile):
+    keras.utils.set_random_seed(kernel * 10 + stride + groups)
+    x = inputs = keras.Input((None, None, 16))
+    y = GroupConv2D(16, kernel, groups=groups, strides=stride, padding=padding)(x)
+    if residual:
+        y = keras.layers.Add()([y, x])
+    model = keras.Model(inputs, Act("sigmoid")(y))
+    image = _image(19, 13, 16, seed=6)
+    net = es31.compile(model, tile=tile, max_outputs=2, count_loads=True)
+    out = net.run(image)
+    ref = model(image[None]).numpy()[0]
+    assert out.shape == ref.shape and np.abs(out - ref).max() <= 1e-5
+    assert net.cost(image.shape[:2])[net.graph.ops[0].name].texel_fetches == net.loads[net.kernels[0].name]
+
+
+def test_depth_to_space_without_chroma():
+    keras.utils.set_random_seed(8)
+    x = inputs = keras.Input((None, None, 16))
+    model = keras.Model(inputs, DepthToSpace(2)(Act("relu6_scaled")(GroupConv2D(16, 1)(x))))
+    image = _image(9, 7, 16, seed=7)
+    out = es31.compile(model).run(image)
+    np.testing.assert_allclose(out, model(image[None]).numpy()[0], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    keras.utils.set_random_seed(1)
+    model = dogs_classifier("tiny")
+    pictures = np.random.default_rng(2).random((8, 16, 16, 3)).astype(np.float32)
+    classify.calibrate_batchnorm(model, pictures[:4])
+    return model, pictures[4:]
+
+
+def test_classifier_tiny_matches_tf(tiny):
+    model, pictures = tiny
+    net = es31.compile(model, count_loads=True)
+    ref = model.predict(pictures, verbose=0)
+    out = np.array([net.run(p) for p in pictures])
+    assert out.shape == (4, 4)
+    assert np.abs(out - ref).max() <= 1e-4
+    assert np.array_equal(out.argmax(1), ref.argmax(1))
+    assert {k: c.texel_fetches for k, c in net.cost((16, 16)).items()} == _loads_by_op(net)
+    half = np.array([es31.compile(model, storage="rgba16f").run(p) for p in pictures])
+    assert np.abs(half - ref).max() <= 0.05
+
+
+def test_dogs120_loads_at_most_half_of_es2_fetches():
+    graph = ir.from_keras(dogs_classifier("dogs120"), dense="float")
+    loads = cost.total(es31.from_graph(graph).cost((385, 385)).values()).texel_fetches
+    fetches = cost.total(graph.cost((385, 385)).values()).texel_fetches
+    assert loads <= 0.5 * fetches
+    assert 3e6 < loads < 6e6 and abs(fetches / 27.9e6 - 1) < 0.01
+
+
+def test_save_writes_shaders_and_manifest(tmp_path, sr_model):
+    net = es31.compile(sr_model)
+    net.save(tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["format"] == "workbench-es31/1"
+    assert [k["name"] for k in manifest["kernels"]] == ["L1", "L2", "L3", "L4", "L5", "subpixels"]
+    assert all((tmp_path / k["shader"]).read_text().startswith("#version 310 es")
+               for k in manifest["kernels"])
+    assert manifest["images_for_input"]["images"]["L1"] == {
+        "width": 256, "height": 256, "layers": 12, "format": "RGBA32F"}
+    weights = np.load(tmp_path / "weights.npz")
+    assert weights["L1/weights"].size == 12 * 4 + 12 * 25 * 16
+
+
+def test_shaders_pass_glslang(sr_model, tiny, tmp_path):
+    if shutil.which("glslangValidator") is None:
+        pytest.skip("glslangValidator not installed")
+    nets = [es31.compile(sr_model), es31.compile(tiny[0], storage="rgba16f")]
+    for i, net in enumerate(nets):
+        for k in net.kernels:
+            path = tmp_path / f"{i}_{k.name}.comp"
+            path.write_text(k.source)
+            run = subprocess.run(["glslangValidator", str(path)], capture_output=True, text=True)
+            assert run.returncode == 0, run.stdout
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="storage must be one of"):
+        es31.Options(storage="rgba8")
+    with pytest.raises(ValueError, match="target must be"):
+        glsl.compile(sr_x2(), target="es3")
