@@ -28,6 +28,7 @@ DEPENDENCIES = {
     "classifier_train": [],
     "classifier_deploy": ["classifier_train"],
     "activations": [],
+    "shuffle": [],
     "figures": [],  # last: the report of whatever the run produced
 }
 
