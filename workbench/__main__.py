@@ -12,6 +12,8 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (fetch, pipeline, sweep, deploy, classify):
         module.add_parser(commands)
+    from workbench import es31
+    es31.add_bench(commands.choices["bench"])  # `bench es31`: ES 2.0 vs ES 3.1 on dogs120
     args = parser.parse_args(argv)
     return args.func(args) or 0
 

@@ -1,0 +1,76 @@
+"""Convolution algorithms as ES 3.1 compute shaders (workbench.conv_algorithms) against
+tf.nn.conv2d on random layers.  TF runs here, the shaders in the GL child process.
+
+Tolerance: float32 throughout, unit-variance weights over fan-ins of 27-144, outputs of
+order 1: the GPU and TF differ by summation order only (~1e-6); Winograd's transforms add a
+few roundings more (its 0.5 and sums of 4 in G and A^T), so 1e-5 for all.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from workbench import conv_algorithms as ca
+
+
+def _reference(layer, x):
+    y = tf.nn.conv2d(x[None], layer.kernel, layer.stride, layer.padding.upper()).numpy()[0]
+    return y + layer.bias
+
+
+LAYERS = [  # cin, cout, k, stride, padding, groups
+    (3, 16, 3, 1, "same", 1),     # the study's layer
+    (8, 12, 3, 1, "valid", 1),
+    (16, 16, 3, 1, "same", 4),    # grouped, 4 -> 4 per group (the dogs 3x3 units)
+    (8, 8, 3, 2, "valid", 2),     # the dogs downsampling units
+    (5, 7, 5, 2, "same", 1),      # channels not multiples of 4
+    (12, 8, 1, 1, "same", 1),
+]
+
+
+@pytest.mark.parametrize("cin, cout, k, stride, padding, groups", LAYERS)
+@pytest.mark.parametrize("algorithm", ca.ALGORITHMS)
+def test_algorithm_matches_tf(algorithm, cin, cout, k, stride, padding, groups):
+    layer = ca.Layer.random(cin, cout, k, stride, padding, groups, seed=cin + k)
+    x = np.random.default_rng(k * stride).random((19, 23, cin), dtype=np.float32)
+    if algorithm == "winograd" and (k != 3 or stride != 1):
+        with pytest.raises(ValueError, match="3x3 kernels with stride 1 only"):
+            ca.run(algorithm, layer, x)
+        return
+    y, ref = ca.run(algorithm, layer, x), _reference(layer, x)
+    assert y.shape == ref.shape
+    assert np.abs(y - ref).max() <= 1e-5
+
+
+def test_bands_split_large_intermediate_buffers(monkeypatch):
+    """With a tiny band budget im2col and Winograd run in many bands: same result."""
+    monkeypatch.setattr(ca, "BAND_BYTES", 4096)
+    layer = ca.Layer.random(4, 8, 3, seed=3)
+    x = np.random.default_rng(4).random((21, 17, 4), dtype=np.float32)
+    for algorithm in ("im2col_gemm", "winograd"):
+        assert len(ca.plan(algorithm, layer, x.shape[:2])[3]) > 4
+        assert np.abs(ca.run(algorithm, layer, x) - _reference(layer, x)).max() <= 1e-5
+
+
+def test_winograd_filter_transform():
+    """U = G g G^T, and A^T [(G g G^T) * (B^T d B)] A is the 2x2 valid correlation of d."""
+    rng = np.random.default_rng(5)
+    g, d = rng.normal(size=(3, 3)), rng.normal(size=(4, 4))
+    u = ca.WINOGRAD_G @ g @ ca.WINOGRAD_G.T
+    v = ca.WINOGRAD_BT @ d @ ca.WINOGRAD_BT.T
+    y = ca.WINOGRAD_AT @ (u * v) @ ca.WINOGRAD_AT.T
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(2)] for i in range(2)])
+    np.testing.assert_allclose(y, direct, atol=1e-12)
+
+
+def test_timing_and_crossovers():
+    records = ca.sweep([(16, 16), (24, 24)], algorithms=("direct", "im2col_gemm"), repeat=1)
+    assert [r["algorithm"] for r in records] == ["direct", "im2col_gemm"] * 2
+    assert all(r["ms"] > 0 for r in records)
+    fake = [{"width": w, "height": w, "pixels": w * w, "algorithm": a, "ms": ms}
+            for w, a, ms in [(32, "direct", 1), (32, "im2col_gemm", 2), (64, "direct", 5),
+                             (64, "im2col_gemm", 4), (128, "direct", 9), (128, "im2col_gemm", 8)]]
+    assert ca.crossovers(fake) == [{"between": ("32x32", "64x64"), "faster_before": "direct",
+                                    "faster_after": "im2col_gemm"}]
+    table = ca.ratio_table(fake + [{"width": 1600, "height": 1200, "pixels": 1920000,
+                                    "algorithm": a, "ms": 1.0} for a in ("direct", "im2col_gemm")])
+    assert table[-1]["direct / im2col_gemm Tegra K1"] == pytest.approx(2404 / 1696)
