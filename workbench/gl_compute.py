@@ -164,4 +164,7 @@ def info() -> dict:
 if __name__ == "__main__":
     from workbench import gl_worker
 
-    gl_worker.main(ComputeWorker)
+    try:
+        gl_worker.main(ComputeWorker)
+    except KeyboardInterrupt:  # a notebook kernel interrupted with its process group
+        pass

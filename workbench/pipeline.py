@@ -29,6 +29,7 @@ DEPENDENCIES = {
     "classifier_deploy": ["classifier_train"],
     "activations": [],
     "shuffle": [],
+    "conv_algorithms": [],
     "figures": [],  # last: the report of whatever the run produced
 }
 
