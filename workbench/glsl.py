@@ -323,6 +323,13 @@ class Net:
         """Cost of every op for an input of ``hw = (height, width)``."""
         return self.graph.cost(hw)
 
+    def export_webgl(self, directory, labels=None):
+        """Write a static web page that runs this net with WebGL 1.0 (net.save's files, the
+        page, ``webgl.json``); returns the path of its ``index.html``.  See
+        :mod:`workbench.webgl`."""
+        from workbench import webgl
+        return webgl.export(self, directory, labels)
+
     def save(self, directory):
         """Write ``<pass>.glsl`` files, ``vertex.glsl``, ``weights.npz`` and ``manifest.json``."""
         directory = Path(directory)

@@ -1,0 +1,615 @@
+/* Runs a net exported by workbench.webgl with WebGL 1.0 (= OpenGL ES 2.0, GLSL ES 1.00).
+ *
+ * Reads net.save's manifest.json (passes, bindings, uniforms, constant textures) and shaders,
+ * and webgl.json (each op's shape rule; see workbench/webgl.py).  Conventions as
+ * workbench/gl.py and gl_worker.py: one RGBA8 texture per pack of 4 channels (channel c is
+ * component c % 4 of pack c / 4), texture row r = tensor row r = image row r counted from the
+ * top, CLAMP_TO_EDGE, NEAREST unless a binding says "linear"; a fullscreen quad per pass into
+ * the pass's output texture (whole texture, or the pass's viewport); uniforms u_in_size /
+ * u_out_size = (width, height) of the first input / the output tensor, u_pad = TensorFlow
+ * 'SAME' padding (left, top).  Output read back with readPixels; logits decoded from 16-bit
+ * fixed point (or float) and put through a softmax here, on the CPU.
+ *
+ * URL parameters: image=URL; repeat=N (time N more runs without the per-pass waits);
+ * max_texture_size=N, max_texture_image_units=N, no_float_textures=1, no_webgl=1 (act as if
+ * the browser's limit were that small).
+ * State in document.body.dataset.state: loading, ready, running, done, error.
+ * No framework, no build step, nothing fetched from the network but the files next to the page.
+ */
+"use strict";
+
+const PACK = 4;
+const packs = (channels) => Math.ceil(channels / PACK);
+const textureKey = (tensor, index) => `${tensor}#${index}`;
+const $ = (id) => document.getElementById(id);
+
+/** A browser limit too small for the net or the image; the message names the limit. */
+class LimitError extends Error {}
+
+// --- loading the exported files ---------------------------------------------------------------
+
+async function fetchFile(url, as) {
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (error) {
+    const hint = location.protocol === "file:"
+      ? " Browsers do not let a page opened from file:// read its files: serve the folder, "
+        + "e.g. `python3 -m http.server -d <folder>`, and open http://localhost:8000/."
+      : "";
+    throw new Error(`could not fetch ${url} (${error.message}).${hint}`);
+  }
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}; is this folder an export of workbench.webgl?`);
+  return response[as]();
+}
+
+/** A .npy file (uint8 '|u1' or float32 '<f4', C order) as {shape, data}. */
+function parseNpy(buffer, name) {
+  const bytes = new Uint8Array(buffer);
+  if (bytes[0] !== 0x93 || String.fromCharCode(...bytes.slice(1, 6)) !== "NUMPY") {
+    throw new Error(`${name}: not a .npy file`);
+  }
+  const view = new DataView(buffer);
+  const [start, length] = bytes[6] === 1 ? [10, view.getUint16(8, true)] : [12, view.getUint32(8, true)];
+  const header = new TextDecoder().decode(bytes.slice(start, start + length));
+  const descr = /'descr':\s*'([^']+)'/.exec(header)?.[1];
+  const shape = /'shape':\s*\(([^)]*)\)/.exec(header)[1].split(",").filter((s) => s.trim()).map(Number);
+  if (/'fortran_order':\s*True/.test(header)) throw new Error(`${name}: Fortran order is not supported`);
+  const body = buffer.slice(start + length);
+  if (descr === "|u1") return { shape, data: new Uint8Array(body) };
+  if (descr === "<f4") return { shape, data: new Float32Array(body) };
+  throw new Error(`${name}: dtype ${descr} is not supported (uint8 or float32)`);
+}
+
+async function loadNet() {
+  const [manifest, spec] = await Promise.all([fetchFile("manifest.json", "json"), fetchFile("webgl.json", "json")]);
+  const [vertex, ...sources] = await Promise.all(
+    [manifest.vertex_shader, ...manifest.passes.map((p) => p.shader)].map((f) => fetchFile(f, "text")));
+  const constants = {};
+  for (const [tensor, file] of Object.entries(manifest.constant_textures)) {
+    constants[textureKey(tensor, 0)] = parseNpy(await fetchFile(file, "arrayBuffer"), file);
+  }
+  return { manifest, spec, vertex, sources, constants };
+}
+
+// --- planning a run: shapes, textures and uniforms for one input size (as workbench.ir) ------
+
+function convOut(op, n) {
+  return op.padding === "same" ? Math.ceil(n / op.stride) : Math.floor((n - op.size) / op.stride) + 1;
+}
+
+/** Zero padding before the first row or column, as TensorFlow's 'SAME' puts it. */
+function convPad(op, n) {
+  if (op.padding === "valid") return 0;
+  return Math.floor(Math.max((convOut(op, n) - 1) * op.stride + op.size - n, 0) / 2);
+}
+
+/** {shapes: {tensor: [h, w, c]}, textures: {key: {tensor, index, width, height, format}}}. */
+function plan(spec, height, width) {
+  const shapes = { [spec.input.name]: [height, width, spec.input.channels] };
+  const textures = {};
+  const addPacks = (name) => {
+    const [h, w, c] = shapes[name];
+    for (let p = 0; p < packs(c); p++) {
+      textures[textureKey(name, p)] = { tensor: name, index: p, width: w, height: h, format: "RGBA8" };
+    }
+  };
+  addPacks(spec.input.name);
+  for (const op of spec.ops) {
+    const [h, w] = shapes[op.input];
+    if (op.kind === "conv") {
+      shapes[op.name] = [convOut(op, h), convOut(op, w), op.channels];
+    } else if (op.kind === "depth_to_space") {
+      shapes[op.name] = [h * op.block, w * op.block, op.channels];
+    } else if (op.kind === "dense") {
+      shapes[op.name] = [1, 1, op.channels];
+      for (const t of op.textures) textures[textureKey(t.tensor, t.index)] = t;
+      continue;
+    } else {
+      throw new Error(`op ${op.name}: unknown kind ${op.kind}`);
+    }
+    addPacks(op.name);
+  }
+  return { shapes, textures };
+}
+
+/** The uniform values of a pass, as workbench.gl.Runner._plan computes them. */
+function passUniforms(pass, op, shapes) {
+  const size = (tensor) => (shapes[tensor] ? [shapes[tensor][1], shapes[tensor][0]] : null);
+  const values = { u_in_size: size(pass.inputs[0].tensor), u_out_size: size(pass.output.tensor) };
+  if (op.kind === "conv") {
+    const [h, w] = shapes[op.input];
+    values.u_pad = [convPad(op, w), convPad(op, h)];
+  }
+  return Object.fromEntries(pass.uniforms.map((name) => [name, values[name]]));
+}
+
+// --- the browser's limits ---------------------------------------------------------------------
+
+function createContext(params) {
+  const canvas = document.createElement("canvas");
+  const gl = params.has("no_webgl") ? null : canvas.getContext("webgl", {
+    alpha: true, antialias: false, depth: false, stencil: false, premultipliedAlpha: false,
+    preserveDrawingBuffer: false, failIfMajorPerformanceCaveat: false });
+  if (!gl) {
+    const why = params.has("no_webgl") ? " (simulated by the URL parameter no_webgl)" : "";
+    throw new LimitError("WebGL 1.0 is not available in this browser: canvas.getContext('webgl') "
+      + `returned null${why}. Enable WebGL / hardware acceleration, or try another browser.`);
+  }
+  return gl;
+}
+
+/** The limits that matter, each lowered by its URL parameter if one is given. */
+function browserLimits(gl, params) {
+  const limit = (name, param, real) => {
+    const simulated = params.has(param) ? Number(params.get(param)) : Infinity;
+    return simulated < real
+      ? { name, value: simulated, note: ` (simulated by the URL parameter ${param}; the real limit is ${real})` }
+      : { name, value: real, note: "" };
+  };
+  const floatExtensions = params.has("no_float_textures") ? []
+    : ["OES_texture_float", "WEBGL_color_buffer_float"].filter((e) => gl.getExtension(e));
+  const debug = gl.getExtension("WEBGL_debug_renderer_info");
+  return {
+    textureSize: limit("MAX_TEXTURE_SIZE", "max_texture_size", gl.getParameter(gl.MAX_TEXTURE_SIZE)),
+    viewport: limit("MAX_VIEWPORT_DIMS", "max_texture_size", Math.min(...gl.getParameter(gl.MAX_VIEWPORT_DIMS))),
+    textureUnits: limit("MAX_TEXTURE_IMAGE_UNITS", "max_texture_image_units",
+      gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS)),
+    floatExtensions,
+    floatNote: params.has("no_float_textures") ? " (simulated by the URL parameter no_float_textures)" : "",
+    highp: gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_FLOAT).precision > 0,
+    renderer: `${gl.getParameter(gl.VERSION)}; ${debug ? gl.getParameter(debug.UNMASKED_RENDERER_WEBGL) : gl.getParameter(gl.RENDERER)}`,
+  };
+}
+
+/** Limits that do not depend on the image: texture units per pass, float textures. */
+function checkNetLimits(net, limits) {
+  const units = limits.textureUnits;
+  for (const pass of net.manifest.passes) {
+    if (pass.inputs.length > units.value) {
+      throw new LimitError(`pass ${pass.name} binds ${pass.inputs.length} textures, but this browser's `
+        + `${units.name} (texture units per fragment shader) is ${units.value}${units.note}.`);
+    }
+  }
+  const float = net.spec.ops.find((op) => op.kind === "dense" && op.textures.some((t) => t.format === "RGBA32F"));
+  const missing = ["OES_texture_float", "WEBGL_color_buffer_float"].filter((e) => !limits.floatExtensions.includes(e));
+  if (float && missing.length) {
+    throw new LimitError(`layer ${float.name} computes in float textures (RGBA32F), but this browser lacks `
+      + `${missing.join(" and ")}${limits.floatNote}. Export the net with the 16-bit fixed-point dense layer `
+      + "(glsl.compile(model, dense=\"fixed16\")).");
+  }
+}
+
+/** Limits that depend on the image size: the largest texture. */
+function checkSizeLimits(textures, limits) {
+  for (const t of Object.values(textures)) {
+    for (const lim of [limits.textureSize, limits.viewport]) {
+      if (Math.max(t.width, t.height) > lim.value) {
+        throw new LimitError(`tensor ${t.tensor} would be a ${t.width}x${t.height} texture, over this browser's `
+          + `${lim.name} of ${lim.value}${lim.note}; use a smaller image.`);
+      }
+    }
+  }
+}
+
+// --- the runner (as workbench/gl_worker.py) ---------------------------------------------------
+
+function compileShader(gl, type, source, name) {
+  const shader = gl.createShader(type);
+  gl.shaderSource(shader, source);
+  gl.compileShader(shader);
+  if (!gl.getShaderParameter(shader, gl.COMPILE_STATUS)) {
+    throw new Error(`${name} does not compile in this browser's WebGL:\n${gl.getShaderInfoLog(shader)}`);
+  }
+  return shader;
+}
+
+class Runner {
+  /** Compiles and links every program and draws each once into a 1x1 target (drivers such
+   *  as SwiftShader translate a shader at its first draw), as gl_worker.compile does. */
+  constructor(gl, net) {
+    this.gl = gl;
+    this.net = net;
+    this.textures = new Map();
+    this.size = null;
+    const start = performance.now();
+    const vertex = compileShader(gl, gl.VERTEX_SHADER, net.vertex, net.manifest.vertex_shader);
+    const programs = new Map(); // fragment source -> {program, locations}
+    this.passes = net.manifest.passes.map((pass, i) => {
+      const source = net.sources[i];
+      if (!programs.has(source)) {
+        const program = gl.createProgram();
+        gl.attachShader(program, vertex);
+        gl.attachShader(program, compileShader(gl, gl.FRAGMENT_SHADER, source, pass.shader));
+        gl.bindAttribLocation(program, 0, "a_pos");
+        gl.linkProgram(program);
+        if (!gl.getProgramParameter(program, gl.LINK_STATUS)) {
+          throw new Error(`${pass.shader} does not link: ${gl.getProgramInfoLog(program)}`);
+        }
+        programs.set(source, { program, locations: new Map() });
+      }
+      const entry = programs.get(source);
+      for (const name of [...pass.uniforms, ...pass.inputs.map((b) => b.uniform)]) {
+        if (!entry.locations.has(name)) entry.locations.set(name, gl.getUniformLocation(entry.program, name));
+      }
+      return { ...pass, ...entry, op: net.spec.ops.find((op) => op.name === pass.op) };
+    });
+    gl.bindBuffer(gl.ARRAY_BUFFER, gl.createBuffer());
+    gl.bufferData(gl.ARRAY_BUFFER, new Float32Array([-1, -1, 1, -1, -1, 1, 1, 1]), gl.STATIC_DRAW);
+    gl.enableVertexAttribArray(0);
+    gl.vertexAttribPointer(0, 2, gl.FLOAT, false, 0, 0);
+    gl.disable(gl.BLEND);
+    gl.disable(gl.DITHER); // dithering may perturb the 8-bit rounding of the outputs
+    this.warmUp(programs);
+    this.compileMs = performance.now() - start;
+  }
+
+  warmUp(programs) {
+    const gl = this.gl;
+    const target = this.createTexture(1, 1, "RGBA8");
+    const sampled = this.createTexture(3, 3, "RGBA8"); // NPOT and NEAREST, as most tensors
+    for (let unit = 0; unit < 8; unit++) {
+      gl.activeTexture(gl.TEXTURE0 + unit);
+      gl.bindTexture(gl.TEXTURE_2D, sampled.texture);
+    }
+    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+    gl.viewport(0, 0, 1, 1);
+    for (const { program } of programs.values()) {
+      gl.useProgram(program);
+      gl.drawArrays(gl.TRIANGLE_STRIP, 0, 4);
+    }
+    this.fence(target);
+    this.releaseTexture(target);
+    this.releaseTexture(sampled);
+  }
+
+  createTexture(width, height, format, data = null) {
+    const gl = this.gl;
+    const texture = gl.createTexture();
+    gl.bindTexture(gl.TEXTURE_2D, texture);
+    for (const [p, v] of [[gl.TEXTURE_WRAP_S, gl.CLAMP_TO_EDGE], [gl.TEXTURE_WRAP_T, gl.CLAMP_TO_EDGE],
+      [gl.TEXTURE_MIN_FILTER, gl.NEAREST], [gl.TEXTURE_MAG_FILTER, gl.NEAREST]]) gl.texParameteri(gl.TEXTURE_2D, p, v);
+    const type = format === "RGBA8" ? gl.UNSIGNED_BYTE : gl.FLOAT;
+    gl.texImage2D(gl.TEXTURE_2D, 0, gl.RGBA, width, height, 0, gl.RGBA, type, data);
+    const fbo = gl.createFramebuffer();
+    gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
+    const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
+    if (status !== gl.FRAMEBUFFER_COMPLETE) {
+      throw new LimitError(`this browser cannot render into a ${width}x${height} ${format} texture `
+        + `(framebuffer status 0x${status.toString(16)})`);
+    }
+    return { texture, fbo, width, height, format, type };
+  }
+
+  releaseTexture(t) {
+    this.gl.deleteFramebuffer(t.fbo);
+    this.gl.deleteTexture(t.texture);
+  }
+
+  /** Textures for an input of height x width, constants uploaded; limits checked first. */
+  allocate(height, width, limits) {
+    if (this.size && this.size[0] === height && this.size[1] === width) return;
+    const { shapes, textures } = plan(this.net.spec, height, width);
+    checkSizeLimits(textures, limits);
+    for (const t of this.textures.values()) this.releaseTexture(t);
+    this.textures.clear();
+    for (const [key, t] of Object.entries(textures)) {
+      const constant = this.net.constants[key];
+      if (constant && (constant.shape[0] !== t.height || constant.shape[1] !== t.width)) {
+        throw new Error(`constant texture ${key}: ${constant.shape} does not match ${t.height}x${t.width}`);
+      }
+      this.textures.set(key, this.createTexture(t.width, t.height, t.format, constant ? constant.data : null));
+    }
+    for (const pass of this.passes) pass.values = passUniforms(pass, pass.op, shapes);
+    this.shapes = shapes;
+    this.size = [height, width];
+  }
+
+  draw(pass) {
+    const gl = this.gl;
+    gl.useProgram(pass.program);
+    pass.inputs.forEach((binding, unit) => {
+      gl.activeTexture(gl.TEXTURE0 + unit);
+      gl.bindTexture(gl.TEXTURE_2D, this.textures.get(textureKey(binding.tensor, binding.pack)).texture);
+      const filter = binding.filter === "linear" ? gl.LINEAR : gl.NEAREST;
+      gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MIN_FILTER, filter);
+      gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MAG_FILTER, filter);
+      gl.uniform1i(pass.locations.get(binding.uniform), unit);
+    });
+    for (const [name, value] of Object.entries(pass.values)) gl.uniform2f(pass.locations.get(name), ...value);
+    const target = this.textures.get(textureKey(pass.output.tensor, pass.output.pack));
+    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+    gl.viewport(...(pass.viewport || [0, 0, target.width, target.height]));
+    gl.drawArrays(gl.TRIANGLE_STRIP, 0, 4);
+    return target;
+  }
+
+  /** Wait for the GPU: read one pixel of ``target`` (a synchronous round trip). */
+  fence(target, x = 0, y = 0) {
+    const gl = this.gl;
+    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+    const pixel = target.type === gl.FLOAT ? new Float32Array(4) : new Uint8Array(4);
+    gl.readPixels(x, y, 1, 1, gl.RGBA, target.type, pixel);
+  }
+
+  read(key) {
+    const gl = this.gl;
+    const t = this.textures.get(key);
+    gl.bindFramebuffer(gl.FRAMEBUFFER, t.fbo);
+    const out = t.type === gl.FLOAT ? new Float32Array(t.width * t.height * 4) : new Uint8Array(t.width * t.height * 4);
+    gl.readPixels(0, 0, t.width, t.height, gl.RGBA, t.type, out);
+    return out;
+  }
+
+  /** Upload ``source`` (ImageBitmap, canvas...) as the input, run every pass, read back.
+   *  With ``fences`` each pass is timed until a 1-pixel readPixels of its target returns.
+   *  Returns {input, output, passes: [[name, ms]], runMs}. */
+  run(source, limits, fences = true) {
+    const gl = this.gl;
+    const input = this.net.spec.input;
+    if (input.channels > PACK) throw new Error(`the page feeds images; the net's input has ${input.channels} channels`);
+    this.allocate(source.height, source.width, limits);
+    const start = performance.now();
+    const inputTexture = this.textures.get(textureKey(input.name, 0));
+    gl.bindTexture(gl.TEXTURE_2D, inputTexture.texture);
+    gl.pixelStorei(gl.UNPACK_FLIP_Y_WEBGL, false); // first image row -> texture row 0
+    gl.pixelStorei(gl.UNPACK_PREMULTIPLY_ALPHA_WEBGL, false);
+    gl.pixelStorei(gl.UNPACK_COLORSPACE_CONVERSION_WEBGL, gl.NONE);
+    gl.texImage2D(gl.TEXTURE_2D, 0, gl.RGBA, gl.RGBA, gl.UNSIGNED_BYTE, source);
+    const passes = this.passes.map((pass) => {
+      const t0 = performance.now();
+      const target = this.draw(pass);
+      if (fences) this.fence(target, ...(pass.viewport || [0, 0]).slice(0, 2));
+      return [pass.name, performance.now() - t0];
+    });
+    const output = this.read(textureKey(this.net.spec.output.tensor, 0));
+    const runMs = performance.now() - start;
+    const error = gl.getError();
+    if (error !== gl.NO_ERROR) throw new Error(`WebGL error 0x${error.toString(16)} during the run`);
+    return { input: this.read(textureKey(input.name, 0)), output, passes, runMs };
+  }
+}
+
+// --- outputs ----------------------------------------------------------------------------------
+
+/** Logits from the stored dense output: two values per texel, 16-bit fixed point in byte pairs
+ *  (high, low; q = 256 v + 32768, see workbench/fixed16.py) or float. */
+function decodeLogits(stored, output) {
+  const logits = [];
+  let saturated = false;
+  for (let i = 0; i < output.count; i++) {
+    if (output.number === "float") {
+      logits.push(stored[4 * (i >> 1) + (i & 1)]); // texel (v0, v1, 0, 0)
+    } else {
+      const q = stored[2 * i] * 256 + stored[2 * i + 1];
+      saturated ||= q === 0 || q === 65535;
+      logits.push((q - 32768) / 256);
+    }
+  }
+  return { logits, saturated };
+}
+
+function softmax(values) {
+  const top = Math.max(...values);
+  const e = values.map((v) => Math.exp(v - top));
+  const sum = e.reduce((a, b) => a + b, 0);
+  return e.map((v) => v / sum);
+}
+
+/** Keys' cubic convolution kernel, a = -0.5 (MATLAB's and Pillow's bicubic). */
+function cubic(x) {
+  x = Math.abs(x);
+  return x <= 1 ? 1.5 * x ** 3 - 2.5 * x ** 2 + 1 : x < 2 ? -0.5 * x ** 3 + 2.5 * x ** 2 - 4 * x + 2 : 0;
+}
+
+/** Taps and weights of MATLAB imresize's bicubic upscaling by ``scale`` along one axis
+ *  (as workbench.images._imresize_matrix: mirrored edges, weights summing to 1). */
+function upscaleTaps(n, scale) {
+  const taps = [];
+  for (let i = 0; i < n * scale; i++) {
+    const u = (i + 1) / scale + 0.5 * (1 - 1 / scale); // 1-based input coordinate
+    const left = Math.floor(u - 2);
+    const index = [];
+    const weight = [];
+    for (let k = 0; k < 6; k++) {
+      let t = (((left + k - 1) % (2 * n)) + 2 * n) % (2 * n);
+      if (t >= n) t = 2 * n - 1 - t;
+      index.push(t);
+      weight.push(cubic(u - (left + k)));
+    }
+    const sum = weight.reduce((a, b) => a + b, 0);
+    taps.push({ index, weight: weight.map((w) => w / sum) });
+  }
+  return taps;
+}
+
+/** Bicubic upscaling of RGBA8 bytes (rows top first), as images.upscale_bicubic: rounded to 8
+ *  bits; alpha 255. */
+function bicubicUpscale(rgba, width, height, scale) {
+  const rows = upscaleTaps(height, scale);
+  const cols = upscaleTaps(width, scale);
+  const W = width * scale;
+  const H = height * scale;
+  const tmp = new Float64Array(H * width * 3); // rows resized first
+  for (let y = 0; y < H; y++) {
+    const { index, weight } = rows[y];
+    for (let x = 0; x < width; x++) {
+      for (let c = 0; c < 3; c++) {
+        let v = 0;
+        for (let k = 0; k < 6; k++) v += weight[k] * rgba[(index[k] * width + x) * 4 + c];
+        tmp[(y * width + x) * 3 + c] = v;
+      }
+    }
+  }
+  const out = new Uint8Array(W * H * 4);
+  for (let y = 0; y < H; y++) {
+    for (let x = 0; x < W; x++) {
+      const { index, weight } = cols[x];
+      for (let c = 0; c < 3; c++) {
+        let v = 0;
+        for (let k = 0; k < 6; k++) v += weight[k] * tmp[(y * width + index[k]) * 3 + c];
+        out[(y * W + x) * 4 + c] = Math.round(Math.min(255, Math.max(0, v)));
+      }
+      out[(y * W + x) * 4 + 3] = 255;
+    }
+  }
+  return out;
+}
+
+function base64(bytes) {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+// --- the page ---------------------------------------------------------------------------------
+
+const page = { net: null, runner: null, limits: null, loadError: null, params: new URLSearchParams(location.search) };
+
+function setState(state, message, kind = "info") {
+  document.body.dataset.state = state;
+  const box = $("message");
+  box.textContent = message;
+  box.className = kind;
+}
+
+function showCanvas(id, bytes, width, height, caption) {
+  const canvas = $(id);
+  canvas.width = width;
+  canvas.height = height;
+  const pixels = new Uint8ClampedArray(bytes.length);
+  pixels.set(bytes);
+  for (let i = 3; i < pixels.length; i += 4) pixels[i] = 255; // show colour, not the stored alpha
+  canvas.getContext("2d").putImageData(new ImageData(pixels, width, height), 0, 0);
+  canvas.parentElement.querySelector("figcaption").textContent = caption;
+  canvas.parentElement.hidden = false;
+}
+
+function showTimings(result) {
+  $("timings").innerHTML = `<ol>${result.passes.map(([name, ms]) => `<li>${name} <b>${ms.toFixed(2)}</b></li>`).join("")}</ol>`;
+  $("total").textContent = `${result.passes.length} passes: ${result.total_ms.toFixed(1)} ms (sum of the passes, each `
+    + `timed until a 1-pixel readPixels of its target returned); upload + passes + read-back ${result.run_ms.toFixed(1)} ms; `
+    + `shaders compiled, linked and drawn once in ${result.compile_ms.toFixed(0)} ms. ${result.renderer}`;
+  $("times").hidden = false;
+}
+
+function showTop5(result) {
+  const rows = result.top5.map(({ label, probability, logit }, i) =>
+    `<tr><td>${i + 1}</td><td>${label}</td><td>${(100 * probability).toFixed(1)} %</td><td>${logit.toFixed(3)}</td></tr>`);
+  $("classes").innerHTML = `<table><thead><tr><th>#</th><th>class</th><th>probability</th><th>logit</th></tr></thead>`
+    + `<tbody>${rows.join("")}</tbody></table>`;
+  $("classes").hidden = false;
+}
+
+/** An image of the net's fixed input size: the centre square, resized by the canvas. */
+function fitToInput(bitmap, size) {
+  if (!size || (bitmap.height === size[0] && bitmap.width === size[1])) return { source: bitmap, note: "" };
+  const canvas = document.createElement("canvas");
+  [canvas.height, canvas.width] = size;
+  const side = Math.min(bitmap.width, bitmap.height);
+  const ctx = canvas.getContext("2d");
+  ctx.imageSmoothingQuality = "high";
+  ctx.drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side, 0, 0, size[1], size[0]);
+  return { source: canvas, note: ` (centre square of the ${bitmap.width}x${bitmap.height} image, resized by the browser)` };
+}
+
+/** Run an image (a Blob) through the net; shows and returns the result object. */
+async function runBlob(blob, name = "image") {
+  if (!page.runner) return { error: page.loadError || "the net is not loaded yet" };
+  setState("running", `Running ${name}…`);
+  try {
+    const bitmap = await createImageBitmap(blob, { premultiplyAlpha: "none", colorSpaceConversion: "none" });
+    const { spec } = page.net;
+    const { source, note } = fitToInput(bitmap, spec.input.size);
+    const run = page.runner.run(source, page.limits);
+    const repeat = Number(page.params.get("repeat") || 0); // runs without the per-pass waits
+    const repeatMs = Array.from({ length: repeat }, () => page.runner.run(source, page.limits, false).runMs);
+    const [height, width] = page.runner.size;
+    const result = {
+      kind: spec.output.kind, name, passes: run.passes, run_ms: run.runMs,
+      total_ms: run.passes.reduce((a, [, ms]) => a + ms, 0), compile_ms: page.runner.compileMs,
+      renderer: page.limits.renderer, input_width: width, input_height: height,
+    };
+    if (repeat) result.repeat_ms = repeatMs;
+    if (spec.output.kind === "image") {
+      const [h, w] = page.runner.shapes[spec.output.tensor];
+      const scale = w / width;
+      const bicubic = bicubicUpscale(run.input, width, height, scale);
+      Object.assign(result, { width: w, height: h, output: base64(run.output), bicubic: base64(bicubic), input: base64(run.input) });
+      showCanvas("input", run.input, width, height, `input, ${width}x${height}${note} (shown ×${scale}, nearest neighbour)`);
+      showCanvas("bicubic", bicubic, w, h, `bicubic ×${scale} (MATLAB imresize, Keys a = −0.5; JavaScript on the CPU)`);
+      showCanvas("output", run.output, w, h, `${spec.name} ×${scale}, ${w}x${h} (WebGL, ${run.passes.length} passes)`);
+    } else {
+      const { logits, saturated } = decodeLogits(run.output, spec.output);
+      const probabilities = softmax(logits);
+      const order = probabilities.map((p, i) => i).sort((a, b) => probabilities[b] - probabilities[a]);
+      Object.assign(result, { logits, probabilities, saturated, top5: order.slice(0, 5).map((i) => (
+        { index: i, label: spec.labels[i], probability: probabilities[i], logit: logits[i] })) });
+      showCanvas("input", run.input, width, height, `input, ${width}x${height}${note}`);
+      showTop5(result);
+    }
+    showTimings(result);
+    $("result").textContent = JSON.stringify(result);
+    const warning = [saturatedWarning(result), page.limits.highp ? "" : "This browser has no highp float in "
+      + "fragment shaders: the shaders fall back to mediump and may differ by a level or more."].filter(Boolean).join(" ");
+    setState("done", `${name}: ${result.total_ms.toFixed(1)} ms on the GPU.${warning ? " " + warning : ""}`, warning ? "warning" : "info");
+    return result;
+  } catch (error) {
+    setState("error", error.message, "error");
+    return { error: error.message };
+  }
+}
+
+function saturatedWarning(result) {
+  return result.saturated ? "A logit saturated the 16-bit fixed-point range [-128, 128): the top classes may be wrong." : "";
+}
+
+async function runUrl(url) {
+  try {
+    return await runBlob(await fetchFile(url, "blob"), url.startsWith("data:") ? "image" : url);
+  } catch (error) {
+    setState("error", error.message, "error");
+    return { error: error.message };
+  }
+}
+
+function wireInputs() {
+  $("file").addEventListener("change", (e) => e.target.files[0] && runBlob(e.target.files[0], e.target.files[0].name));
+  const zone = document.body;
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("dragging"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("dragging"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    zone.classList.remove("dragging");
+    const file = e.dataTransfer.files[0];
+    if (file) runBlob(file, file.name);
+  });
+}
+
+async function main() {
+  const { params } = page;
+  setState("loading", "Loading the net…");
+  wireInputs();
+  try {
+    page.net = await loadNet();
+    const { spec, manifest } = page.net;
+    document.body.dataset.kind = spec.output.kind; // image or logits: the layout
+    $("title").textContent = `${spec.name}: ${manifest.passes.length} WebGL passes`
+      + (spec.input.size ? `, input ${spec.input.size[1]}x${spec.input.size[0]}` : "");
+    const gl = createContext(params);
+    page.limits = browserLimits(gl, params);
+    checkNetLimits(page.net, page.limits);
+    page.runner = new Runner(gl, page.net);
+    setState("ready", `Ready (${page.limits.renderer}; ${manifest.passes.length} programs compiled in `
+      + `${page.runner.compileMs.toFixed(0)} ms). Choose or drop an image.`);
+  } catch (error) {
+    page.loadError = error.message;
+    setState("error", error.message, "error");
+    return;
+  }
+  if (params.get("image")) await runUrl(params.get("image"));
+}
+
+window.workbench = { runUrl, runBlob, plan, bicubicUpscale, spec: () => page.net && page.net.spec };
+main();
