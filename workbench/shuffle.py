@@ -164,7 +164,8 @@ def mixing_table(channels=(64, 128, 192), steps=None, group_channels: int = GROU
     for c in channels:
         for n in (valid_steps(c) if steps is None else [s for s in steps if s in valid_steps(c)]):
             rows.append({
-                "channels": c, "textures": packs(c), "groups_1x1": conv1x1_groups(c, group_channels),
+                "channels": c, "textures": packs(c),
+                "groups_1x1": conv1x1_groups(c, group_channels),
                 "step": n, "identity": shuffle_order(packs(c), n) == list(range(packs(c))),
                 "units_to_mix": mixing_units(c, n, group_channels, residual),
                 "units_to_mix_stage": mixing_units(c, n, group_channels, residual,
