@@ -103,26 +103,46 @@ def conv1x1_groups(channels: int, group_channels: int = GROUP_CHANNELS) -> int:
 
 def shuffle_matrix(channels: int, step: int) -> np.ndarray:
     """``P[out, in]``: output channel ``out`` is input channel ``in`` after the shuffle."""
-    order = shuffle_order(packs(channels), step)
-    index = [PACK * p + c for p in order for c in range(PACK)]
     matrix = np.zeros((channels, channels), bool)
-    matrix[np.arange(channels), index] = True
+    matrix[np.arange(channels), _shuffle_index(channels, step)] = True
     return matrix
 
 
 def unit_matrix(channels: int, step: int, group_channels: int = GROUP_CHANNELS,
                 shuffle: bool = True, residual: bool = True) -> np.ndarray:
     """Channel dependencies ``M[out, in]`` of one regular unit: (shuffle) -> grouped 1x1 ->
-    3x3 within packs (-> + input)."""
-    conv1 = _blocks(channels, channels // conv1x1_groups(channels, group_channels))
-    conv3 = _blocks(channels, PACK)
-    m = conv1 if not shuffle else _bool_product(conv1, shuffle_matrix(channels, step))
-    m = _bool_product(conv3, m)
+    3x3 within packs (-> + input); the boolean product ``conv3 . conv1 . P (| I)``, formed by
+    indexing."""
+    m = _blocks(channels, channels // conv1x1_groups(channels, group_channels))
+    if shuffle:  # conv1 . P: input channel index[j] reaches what channel j reached
+        shuffled = np.empty_like(m)
+        shuffled[:, _shuffle_index(channels, step)] = m
+        m = shuffled
+    m = _group_or(m, PACK)  # conv3 . m
     return m | np.eye(channels, dtype=bool) if residual else m
 
 
+def _shuffle_index(channels, step):
+    return [PACK * p + c for p in shuffle_order(packs(channels), step) for c in range(PACK)]
+
+
+def _group_or(m, size):
+    """``blocks(size) . m``: each row becomes the OR of the rows of its block."""
+    rows = m.reshape(m.shape[0] // size, size, -1).any(axis=1)
+    return np.repeat(rows, size, axis=0)
+
+
 def _bool_product(a, b):
-    return (a.astype(np.int32) @ b.astype(np.int32)) > 0
+    # float32 goes through BLAS; the sums (at most C) are exact
+    return (a.astype(np.float32) @ b.astype(np.float32)) > 0
+
+
+def _units(channels, step, group_channels, residual, first_shuffled):
+    """The unit matrices of a chain: the first (maybe unshuffled), then the shuffled one."""
+    shuffled = unit_matrix(channels, step, group_channels, True, residual)
+    first = shuffled if first_shuffled else unit_matrix(channels, step, group_channels, False,
+                                                        residual)
+    return first, shuffled
 
 
 def coverage_curve(channels: int, step: int, units: int, group_channels: int = GROUP_CHANNELS,
@@ -130,10 +150,11 @@ def coverage_curve(channels: int, step: int, units: int, group_channels: int = G
     """After each of ``units`` units: the share of (output, input) channel pairs where the output
     depends on the input (1.0 = fully mixed).  ``first_shuffled=False`` leaves the first unit
     without a shuffle, as the first unit of each stage of the classifier."""
-    curve, m = [], np.eye(channels, dtype=bool)
+    first, shuffled = _units(channels, step, group_channels, residual, first_shuffled)
+    curve, m = [], first
     for u in range(units):
-        shuffled = first_shuffled or u > 0
-        m = _bool_product(unit_matrix(channels, step, group_channels, shuffled, residual), m)
+        if u:
+            m = _bool_product(shuffled, m)
         curve.append(float(m.mean()))
     return curve
 
@@ -143,13 +164,13 @@ def mixing_units(channels: int, step: int, group_channels: int = GROUP_CHANNELS,
                  max_units: int = 64) -> int | None:
     """Units until every output channel depends on every input channel; ``None`` if that
     never happens (the dependencies stop growing first, e.g. step 1)."""
-    m = np.eye(channels, dtype=bool)
+    first, shuffled = _units(channels, step, group_channels, residual, first_shuffled)
+    m = first
     for u in range(1, max_units + 1):
-        unit = unit_matrix(channels, step, group_channels, first_shuffled or u > 1, residual)
-        grown = _bool_product(unit, m)
-        if grown.all():
+        if m.all():
             return u
-        if u > 1 and (grown == m).all():
+        grown = _bool_product(shuffled, m)
+        if (grown == m).all():
             return None
         m = grown
     return None
