@@ -120,3 +120,16 @@ def test_activations_notebook_outputs(ci_run):
     assert "verdict" in results
     for name in ("activations", "activation_levels", "activation_study_curves"):
         assert (root / "figures" / f"{name}.png").exists()
+
+
+@pytest.mark.slow
+def test_shuffle_notebook_outputs(ci_run):
+    root = ci_run[0]
+    results = json.loads((root / "figures" / "shuffle.json").read_text())
+    assert results["order_table"]["orders"][0][:6] == [0, 8, 16, 24, 1, 9]
+    assert results["order_table"]["orders"][1][:4] == [0, 2, 4, 6]
+    mixing = {(r["channels"], r["step"]): r["units_to_mix"] for r in results["mixing"]}
+    assert mixing[128, 8] == 2 and mixing[128, 1] is None
+    for name in ("shuffle_order", "shuffle_mixing"):
+        assert (root / "figures" / f"{name}.png").exists()
+        assert (root / "figures" / f"{name}.svg").exists()

@@ -1,8 +1,7 @@
-"""The channel shuffle study: the article's order table, the mixing measure, and the notebook."""
-import json
+"""The channel shuffle study: the article's order table and the mixing measure (the notebook
+runs in tests/test_notebooks.py)."""
 
 import numpy as np
-import pytest
 
 from workbench import shuffle
 
@@ -114,22 +113,3 @@ def test_figures(tmp_path):
     fig = shuffle.mixing_figure(shuffle.mixing_table((64, 128), curve_units=3))
     assert len(fig.axes) == 2
     figures.plt.close("all")
-
-
-@pytest.mark.slow
-def test_shuffle_notebook(tmp_path, monkeypatch):
-    """The notebook with the ci profile's parameters, as the pipeline runs it."""
-    from workbench import pipeline
-
-    monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
-    status = pipeline.run("ci", only=["shuffle"], runs_dir=tmp_path / "runs",
-                          artifacts_dir=tmp_path / "artifacts")
-    assert status == {"shuffle": "ok"}
-    results = json.loads((tmp_path / "figures" / "shuffle.json").read_text())
-    assert results["order_table"]["orders"][0][:6] == [0, 8, 16, 24, 1, 9]
-    assert results["order_table"]["orders"][1][:4] == [0, 2, 4, 6]
-    mixing = {(r["channels"], r["step"]): r["units_to_mix"] for r in results["mixing"]}
-    assert mixing[128, 8] == 2 and mixing[128, 1] is None
-    for name in ("shuffle_order", "shuffle_mixing"):
-        assert (tmp_path / "figures" / f"{name}.png").exists()
-        assert (tmp_path / "figures" / f"{name}.svg").exists()
