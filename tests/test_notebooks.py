@@ -91,11 +91,13 @@ def test_classifier_notebooks_outputs(ci_run):
 def test_report(ci_run):
     root = ci_run[0]
     text = (root / "figures" / "report.md").read_text()
-    for section in ("x2 super-resolution", "Deployment fidelity", "Cost per op", "Timings"):
+    for section in ("x2 super-resolution", "Deployment fidelity", "Cost per op", "Timings",
+                    "Channel shuffle"):
         assert f"## {section}" in text
     assert "| Set5 | bicubic_aa | bicubic |" in text
     if _have_cifar():
         assert "| bounded_relu | 2 |" in text and "| sigmoid_like | 2 |" in text
+    assert "| 1 shuffle(s) | 0, 8, 16, 24, 1, 9," in text and "| 128 | 8 | 2 |" in text
     assert (root / "figures" / "report.html").read_text().startswith("<!doctype html>")
 
 

@@ -98,6 +98,21 @@ def activation_section(results):
             "is the reference article's finding for its deeper net.")
 
 
+def shuffle_section(results):
+    if not results:
+        return _missing("shuffle")
+    table = results["order_table"]
+    rows = [{"after": f"{i + 1} shuffle(s)", "texture order": ", ".join(map(str, order[:12])) + ", ..."}
+            for i, order in enumerate(table["orders"])]
+    mixing = [{"channels": r["channels"], "step": r["step"],
+               "units until every output depends on every input":
+                   r["units_to_mix"] if r["units_to_mix"] is not None else "never"}
+              for r in results["mixing"] if r["channels"] == table["channels"]]
+    return (f"{table['channels']} channels, step {table['step']} (reference: texture orders 0, 8, "
+            "16, 24, 1, 9, ... / 0, 2, 4, 6, ...):\n\n" + tables.markdown(rows) + "\n\n"
+            + tables.markdown(mixing) + "\n\n" + results["verdict"].replace("\n", " "))
+
+
 def build(directory=None) -> str:
     """Write ``report.md`` and ``report.html`` in ``directory`` (the figures folder) from
     the results files there; returns the Markdown."""
@@ -113,6 +128,7 @@ def build(directory=None) -> str:
         ("Cost per op", cost_section(deployed, classifier)),
         ("Timings on this machine (Mesa llvmpipe)", timings_section(deployed, classifier)),
         ("Activation study", activation_section(activations_)),
+        ("Channel shuffle", shuffle_section(read_json(directory / "shuffle.json"))),
     ]
     figures = [p.name for p in sorted(directory.glob("*.png"))]
     text = "# Workbench report\n\n" + "\n\n".join(f"## {t}\n\n{body}" for t, body in sections)
