@@ -23,7 +23,8 @@ work in all four when each group is whole RGBA packs (``groups=1``: any channel 
 ``direct`` and ``im2col_gemm`` take any stride and kernel size.  Intermediate buffers are
 processed in bands of output rows so that none exceeds 64 MiB (ES 3.1 guarantees storage
 blocks of 128 MiB).  Timings: the dispatches of one convolution, ended by ``glFinish``,
-without upload or read-back, the median of ``repeat`` runs after a warm-up run.
+without upload or read-back, the median of ``repeat`` runs (more for short ones) after a
+warm-up run.
 """
 from __future__ import annotations
 
@@ -311,7 +312,7 @@ def winograd_weights(layer: Layer) -> np.ndarray:
     g = layer.kernel.astype(np.float64)
     u = np.einsum("ai,ijcd,bj->abcd", WINOGRAD_G, g, WINOGRAD_G).reshape(16, *g.shape[2:])
     nop, ning = ir.packs(layer.cout), ir.packs(layer.kernel.shape[2])
-    cg, cout_g = layer.kernel.shape[2], layer.cout // layer.groups
+    cg = layer.kernel.shape[2]
     mats = np.zeros((16, nop, ning, 4, 4), np.float32)
     for o in range(nop):
         outs = list(range(4 * o, min(4 * o + 4, layer.cout)))
@@ -320,7 +321,6 @@ def winograd_weights(layer: Layer) -> np.ndarray:
                 mats[:, o, j, a, :len(outs)] = u[:, c, outs]
     bias = np.zeros(nop * 4, np.float32)
     bias[:layer.cout] = layer.bias
-    del cout_g
     return np.concatenate([bias, mats.ravel()])
 
 
@@ -417,11 +417,16 @@ def run(algorithm, layer: Layer, x) -> np.ndarray:
     return y.transpose(1, 2, 0, 3).reshape(*y.shape[1:3], -1)[..., :layer.cout]
 
 
-def time_conv(algorithm, layer: Layer, hw, repeat=3) -> dict:
+def time_conv(algorithm, layer: Layer, hw, repeat=3, min_seconds=0.2) -> dict:
     """Seconds of one convolution of an ``hw = (height, width)`` input (see the module
-    docstring): ``{"seconds": median, "runs": [...], "dispatches": n}``."""
+    docstring): ``{"seconds": median, "runs": [...], "dispatches": n}``.  Short convolutions
+    run more than ``repeat`` times, until about ``min_seconds`` are measured (up to 50 runs),
+    so that the median of sub-millisecond times is not one scheduler hiccup."""
     worker, steps = _prepare(algorithm, layer, hw)
     runs = worker.call("time", steps=steps, repeat=repeat)
+    more = min(50, int(min_seconds / max(min(runs), 1e-6))) - len(runs)
+    if more > 0:
+        runs += worker.call("time", steps=steps, repeat=more, warmup=0)
     worker.call("allocate", owner=OWNER)
     return {"seconds": float(np.median(runs)), "runs": runs, "dispatches": len(steps)}
 

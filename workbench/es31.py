@@ -31,7 +31,7 @@ input (zero padding) are skipped, not made.  ``texture_bytes`` is the op's outpu
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -259,16 +259,12 @@ def conv_kernel(op: ir.Conv, opts: Options) -> Kernel:
     return Kernel(op.name, op.name, src, images, f"{op.name}/weights", uniforms, "out", plan.jobs)
 
 
-def _span_counts(n_groups, group, stride, k, pad, size, tiled):
-    """Per axis: the loads one row/column of work groups makes, summed over the groups."""
-    total = 0
-    if tiled:
-        width = group * stride + k - stride
-        for g in range(n_groups):
-            start = g * group * stride - pad
-            total += max(0, min(start + width, size) - max(start, 0))
-        return total
-    return None
+def _tile_span(n_groups, group, stride, k, pad, size):
+    """Per axis: the input texels inside the image that the tiles of ``n_groups`` work groups
+    cover, summed over the groups (each loaded once per work group)."""
+    width = group * stride + k - stride
+    starts = (g * group * stride - pad for g in range(n_groups))
+    return sum(max(0, min(start + width, size) - max(start, 0)) for start in starts)
 
 
 def conv_loads(op: ir.Conv, shapes, opts: Options) -> int:
@@ -280,8 +276,8 @@ def conv_loads(op: ir.Conv, shapes, opts: Options) -> int:
     lx, ly = opts.local_size
     if plan.tiled:
         gx, gy = -(-wout // lx), -(-hout // ly)
-        sx = _span_counts(gx, lx, plan.stride, plan.k, left, win, True)
-        sy = _span_counts(gy, ly, plan.stride, plan.k, top, hin, True)
+        sx = _tile_span(gx, lx, plan.stride, plan.k, left, win)
+        sy = _tile_span(gy, ly, plan.stride, plan.k, top, hin)
         loads = plan.jobs * plan.nin * sx * sy
     else:
         def inside(n_out, pad, size):
@@ -298,7 +294,6 @@ def conv_loads(op: ir.Conv, shapes, opts: Options) -> int:
 def depth_to_space_kernel(op: ir.DepthToSpace, shapes, opts: Options) -> Kernel:
     """One invocation per input pixel writes its ``block x block`` output pixels."""
     blk = op.block
-    c_out = op.out_channels(shapes)
     n_out = op.out_packs(shapes)
     needed = sorted({c // 4 for p in range(n_out) for chans in op.source_channels(shapes, p)
                      for c in chans})
@@ -336,7 +331,6 @@ def depth_to_space_kernel(op: ir.DepthToSpace, shapes, opts: Options) -> Kernel:
                          f"      imageStore(u_out, {where}, vec4(clamp(rgb + ({parts[0]} - "
                          f"dot(rgb, {luma})), 0.0, 1.0), 1.0)); }}"]
     src += "void main() {\n" + "\n".join(body) + "\n}\n"
-    del c_out
     return Kernel(op.name, op.name, src, images, None, ["u_in_size"], "in", 1)
 
 
