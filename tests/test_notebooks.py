@@ -135,3 +135,16 @@ def test_shuffle_notebook_outputs(ci_run):
     for name in ("shuffle_order", "shuffle_mixing"):
         assert (root / "figures" / f"{name}.png").exists()
         assert (root / "figures" / f"{name}.svg").exists()
+
+
+@pytest.mark.slow
+def test_conv_algorithms_notebook_outputs(ci_run):
+    root = ci_run[0]
+    results = json.loads((root / "figures" / "conv_algorithms.json").read_text())
+    sizes = {(r["width"], r["height"]) for r in results["records"]}
+    assert sizes == {(32, 32), (64, 64)}
+    assert {"direct", "im2col_gemm", "winograd"} <= {r["algorithm"] for r in results["records"]}
+    assert all(r["ms"] > 0 for r in results["records"])
+    assert (root / "figures" / "conv_algorithms.png").exists()
+    text = (root / "figures" / "report.md").read_text()
+    assert "## Convolution algorithms (ES 3.1 compute)" in text and "| 64x64 |" in text

@@ -113,6 +113,25 @@ def shuffle_section(results):
             + tables.markdown(mixing) + "\n\n" + results["verdict"].replace("\n", " "))
 
 
+def conv_algorithms_section(results):
+    if not results:
+        return _missing("conv_algorithms")
+    sizes = dict.fromkeys(f"{r['width']}x{r['height']}" for r in results["records"])
+    times = {(f"{r['width']}x{r['height']}", r["algorithm"]): r["ms"] for r in results["records"]}
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in results["records"]))
+    rows = [{"input": size, **{f"{a} ms": times.get((size, a), "") for a in algorithms}}
+            for size in sizes]
+    shape = [{"input": r["size"], "direct / ConvMM here": r["direct / im2col_gemm here"],
+              "direct / ConvMM Tegra K1": r.get("direct / im2col_gemm Tegra K1", "")}
+             for r in results["shape"]]
+    crossings = "; ".join(f"{pair}: " + (", ".join(f"{c['faster_before']} -> {c['faster_after']} "
+                                                    f"between {' and '.join(c['between'])}"
+                                                    for c in found) or "none")
+                          for pair, found in results["crossovers"].items())
+    return (f"3x3 conv, 3 -> 16 channels, ES 3.1 compute shaders on {results['renderer']}:\n\n"
+            + tables.markdown(rows) + "\n\n" + tables.markdown(shape) + f"\n\nCrossovers: {crossings}.")
+
+
 def build(directory=None) -> str:
     """Write ``report.md`` and ``report.html`` in ``directory`` (the figures folder) from
     the results files there; returns the Markdown."""
@@ -129,6 +148,8 @@ def build(directory=None) -> str:
         ("Timings on this machine (Mesa llvmpipe)", timings_section(deployed, classifier)),
         ("Activation study", activation_section(activations_)),
         ("Channel shuffle", shuffle_section(read_json(directory / "shuffle.json"))),
+        ("Convolution algorithms (ES 3.1 compute)",
+         conv_algorithms_section(read_json(directory / "conv_algorithms.json"))),
     ]
     figures = [p.name for p in sorted(directory.glob("*.png"))]
     text = "# Workbench report\n\n" + "\n\n".join(f"## {t}\n\n{body}" for t, body in sections)
