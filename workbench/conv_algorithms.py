@@ -70,11 +70,11 @@ class Layer:
 
     @property
     def cin(self):
-        return self.kernel.shape[2] * self.groups
+        return self.op().cin
 
     @property
     def cout(self):
-        return self.kernel.shape[3]
+        return self.op().cout
 
     def check(self, algorithm):
         if algorithm not in ALGORITHMS:

@@ -541,12 +541,8 @@ class Net:
     def run(self, image, keep=False):
         """Run on the GPU.  Returns the output (HxWxC image or logits vector), or with
         ``keep`` every tensor as stored, ``{tensor: HxWx(4*layers) float32}``."""
-        image = np.asarray(image, np.float32)
-        if image.ndim == 2:
-            image = image[..., None]
-        c = self.graph.input.channels
-        if image.ndim != 3 or image.shape[2] != c:
-            raise ValueError(f"image of shape {image.shape}: the net's input has {c} channels")
+        image = self.graph.input_image(image)
+        c = image.shape[2]
         self._ensure(image.shape[:2])
         packs = ir.packs(c)
         data = np.zeros((*image.shape[:2], 4 * packs), np.float32)

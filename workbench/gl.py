@@ -131,12 +131,8 @@ class Runner:
     def run(self, image, keep=False):
         """Run every pass; returns ``{texture key: array}`` of the output textures (all of
         them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F."""
-        image = np.asarray(image, np.float32)
-        if image.ndim == 2:
-            image = image[..., None]
-        c = self.graph.input.channels
-        if image.ndim != 3 or image.shape[2] != c:
-            raise ValueError(f"image of shape {image.shape}: the net's input has {c} channels")
+        image = self.graph.input_image(image)
+        c = image.shape[2]
         self._allocate(image.shape[:2])
         data = np.zeros((*image.shape[:2], 4 * ir.packs(c)), np.uint8)
         data[..., :c] = np.round(np.clip(image, 0, 1) * 255)

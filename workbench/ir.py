@@ -277,6 +277,17 @@ class Graph:
             shapes[op.name] = op.out_shape(shapes, None)
         return shapes
 
+    def input_image(self, image) -> np.ndarray:
+        """``image`` (HxW or HxWxC, values in [0, 1]) as float32 HxWxC, checked against the
+        net's input channels."""
+        image = np.asarray(image, np.float32)
+        if image.ndim == 2:
+            image = image[..., None]
+        c = self.input.channels
+        if image.ndim != 3 or image.shape[2] != c:
+            raise ValueError(f"image of shape {image.shape}: the net's input has {c} channels")
+        return image
+
     def channels(self, name) -> int:
         """Channels of tensor ``name`` (they do not depend on the input size)."""
         return self.shapes(self.input_size or (1024, 1024))[name][2]
