@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench.layers import Act, DepthToSpace, GroupConv2D
+from workbench.layers import Act, DepthToSpace, GroupConv2D, grouped_conv2d
 from workbench.models import sr_x2
 
 
@@ -19,6 +19,27 @@ def test_group_conv_matches_keras_conv2d_groups(kernel, groups, strides, padding
     ref.set_weights(ours.get_weights())
     np.testing.assert_allclose(y, ref(x), atol=1e-5)
     assert tuple(y.shape) == ours.compute_output_shape(x.shape)
+
+
+@pytest.mark.parametrize("kernel, strides, padding", [(3, 1, "SAME"), (3, 2, "VALID"), (5, 2, "SAME")])
+def test_per_group_gradient_matches_split_convolutions(kernel, strides, padding):
+    # The fallback for TensorFlow without oneDNN, against per-group tf.nn.conv2d + concat.
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(2, 12, 13, 8)).astype(np.float32))
+    k = tf.constant(rng.normal(size=(kernel, kernel, 2, 12)).astype(np.float32))
+    dy = rng.normal(size=(2, *grouped_conv2d(x, k, strides, padding, 4, True).shape[1:]))
+
+    def grads(f):
+        with tf.GradientTape() as tape:
+            tape.watch([x, k])
+            y = f(x, k)
+        return [g.numpy() for g in tape.gradient(y, [x, k], output_gradients=dy.astype(np.float32))]
+
+    split = lambda x, k: tf.concat([tf.nn.conv2d(xg, kg, strides, padding) for xg, kg in
+                                    zip(tf.split(x, 4, -1), tf.split(k, 4, -1))], -1)
+    ours = grads(lambda x, k: grouped_conv2d(x, k, strides, padding, 4, per_group_gradient=True))
+    for got, want in zip(ours, grads(split)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_group_conv_groups_are_independent():

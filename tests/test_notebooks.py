@@ -64,7 +64,7 @@ def test_glsl_deploy_outputs(ci_run):
     for r in results["records"]:
         assert r["psnr_gpu_vs_tf"] >= 45
         assert r["bytes_equal_per_op_worst"] >= 0.9999
-        assert r["bytes_equal_gpu_emulator"] >= 0.998
+        assert r["bytes_equal_gpu_emulator"] >= 0.999  # the target (llvmpipe: all)
     assert len(results["pass_seconds"]) == 32
     assert (root / "figures" / "glsl_deploy_differences.png").exists()
     assert (root / "figures" / "sr_x2_shaders" / "manifest.json").exists()

@@ -1,9 +1,14 @@
-"""Numpy execution of the IR with the exact 8-bit storage of the GPU: it predicts the bytes.
+"""Numpy execution of the IR with the GPU's 8-bit storage and float32 arithmetic: it predicts
+the bytes.
 
-Every tensor is stored as RGBA8, so after each op the values are clamped to [0, 1] and
-rounded to the nearest of 256 levels (what a GPU does when it writes a float to a UNORM8
-render target).  Arithmetic is float64, so the emulator is the exact model the GPU's
-float32 (highp) approximates; it is the oracle of the tests.
+Every tensor is stored as RGBA8: a texture fetch turns level ``n`` into ``n * float32(1/255)``
+(:func:`load`), a render target clamps to [0, 1] and rounds ``255 * y`` to the nearest level,
+ties to even (:func:`store`).  In between the arithmetic is float32 (``highp``) in the order
+the generated shader states it and Mesa llvmpipe evaluates it: no fused multiply-add, a
+``mat4 * vec4`` summed component by component in order, ``dot`` summed from the last component
+to the first, ``mix(a, b, t)`` as ``a + t * (b - a)``.  With that, the emulator reproduces
+llvmpipe's bytes exactly (see the tests); a GPU that fuses or reorders differs from it only
+where a value sits within float32 rounding of a half level.  It is the oracle of the tests.
 """
 from __future__ import annotations
 
@@ -11,36 +16,89 @@ import numpy as np
 
 from workbench import activations, ir
 
+F32 = np.float32
+LEVEL = F32(1 / 255)
+
+
+def load(levels):
+    """8-bit levels -> float32, as a texture fetch converts RGBA8: ``level * float32(1/255)``."""
+    return np.asarray(levels, F32) * LEVEL
+
+
+def store(x):
+    """float32 -> uint8 levels, as an RGBA8 render target stores them: clamp to [0, 1], then
+    ``255 * x`` rounded to the nearest integer, ties to even."""
+    return np.rint(np.clip(np.asarray(x, F32), F32(0), F32(1)) * F32(255)).astype(np.uint8)
+
 
 def quantize(x):
-    """Clamp to [0, 1] and round to 8-bit levels: the RGBA8 store, as float64."""
-    return np.round(np.clip(x, 0.0, 1.0) * 255.0) / 255.0
+    """The value the next op reads back after an RGBA8 store of ``x`` (float32)."""
+    return load(store(x))
+
+
+def luma(rgb):
+    """``dot(rgb, LUMA)`` in float32, summed as llvmpipe sums a dot: last component first."""
+    L = ir.LUMA
+    return (rgb[..., 2] * L[2] + rgb[..., 1] * L[1]) + rgb[..., 0] * L[0]
 
 
 def conv(op: ir.Conv, x, residual=None):
-    """Convolution + bias (+ residual) + activation of HxWxC ``x``, before storage."""
+    """Convolution + bias (+ residual) + activation of HxWxC float32 ``x``, before storage.
+
+    Summed as the shader sums: the bias, then per tap (row by row) and per input pack of 4
+    channels the ``mat4 * vec4`` product (its 4 terms in channel order) added to the sum.
+    """
+    x = np.asarray(x, F32)
     if op.luma_input:
-        x = x[..., :3] @ ir.LUMA.astype(np.float64)[:, None]
+        x = luma(x[..., :3])[..., None]
     if op.input_order is not None:  # physical pack order -> logical channel order
         x = np.concatenate([x[..., 4 * p:4 * p + 4] for p in op.input_order], axis=-1)
     x = x[..., :op.cin]
     h, w = x.shape[:2]
     (oh, ow), (pt, pl), k, s = op.out_hw((h, w)), op.pads((h, w)), op.size, op.stride
     padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
-                       x.shape[2]))
+                       x.shape[2]), F32)
     padded[pt:pt + h, pl:pl + w] = x
     cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
-    out = np.tile(op.bias.astype(np.float64), (oh, ow, 1))
-    kernel = op.kernel.astype(np.float64)
-    for dy in range(k):
-        for dx in range(k):
-            window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
-            for g in range(op.groups):
-                out[..., g * cout_g:(g + 1) * cout_g] += \
-                    window[..., g * cin_g:(g + 1) * cin_g] @ kernel[dy, dx, :, g * cout_g:(g + 1) * cout_g]
+    kernel, bias = op.kernel.astype(F32), op.bias.astype(F32)
+    out = np.empty((oh, ow, op.cout), F32)
+    term = np.empty((oh, ow, cout_g), F32)
+    for g in range(op.groups):
+        outs = slice(g * cout_g, (g + 1) * cout_g)
+        acc = np.tile(bias[outs], (oh, ow, 1))
+        for dy in range(k):
+            for dx in range(k):
+                window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
+                for first in range(0, cin_g, ir.PACK):  # one input pack: mat4 * vec4
+                    product = None
+                    for c in range(first, min(first + ir.PACK, cin_g)):
+                        np.multiply(window[..., g * cin_g + c, None], kernel[dy, dx, c, outs],
+                                    out=term)
+                        product = term.copy() if product is None else product + term
+                    acc += product
+        out[..., outs] = acc
     if residual is not None:
         out += residual[..., :op.cout]
-    return activations.get(op.activation).np_fn(out).astype(np.float64)
+    return np.asarray(activations.get(op.activation).np_fn(out), F32)
+
+
+def bilinear(image, block):
+    """The SR demux's bilinear upsampling (half-pixel centres, clamped edges) in float32, as
+    its shader computes it from 4 nearest fetches."""
+    def axis(n):
+        u = (np.arange(n * block, dtype=F32) + F32(0.5)) / F32(block) - F32(0.5)
+        below = np.floor(u)
+        return (np.clip(below, 0, n - 1).astype(int), np.clip(below + 1, 0, n - 1).astype(int),
+                u - below)
+
+    def mix(a, b, t):
+        return a + t * (b - a)
+
+    (y0, y1, fy), (x0, x1, fx) = axis(image.shape[0]), axis(image.shape[1])
+    fx, fy = fx[None, :, None], fy[:, None, None]
+    top = mix(image[y0][:, x0], image[y0][:, x1], fx)
+    bottom = mix(image[y1][:, x0], image[y1][:, x1], fx)
+    return mix(top, bottom, fy)
 
 
 def depth_to_space(op: ir.DepthToSpace, x, image=None):
@@ -51,10 +109,8 @@ def depth_to_space(op: ir.DepthToSpace, x, image=None):
     y = x.reshape(h, w, b, b, c // (b * b)).transpose(0, 2, 1, 3, 4).reshape(h * b, w * b, -1)
     if image is None:
         return y
-    from workbench.images import upscale_bilinear
-
-    rgb = upscale_bilinear(image[..., :3].astype(np.float32), b).astype(np.float64)
-    return rgb + (y[..., :1] - rgb @ ir.LUMA.astype(np.float64)[:, None])
+    rgb = bilinear(np.asarray(image[..., :3], F32), b)
+    return rgb + (y[..., :1] - luma(rgb)[..., None])
 
 
 def dense(op: ir.Dense, x):
@@ -103,7 +159,7 @@ def apply(op, tensors):
 def run(graph: ir.Graph, image, keep=False):
     """Run ``graph`` on an HxWxC image in [0, 1]; the output as float (8-bit levels), or with
     ``keep`` every tensor as uint8 HxWx(4*packs), the layout the GPU runner returns."""
-    image = np.asarray(image, np.float64)
+    image = np.asarray(image, F32)
     if image.ndim == 2:
         image = image[..., None]
     tensors = {graph.input.name: quantize(image)}
@@ -141,7 +197,7 @@ def stepwise(graph: ir.Graph, stored: dict):
     difference in one layer does not spread to the next.
     """
     shapes = graph.shapes(stored[graph.input.name].shape[:2])
-    tensors = {name: data[..., :shapes[name][2]] / 255.0 for name, data in stored.items()
+    tensors = {name: load(data[..., :shapes[name][2]]) for name, data in stored.items()
                if name in shapes and not _is_dense(graph, name)}
     return {op.name: _stored(graph, op.name, apply(op, tensors)) for op in graph.ops}
 

@@ -2,7 +2,10 @@
 
 * :class:`GroupConv2D` -- convolution with groups that trains fast on CPU: it calls
   ``tf.nn.conv2d`` with a grouped filter of shape ``(kh, kw, cin // groups, cout)``.
-  Keras' own ``Conv2D(groups=...)`` is ~20x slower to train here.
+  Keras' own ``Conv2D(groups=...)`` is ~20x slower to train here.  TensorFlow computes the
+  gradients of a grouped convolution on the CPU only with oneDNN, which it turns on by itself
+  only on CPUs with AVX-512 VNNI (``import workbench`` before TensorFlow asks for it
+  everywhere); without oneDNN the gradients are computed group by group.
 * :class:`Act` -- one of the registered activations of :mod:`workbench.activations`,
   by name, so that the code generators know exactly which function it is.
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``: channel ``c = dy * block + dx``
@@ -16,6 +19,46 @@ import tensorflow as tf
 from workbench import activations
 
 PACKAGE = "workbench"
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow runs its CPU kernels through oneDNN (set at its import)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
+
+
+def grouped_conv2d(x, kernel, strides, padding, groups, per_group_gradient=None):
+    """``tf.nn.conv2d`` with a grouped ``kernel`` (kh, kw, cin // groups, cout).
+
+    The forward pass is TensorFlow's own.  Its gradients run on the CPU only through oneDNN
+    ("Gradients for grouped convolutions are not supported on CPU" otherwise), so without it
+    (or with ``per_group_gradient=True``) they are computed group by group with the plain
+    backprop ops.
+    """
+    if per_group_gradient is None:
+        per_group_gradient = groups > 1 and not onednn_enabled()
+    if not per_group_gradient:
+        return tf.nn.conv2d(x, kernel, strides, padding)
+
+    @tf.custom_gradient
+    def conv(x, kernel):
+        def grad(dy):
+            step = [1, strides, strides, 1]
+            parts = zip(*(tf.split(t, groups, axis=-1) for t in (x, kernel, dy)))
+            dx, dk = zip(*[(tf.raw_ops.Conv2DBackpropInput(
+                                input_sizes=tf.shape(xg), filter=kg, out_backprop=dyg,
+                                strides=step, padding=padding),
+                            tf.raw_ops.Conv2DBackpropFilter(
+                                input=xg, filter_sizes=tf.shape(kg), out_backprop=dyg,
+                                strides=step, padding=padding))
+                           for xg, kg, dyg in parts])
+            return tf.concat(dx, axis=-1), tf.concat(dk, axis=-1)
+        return tf.nn.conv2d(x, kernel, strides, padding), grad
+
+    return conv(tf.convert_to_tensor(x), tf.convert_to_tensor(kernel))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -56,7 +99,7 @@ class GroupConv2D(keras.layers.Layer):
                      if self.use_bias else None)
 
     def call(self, x):
-        y = tf.nn.conv2d(x, self.kernel, self.strides, self.padding.upper())
+        y = grouped_conv2d(x, self.kernel, self.strides, self.padding.upper(), self.groups)
         return y + self.bias if self.use_bias else y
 
     def compute_output_shape(self, input_shape):
