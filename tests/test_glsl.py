@@ -2,7 +2,8 @@
 
 Tolerances, and why:
 * GPU vs emulator: both store every tensor as RGBA8 and compute in float32 in the shader's
-  order, so on Mesa llvmpipe the bytes are equal, every one (test_emulator_is_exact_on_llvmpipe).
+  order, so on Mesa llvmpipe the bytes are equal: every one for a random-weight net
+  (test_emulator_is_exact_on_llvmpipe), all but ~1 in 10^6 for a trained one.
   A GPU that fuses multiply-adds or sums in another order differs only where a value lies
   within float32 rounding of a half level: the per-op tests allow that, >= 99.99 % equal
   bytes and at most 1 level apart, and end to end (5 layers, where a one-level difference
