@@ -64,7 +64,6 @@ def conv(op: ir.Conv, x, residual=None):
     cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
     kernel, bias = op.kernel.astype(F32), op.bias.astype(F32)
     out = np.empty((oh, ow, op.cout), F32)
-    term = np.empty((oh, ow, cout_g), F32)
     for g in range(op.groups):
         outs = slice(g * cout_g, (g + 1) * cout_g)
         acc = np.tile(bias[outs], (oh, ow, 1))
@@ -72,11 +71,11 @@ def conv(op: ir.Conv, x, residual=None):
             for dx in range(k):
                 window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
                 for first in range(0, cin_g, ir.PACK):  # one input pack: mat4 * vec4
-                    product = None
-                    for c in range(first, min(first + ir.PACK, cin_g)):
-                        np.multiply(window[..., g * cin_g + c, None], kernel[dy, dx, c, outs],
-                                    out=term)
-                        product = term.copy() if product is None else product + term
+                    terms = (window[..., g * cin_g + c, None] * kernel[dy, dx, c, outs]
+                             for c in range(first, min(first + ir.PACK, cin_g)))
+                    product = next(terms)
+                    for term in terms:
+                        product += term
                     acc += product
         out[..., outs] = acc
     if residual is not None:
@@ -219,5 +218,5 @@ def to_packs(x, opaque=False):
     out = np.zeros((*x.shape[:2], 4 * ir.packs(c)), np.uint8)
     if opaque:
         out[..., 3] = 255
-    out[..., :c] = np.round(x * 255)
+    out[..., :c] = store(x)
     return out

@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+import functools
+
 import keras
 import tensorflow as tf
 
@@ -21,8 +23,9 @@ from workbench import activations
 PACKAGE = "workbench"
 
 
+@functools.cache
 def onednn_enabled() -> bool:
-    """Whether TensorFlow runs its CPU kernels through oneDNN (set at its import)."""
+    """Whether TensorFlow runs its CPU kernels through oneDNN (fixed at its import)."""
     try:
         from tensorflow.python.util import _pywrap_util_port
         return bool(_pywrap_util_port.IsMklEnabled())
