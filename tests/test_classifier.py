@@ -269,7 +269,7 @@ def test_train_resume_and_final_models(tmp_path, monkeypatch):
     again, history2 = classify.train(run, **kwargs)  # finished: trains nothing
     assert history2 == history
     np.testing.assert_array_equal(again.get_weights()[0], model.get_weights()[0])
-    results = classify.finish(run)
+    results = classify.finish(run, export="average")
     assert list(results["top1"]) == ["last", "best", "average of 2 best"]
     assert results["exported"] == "average of 2 best" and results["quantize"] is True
     assert all(0 <= v <= 1 for v in results["top1"].values())
