@@ -15,6 +15,7 @@ Tolerances, and why:
 """
 import json
 import os
+import signal
 
 import keras
 import numpy as np
@@ -191,6 +192,25 @@ def test_missing_gl_gives_a_clear_error(monkeypatch):
     monkeypatch.setattr(gl, "_WORKER", None)
     with pytest.raises(gl.GLUnavailable, match="apt-get install libegl1"):
         gl.worker()
+
+
+def test_interrupts_neither_kill_the_gl_worker_nor_leave_it_a_late_reply(monkeypatch):
+    # Ctrl-C and a Jupyter kernel's interrupt or shutdown signal the whole process group.
+    worker = gl._Worker()
+    try:
+        os.kill(worker.proc.pid, signal.SIGINT)
+        assert worker.call("info") == worker.info
+
+        def interrupted(_):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(gl.pickle, "load", interrupted)  # the parent, waiting for a reply
+        with pytest.raises(KeyboardInterrupt):
+            worker.call("info")
+        monkeypatch.undo()
+        with pytest.raises(gl.GLError, match="has exited"):
+            worker.call("info")
+    finally:
+        worker.close()
 
 
 def test_shuffle_is_a_binding_order_and_changes_the_result():

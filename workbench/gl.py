@@ -45,13 +45,17 @@ class _Worker:
     def call(self, command, **kwargs):
         if self.proc.poll() is not None:
             raise GLError(f"the GL worker process has exited (code {self.proc.returncode})")
-        pickle.dump((command, kwargs), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-        self.proc.stdin.flush()
         try:
+            pickle.dump((command, kwargs), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.proc.stdin.flush()
             status, result = pickle.load(self.proc.stdout)
         except EOFError:
             raise GLError(f"the GL worker died during {command!r} "
                           f"(exit code {self.proc.wait()})") from None
+        except KeyboardInterrupt:  # its late reply would answer the next request
+            self.proc.kill()
+            self.proc.wait()
+            raise
         if status == "error":
             raise GLError(f"GL worker, {command!r}:\n{result}")
         return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -135,7 +136,10 @@ def serve(inp, out, factory=None):
 
 
 def main(factory=None):
-    """Serve on stdin/stdout (the entry point of a worker process)."""
+    """Serve on stdin/stdout (the entry point of a worker process).  Ctrl-C and a Jupyter
+    kernel's interrupt reach the whole process group: the parent decides, by closing stdin
+    or killing the worker (:meth:`workbench.gl._Worker.call`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the pipe
     serve(sys.stdin.buffer, protocol_out, factory)
