@@ -44,7 +44,8 @@ class _Worker:
 
     def call(self, command, **kwargs):
         if self.proc.poll() is not None:
-            raise GLError(f"the GL worker process has exited (code {self.proc.returncode})")
+            raise GLError(f"the GL worker process has exited (code {self.proc.returncode}); "
+                          "compile the net again to start a new one")
         try:
             pickle.dump((command, kwargs), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             self.proc.stdin.flush()
