@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench import activations
+from workbench.nets import activations
 
 X = np.linspace(-9, 9, 3601, dtype=np.float32)
 
@@ -55,7 +55,7 @@ def test_gradient_matches_central_differences_away_from_kinks(name):
 
 
 def test_activation_study_summary_and_verdict():
-    from workbench import activation_study
+    from workbench.studies import activation_study
 
     def record(name, seed, top1):
         return {"activation": name, "seed": seed, "top1": top1, "top1_8bit": top1 - 0.01,

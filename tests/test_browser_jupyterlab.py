@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench import browser
 from workbench.files import atomic_path, figures_dir
+from workbench.web import browser
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "widgets.ipynb"

@@ -7,10 +7,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from workbench import activations, classify, datasets
-from workbench.images import ImageError
-from workbench.layers import Act, FastBatchNorm, Quantize8, Shuffle, shuffle_order
-from workbench.models import dogs_classifier
+from workbench.data import datasets
+from workbench.data.images import ImageError
+from workbench.nets import activations, classify
+from workbench.nets.layers import Act, FastBatchNorm, Quantize8, Shuffle, shuffle_order
+from workbench.nets.models import dogs_classifier
 
 
 def trainable(model):

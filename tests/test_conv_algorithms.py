@@ -1,4 +1,4 @@
-"""Convolution algorithms as ES 3.1 compute shaders (workbench.conv_algorithms) against
+"""Convolution algorithms as ES 3.1 compute shaders (workbench.es31.conv, workbench.studies.conv_algorithms) against
 tf.nn.conv2d on random layers.  TF runs here, the shaders in the GL child process.
 
 Tolerance: float32 throughout, unit-variance weights over fan-ins of 27-144, outputs of
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench import conv_algorithms as ca
+from workbench.es31 import conv
+from workbench.studies import conv_algorithms as ca
 
 
 def _reference(layer, x):
@@ -28,36 +29,36 @@ LAYERS = [  # cin, cout, k, stride, padding, groups
 
 
 @pytest.mark.parametrize("cin, cout, k, stride, padding, groups", LAYERS)
-@pytest.mark.parametrize("algorithm", ca.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", conv.ALGORITHMS)
 def test_algorithm_matches_tf(algorithm, cin, cout, k, stride, padding, groups):
-    layer = ca.Layer.random(cin, cout, k, stride, padding, groups, seed=cin + k)
+    layer = conv.Layer.random(cin, cout, k, stride, padding, groups, seed=cin + k)
     x = np.random.default_rng(k * stride).random((19, 23, cin), dtype=np.float32)
     if algorithm == "winograd" and (k != 3 or stride != 1):
         with pytest.raises(ValueError, match="3x3 kernels with stride 1 only"):
-            ca.run(algorithm, layer, x)
+            conv.run(algorithm, layer, x)
         return
-    y, ref = ca.run(algorithm, layer, x), _reference(layer, x)
+    y, ref = conv.run(algorithm, layer, x), _reference(layer, x)
     assert y.shape == ref.shape
     assert np.abs(y - ref).max() <= 1e-5
 
 
 def test_bands_split_large_intermediate_buffers(monkeypatch):
     """With a tiny band budget im2col and Winograd run in many bands: same result."""
-    monkeypatch.setattr(ca, "BAND_BYTES", 4096)
-    layer = ca.Layer.random(4, 8, 3, seed=3)
+    monkeypatch.setattr(conv, "BAND_BYTES", 4096)
+    layer = conv.Layer.random(4, 8, 3, seed=3)
     x = np.random.default_rng(4).random((21, 17, 4), dtype=np.float32)
     for algorithm in ("im2col_gemm", "winograd"):
-        assert len(ca.plan(algorithm, layer, x.shape[:2])[3]) > 4
-        assert np.abs(ca.run(algorithm, layer, x) - _reference(layer, x)).max() <= 1e-5
+        assert len(conv.plan(algorithm, layer, x.shape[:2])[3]) > 4
+        assert np.abs(conv.run(algorithm, layer, x) - _reference(layer, x)).max() <= 1e-5
 
 
 def test_winograd_filter_transform():
     """U = G g G^T, and A^T [(G g G^T) * (B^T d B)] A is the 2x2 valid correlation of d."""
     rng = np.random.default_rng(5)
     g, d = rng.normal(size=(3, 3)), rng.normal(size=(4, 4))
-    u = ca.WINOGRAD_G @ g @ ca.WINOGRAD_G.T
-    v = ca.WINOGRAD_BT @ d @ ca.WINOGRAD_BT.T
-    y = ca.WINOGRAD_AT @ (u * v) @ ca.WINOGRAD_AT.T
+    u = conv.WINOGRAD_G @ g @ conv.WINOGRAD_G.T
+    v = conv.WINOGRAD_BT @ d @ conv.WINOGRAD_BT.T
+    y = conv.WINOGRAD_AT @ (u * v) @ conv.WINOGRAD_AT.T
     direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(2)] for i in range(2)])
     np.testing.assert_allclose(y, direct, atol=1e-12)
 

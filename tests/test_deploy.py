@@ -1,11 +1,15 @@
 """`python -m workbench upscale` on any image: RGB, greyscale, odd sizes, too large."""
+import re
+
 import numpy as np
 import pytest
 from PIL import Image
 
-from workbench import glsl, images, metrics, superres
+from workbench import es2
 from workbench.__main__ import main
-from workbench.models import sr_x2
+from workbench.data import images, metrics
+from workbench.nets import superres
+from workbench.nets.models import sr_x2
 
 
 @pytest.fixture(scope="module")
@@ -33,22 +37,27 @@ def test_upscale_command(tmp_path, model_path, mode, size):
 
 def test_upscale_from_saved_shaders(tmp_path, model_path):
     import keras
-    glsl.compile(keras.models.load_model(model_path)).save(tmp_path / "shaders")
+    es2.compile(keras.models.load_model(model_path)).save(tmp_path / "shaders")
     Image.fromarray(np.full((8, 8, 3), 128, np.uint8)).save(tmp_path / "in.png")
     assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
                  "--model", str(tmp_path / "shaders")]) == 0
     assert images.load_image(tmp_path / "out.png").shape == (16, 16, 3)
 
 
-def test_image_larger_than_the_texture_limit_is_refused(tmp_path, model_path):
+def test_image_larger_than_the_texture_limit_is_refused(tmp_path, model_path, capsys):
     from workbench import gl
     limit = gl.info()["GL_MAX_TEXTURE_SIZE"]
     Image.fromarray(np.zeros((2, limit // 2 + 1, 3), np.uint8)).save(tmp_path / "wide.png")
-    with pytest.raises(ValueError, match=f"'subpixels' would be .* GL_MAX_TEXTURE_SIZE of {limit}"):
-        main(["upscale", str(tmp_path / "wide.png"), str(tmp_path / "out.png"),
-              "--model", str(model_path)])
+    assert main(["upscale", str(tmp_path / "wide.png"), str(tmp_path / "out.png"),
+                 "--model", str(model_path)]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(f"error: tensor 'subpixels' would be .* GL_MAX_TEXTURE_SIZE of {limit}; "
+                        "use a smaller image\n", err)
+    assert not (tmp_path / "out.png").exists()
 
 
-def test_missing_model_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.keras"):
-        main(["upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")])
+def test_missing_model_is_named(tmp_path, capsys):
+    assert main(["upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")]) == 2
+    assert "nope.keras" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="nope.keras"):  # --debug: the traceback
+        main(["--debug", "upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")])

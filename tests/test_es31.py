@@ -19,9 +19,12 @@ import keras
 import numpy as np
 import pytest
 
-from workbench import classify, cost, es31, glsl, images, ir
-from workbench.layers import Act, DepthToSpace, GroupConv2D
-from workbench.models import dogs_classifier, sr_x2
+from workbench import es31, ir
+from workbench.data import images
+from workbench.ir import cost
+from workbench.nets import classify
+from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
+from workbench.nets.models import dogs_classifier, sr_x2
 
 
 def _image(h, w, c, seed=0):
@@ -53,7 +56,7 @@ def sr_model():
 
 def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
     image = _image(21, 17, 3, seed=4)  # not a multiple of the 8x8 work groups
-    net = glsl.compile(sr_model, target="es31", count_loads=True)
+    net = es31.compile(sr_model, count_loads=True)
     out = net.run(image)
     assert out.shape == (42, 34, 3)
     assert np.abs(out - _sr_reference(sr_model, image)).max() <= 1e-4
@@ -169,5 +172,3 @@ def test_shaders_pass_glslang(sr_model, tiny, tmp_path):
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="storage must be one of"):
         es31.Options(storage="rgba8")
-    with pytest.raises(ValueError, match="target must be"):
-        glsl.compile(sr_x2(), target="es3")

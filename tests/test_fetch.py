@@ -1,4 +1,3 @@
-import argparse
 import hashlib
 import json
 import re
@@ -9,10 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workbench import fetch as fetch_mod
-from workbench.datasets import sr_images
-from workbench.fetch import FetchError, add_parser, fetch, load_manifest, main
-from workbench.images import load_image
+from workbench.data import fetch as fetch_mod
+from workbench.data.datasets import sr_images
+from workbench.data.fetch import FetchError, fetch, load_manifest
+from workbench.data.images import load_image
+from workbench.run.cli import main
 
 
 def sha256(path):
@@ -112,14 +112,11 @@ def test_cli(tmp_path, toy_zip, monkeypatch, capsys):
     manifest_path.write_text(json.dumps(manifest_for(toy_zip, sha256(toy_zip))))
     monkeypatch.setattr(fetch_mod, "MANIFEST", manifest_path)
     root = tmp_path / "data"
-    assert main(["--root", str(root)]) == 0  # default names
+    assert main(["fetch-data", "--root", str(root)]) == 0  # default names
     assert len(sr_images("Toy", root=root)) == 2
-    assert main(["--root", str(root), "Bogus"]) == 1
+    assert main(["fetch-data", "--root", str(root), "Bogus"]) == 1
     assert "Bogus" in capsys.readouterr().err
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["fetch-data", "--root", str(root), "--force", "Toy"])
-    assert args.func is fetch_mod.run and args.func(args) == 0
+    assert main(["fetch-data", "--root", str(root), "--force", "Toy"]) == 0
 
 
 def test_package_manifest_is_well_formed():

@@ -21,9 +21,12 @@ import keras
 import numpy as np
 import pytest
 
-from workbench import cost, emulate, gl, glsl, glslang, limits, metrics
-from workbench.layers import Act, DepthToSpace, GroupConv2D
-from workbench.models import sr_x2
+from workbench import es2, gl, ir
+from workbench.data import metrics
+from workbench.es2 import emulate, glslang, limits
+from workbench.ir import cost
+from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
+from workbench.nets.models import sr_x2
 
 HALF_LEVEL = 0.5 / 255 + 1e-5
 
@@ -44,7 +47,7 @@ def _model(channels, *layers, residual=False):
 
 def _compare(model, image, luma_input=False, tf_tolerance=HALF_LEVEL):
     """Run on GPU, emulator and TF; check the tolerances above; return the net."""
-    net = glsl.compile(model, luma_input=luma_input)
+    net = es2.compile(model, luma_input=luma_input)
     gpu, emu = net.run(image), net.emulate(image)
     tf_out = model(image[None]).numpy()[0]
     assert gpu.shape == emu.shape == tf_out.shape
@@ -93,9 +96,9 @@ def test_luma_input_and_sr_demux():
 
 
 def _compare_sr(model, image):
-    from workbench import superres
+    from workbench.nets import superres
 
-    net = glsl.compile(model)
+    net = es2.compile(model)
     gpu, emu = net.run(image), net.emulate(image)
     ref = superres.upscale(model, image)  # TF, float chroma, rounded to 8 bits
     assert gpu.shape == ref.shape == (image.shape[0] * 2, image.shape[1] * 2, 3)
@@ -117,7 +120,7 @@ def test_emulator_is_exact_on_llvmpipe():
     if "llvmpipe" not in renderer:
         pytest.skip(f"the exact order is llvmpipe's; the renderer here is {renderer}")
     keras.utils.set_random_seed(5)
-    net = glsl.compile(sr_x2())
+    net = es2.compile(sr_x2())
     image = _image(40, 36, 3, seed=6)
     stored = net.run(image, keep=True)
     predicted = net.emulate(image, keep=True)
@@ -126,7 +129,7 @@ def test_emulator_is_exact_on_llvmpipe():
 
 
 def test_sr_x2_cost_at_256():
-    net = glsl.compile(sr_x2())
+    net = es2.compile(sr_x2())
     total = cost.total(net.cost((256, 256)).values())
     assert total.programs == len(net.passes) == 32
     assert total.multiply_adds == 7216 * 256 * 256
@@ -137,14 +140,14 @@ def test_sr_x2_cost_at_256():
 def test_every_generated_shader_passes_glslang():
     if os.environ.get("WORKBENCH_SKIP_GLSLANG"):
         pytest.skip("WORKBENCH_SKIP_GLSLANG is set")
-    nets = [glsl.compile(sr_x2()), glsl.compile(sr_x2(), precision="mediump"),
-            glsl.compile(_model(8, GroupConv2D(8, 3, groups=2, strides=2), Act("sigmoid_like"),
+    nets = [es2.compile(sr_x2()), es2.compile(sr_x2(), precision="mediump"),
+            es2.compile(_model(8, GroupConv2D(8, 3, groups=2, strides=2), Act("sigmoid_like"),
                                 residual=False)),
-            glsl.compile(_model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid"), residual=True)),
-            glsl.compile(_model(16, GroupConv2D(16, 1), Act("relu6_scaled"), DepthToSpace(2)))]
+            es2.compile(_model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid"), residual=True)),
+            es2.compile(_model(16, GroupConv2D(16, 1), Act("relu6_scaled"), DepthToSpace(2)))]
     shaders = {f"{i}:{p.name}": p.source for i, net in enumerate(nets) for p in net.passes}
     glslang.validate_many(shaders)
-    glslang.validate(glsl.VERTEX_SHADER, stage="vert", name="vertex")
+    glslang.validate(es2.VERTEX_SHADER, stage="vert", name="vertex")
 
 
 @pytest.mark.parametrize("build, message", [
@@ -161,7 +164,7 @@ def test_every_generated_shader_passes_glslang():
 ])
 def test_limits_checker_refuses(build, message):
     with pytest.raises(ValueError, match=message) as err:
-        glsl.compile(build())
+        es2.compile(build())
     assert "layer '" in str(err.value)
 
 
@@ -172,7 +175,7 @@ def test_limits_table_is_one_named_table():
 
 def test_save_and_load_round_trip(tmp_path):
     keras.utils.set_random_seed(5)
-    net = glsl.compile(sr_x2())
+    net = es2.compile(sr_x2())
     net.save(tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert len(manifest["passes"]) == 32
@@ -180,7 +183,7 @@ def test_save_and_load_round_trip(tmp_path):
     assert manifest["tensors"]["L1"] == {"channels": 48, "packs": 12}
     assert {"tensor": "L1", "index": 11, "width": 256, "height": 256, "format": "RGBA8"} in \
         manifest["textures_for_input"]["textures"]
-    again = glsl.load(tmp_path)
+    again = es2.load(tmp_path)
     image = _image(10, 12, 3, seed=6)
     np.testing.assert_array_equal(again.run(image), net.run(image))
     np.testing.assert_array_equal(again.emulate(image), net.emulate(image))
@@ -189,14 +192,14 @@ def test_save_and_load_round_trip(tmp_path):
 def test_missing_gl_gives_a_clear_error(monkeypatch):
     # Without a GL vendor library, EGL cannot make a context: as on a machine without Mesa.
     monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent.json")
-    monkeypatch.setattr(gl, "_WORKER", None)
+    monkeypatch.setattr(gl, "_WORKERS", {})
     with pytest.raises(gl.GLUnavailable, match="apt-get install libegl1"):
         gl.worker()
 
 
 def test_interrupts_neither_kill_the_gl_worker_nor_leave_it_a_late_reply(monkeypatch):
     # Ctrl-C and a Jupyter kernel's interrupt or shutdown signal the whole process group.
-    worker = gl._Worker()
+    worker = gl._Worker(gl.FRAGMENT)
     try:
         os.kill(worker.proc.pid, signal.SIGINT)
         assert worker.call("info") == worker.info
@@ -214,7 +217,7 @@ def test_interrupts_neither_kill_the_gl_worker_nor_leave_it_a_late_reply(monkeyp
 
 
 def test_shuffle_is_a_binding_order_and_changes_the_result():
-    from workbench.layers import Shuffle
+    from workbench.nets.layers import Shuffle
     keras.utils.set_random_seed(7)
     model = _model(32, GroupConv2D(32, 1), Act("sigmoid_like"), Shuffle(2),
                    GroupConv2D(32, 1, groups=4), Act("sigmoid_like"))
@@ -225,7 +228,7 @@ def test_shuffle_is_a_binding_order_and_changes_the_result():
     assert [b.pack for b in net.passes[-1].inputs] == [5, 7]   # group 3 reads logical packs 6, 7
     # The same net with the binding order dropped computes something else.
     second.input_order = None
-    wrong = glsl.Net(net.graph, glsl.generate(net.graph), "highp")
+    wrong = es2.Net(net.graph, es2.generate(net.graph), "highp")
     assert np.abs(wrong.run(_image(6, 5, 32, seed=8)) - net.run(_image(6, 5, 32, seed=8))).max() > 0.05
 
 
@@ -249,7 +252,7 @@ def test_pooled_dense(number, cin, cout, hw):
     conv's 8-bit storage (half a level per value, averaged and weighted) gives ~0.001 in
     float; fixed16 adds the rounding of the weights and of each stage (0.02 = 5 steps)."""
     model = _classifier(cin, cout, hw)
-    net = glsl.compile(model, dense=number)
+    net = es2.compile(model, dense=number)
     image = _image(hw, hw, 4, seed=9)
     gpu, emu, tf_out = net.run(image), net.emulate(image), model(image[None]).numpy()[0]
     assert gpu.shape == (cout,)
@@ -263,22 +266,22 @@ def test_pooled_dense(number, cin, cout, hw):
 
 
 def test_fixed_point_overflow_is_reported_not_garbage():
-    from workbench.fixed16 import FixedPointOverflow
+    from workbench.es2.fixed16 import FixedPointOverflow
     model = _classifier(16, 4, 3, weight_scale=600.0)
-    net = glsl.compile(model)
+    net = es2.compile(model)
     with pytest.raises(FixedPointOverflow, match=r"layer 'dense.*': .* reaches -?\d+\.\d+, outside .* by"):
         net.run(_image(3, 3, 4, seed=10))
     with pytest.raises(FixedPointOverflow, match="by"):
         net.emulate(_image(3, 3, 4, seed=10))
     # the float path has no such range
-    assert np.isfinite(glsl.compile(model, dense="float").run(_image(3, 3, 4, seed=10))).all()
+    assert np.isfinite(es2.compile(model, dense="float").run(_image(3, 3, 4, seed=10))).all()
 
 
 def test_dogs120_cost_reproduces_the_reference():
     """Per 385x385 image the reference reports ~398.4 M multiply-adds, ~27.9 M RGBA texel
-    fetches and < 6 MB of texture memory (convention: workbench/cost.py)."""
-    from workbench.models import dogs_classifier
-    graph = glsl.ir.from_keras(dogs_classifier("dogs120"))
+    fetches and < 6 MB of texture memory (convention: workbench/ir/cost.py)."""
+    from workbench.nets.models import dogs_classifier
+    graph = ir.from_keras(dogs_classifier("dogs120"))
     limits.check(graph)
     total = cost.total(graph.cost((385, 385)).values())
     assert abs(total.multiply_adds / 398.4e6 - 1) < 0.01
@@ -293,9 +296,9 @@ def test_dogs120_cost_reproduces_the_reference():
 
 
 def test_classifier_save_and_load_round_trip(tmp_path):
-    net = glsl.compile(_classifier(48, 7, 5))
+    net = es2.compile(_classifier(48, 7, 5))
     net.save(tmp_path)
-    again = glsl.load(tmp_path)
+    again = es2.load(tmp_path)
     image = _image(5, 5, 4, seed=11)
     np.testing.assert_array_equal(again.run(image), net.run(image))
     manifest = json.loads((tmp_path / "manifest.json").read_text())

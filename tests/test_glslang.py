@@ -1,4 +1,4 @@
-"""workbench.glslang: Khronos' glslangValidator under the OpenGL ES 2.0 limits.
+"""workbench.es2.glslang: Khronos' glslangValidator under the OpenGL ES 2.0 limits.
 
 The validator is a hard requirement (`make test` installs it via tools/system_deps.sh): when it is
 missing these tests FAIL with the install command. Set WORKBENCH_SKIP_GLSLANG=1 to skip them instead
@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from workbench import glslang
-from workbench.glslang import ShaderValidationError
+from workbench.es2 import glslang
+from workbench.es2.glslang import ShaderValidationError
 
 HEADER = """#version 100
 #ifdef GL_FRAGMENT_PRECISION_HIGH

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workbench.images import (
+from workbench.data.images import (
     KERNELS,
     ImageError,
     degrade,

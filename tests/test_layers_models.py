@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench.layers import Act, DepthToSpace, GroupConv2D, grouped_conv2d
-from workbench.models import sr_x2
+from workbench.nets.layers import DepthToSpace, GroupConv2D, grouped_conv2d
+from workbench.nets.models import sr_x2
 
 
 @pytest.mark.parametrize("kernel, groups, strides, padding",

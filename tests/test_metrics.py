@@ -4,7 +4,7 @@ import pytest
 from skimage.color import rgb2ycbcr
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from workbench.metrics import psnr, ssim
+from workbench.data.metrics import psnr, ssim
 
 
 @pytest.fixture

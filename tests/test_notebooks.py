@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from workbench import datasets, pipeline
-
+from workbench.data import datasets
+from workbench.run import pipeline
 
 NEED_CIFAR = ("classifier_train", "classifier_deploy", "activations")
 
@@ -102,7 +102,7 @@ def test_report(ci_run):
 
 
 def test_report_names_missing_results(tmp_path):
-    from workbench import report
+    from workbench.run import report
     text = report.build(tmp_path)
     assert "_Not in this run: `notebooks/sr_eval.ipynb` writes it._" in text
     assert "_Not in this run: `notebooks/activations.ipynb` writes it._" in text

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 import yaml
 
-from workbench import pipeline
+from workbench.run import pipeline
 
 DEPENDENCIES = {"a": [], "b": ["a"], "c": ["b"], "d": []}
 
@@ -86,7 +86,7 @@ def test_failure_stops_dependants_and_keeps_partial_output(project):
 
 
 def test_sweep_collects_one_table(tmp_path, monkeypatch):
-    from workbench import sweep
+    from workbench.run import sweep
     monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
     books = tmp_path / "notebooks"
     books.mkdir()

@@ -1,8 +1,8 @@
 """The project's own files: pip and conda dependency lists agree."""
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@ runs in tests/test_notebooks.py)."""
 
 import numpy as np
 
-from workbench import shuffle
+from workbench.studies import shuffle
 
 
 def test_order_table_128_channels_3_iterations_is_the_articles():
@@ -66,7 +66,7 @@ def test_dependency_matrix_is_the_keras_units():
     import keras
     import tensorflow as tf
 
-    from workbench.layers import GroupConv2D, Shuffle
+    from workbench.nets.layers import GroupConv2D, Shuffle
 
     keras.utils.set_random_seed(0)
     c = 128
@@ -93,7 +93,7 @@ def test_dependency_matrix_is_the_keras_units():
 
 
 def test_stage_layout_follows_the_model():
-    from workbench import models
+    from workbench.nets import models
 
     model = models.dogs_classifier("dogs120")
     shuffled = {layer.name for layer in model.layers if layer.name.endswith("_shuffle")}

@@ -1,4 +1,4 @@
-"""The WebGL 1.0 page (workbench.webgl) in headless Chromium (SwiftShader) against TensorFlow and
+"""The WebGL 1.0 page (workbench.web) in headless Chromium (SwiftShader) against TensorFlow and
 against the moderngl run of the same shaders (Mesa llvmpipe).
 
 Tolerances, and why:
@@ -23,17 +23,19 @@ import numpy as np
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
-from workbench import browser  # noqa: E402
+from workbench.web import browser  # noqa: E402
 
 try:
     browser.chromium_path()
 except browser.BrowserUnavailable as error:
     pytest.skip(str(error), allow_module_level=True)
 
-from workbench import classify, datasets, glsl, images, metrics, superres, webgl  # noqa: E402
+from workbench import es2, web
 from workbench.__main__ import main  # noqa: E402
+from workbench.data import datasets, images, metrics
 from workbench.files import atomic_path, figures_dir, project_root  # noqa: E402
-from workbench.models import dogs_classifier, sr_x2  # noqa: E402
+from workbench.nets import classify, superres  # noqa: E402
+from workbench.nets.models import dogs_classifier, sr_x2  # noqa: E402
 
 pytestmark = pytest.mark.gl
 
@@ -50,9 +52,9 @@ def sr(tmp_path_factory):
     else:
         keras.utils.set_random_seed(0)
         model = sr_x2()
-    net = glsl.compile(model)
+    net = es2.compile(model)
     directory = tmp_path_factory.mktemp("sr_page")
-    net.export_webgl(directory)
+    web.export(net, directory)
     set5 = datasets.sr_images("Set5").images
     _, hr = next(((n, i) for n, i in set5 if n == SET5_IMAGE), set5[0])
     lr = images.degrade(images.modcrop(hr, 2), 2, "bicubic_aa")
@@ -62,7 +64,7 @@ def sr(tmp_path_factory):
 
 def test_sr_page_matches_tf_and_llvmpipe(sr):
     model, net, directory, lr = sr
-    with webgl.session(directory, image="lr.png", height=600) as page:
+    with web.session(directory, image="lr.png", height=600) as page:
         result = page.result()  # as the page put it in the DOM
         page.page.evaluate("document.querySelector('details').open = true")  # per-pass times
         with atomic_path(figures_dir() / "webgl_sr.png") as tmp:
@@ -117,11 +119,11 @@ def test_export_command_from_a_saved_net(sr, tmp_path):
 ])
 def test_page_names_a_missing_limit(sr, params, image, message):
     _, _, directory, _ = sr
-    with webgl.session(directory, **params) as page:
+    with web.session(directory, **params) as page:
         if image is not None:  # a limit that depends on the image: smaller images still run
             assert page.state == "ready"
             assert page.run(np.zeros((30, 30, 3)))["output"].shape == (60, 60, 4)
-            with pytest.raises(webgl.PageError, match=message):
+            with pytest.raises(web.PageError, match=message):
                 page.run(np.zeros((*image, 3)))
         assert page.state == "error" and re.search(message, page.message)
 
@@ -163,9 +165,9 @@ def classifier():
 @pytest.mark.slow
 def test_classifier_page_top1_equals_tf(classifier, tmp_path):
     model, test, names = classifier
-    net = glsl.compile(model)
-    net.export_webgl(tmp_path, labels=names)
-    with webgl.session(tmp_path) as page:
+    net = es2.compile(model)
+    web.export(net, tmp_path, labels=names)
+    with web.session(tmp_path) as page:
         results = [page.run(image) for image in test]
     logits = np.stack([r["logits"] for r in results])
     tf_logits = model(test, training=False).numpy()
@@ -187,8 +189,8 @@ def test_classifier_page_top1_equals_tf(classifier, tmp_path):
 
 def test_float_dense_needs_float_textures(classifier, tmp_path):
     model, _, names = classifier
-    glsl.compile(model, dense="float").export_webgl(tmp_path, labels=names)
-    with webgl.session(tmp_path, no_float_textures=1) as page:
+    web.export(es2.compile(model, dense="float"), tmp_path, labels=names)
+    with web.session(tmp_path, no_float_textures=1) as page:
         assert page.state == "error"
         assert "layer logits computes in float textures (RGBA32F), but this browser lacks " \
             "OES_texture_float and WEBGL_color_buffer_float" in page.message

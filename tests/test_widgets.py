@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from workbench import activations, emulate, widgets
+from workbench import widgets
+from workbench.es2 import emulate
+from workbench.nets import activations
 
 
 def _shown(box):
@@ -100,7 +102,7 @@ def test_sr_viewer():
 
 def test_sr_viewer_images_from_a_model():
     """The helper on an untrained net, TF only (the GPU path is the deploy tests' business)."""
-    from workbench.models import sr_x2
+    from workbench.nets.models import sr_x2
 
     hr = np.random.default_rng(1).uniform(size=(17, 20, 3)).astype(np.float32)
     images = widgets.sr_viewer_images(sr_x2(), [("noise", hr)], gpu=False)

@@ -98,7 +98,7 @@ STUDY_ACTIVATIONS = ("bounded_relu", "relu6_scaled", "sigmoid_like", "sigmoid")
 
 def activation_curves(names=STUDY_ACTIVATIONS, low=-8.0, high=8.0, points=2001):
     """Each activation (left) and the gradient the training uses (right) over [low, high]."""
-    from workbench import activations
+    from workbench.nets import activations
 
     x = np.linspace(low, high, points, dtype=np.float32)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -118,8 +118,8 @@ def activation_levels(names=STUDY_ACTIVATIONS, low=-8.0, high=8.0, points=4001):
     """How RGBA8 storage quantises each activation's output: the stored level (0..255) over
     [low, high] (left), and the width in x of one level, 1 / (255 |slope|) (right, log scale;
     where the activation is flat, every x there falls into one level and the line stops)."""
-    from workbench import activations
-    from workbench.emulate import quantize
+    from workbench.es2.emulate import quantize
+    from workbench.nets import activations
 
     x = np.linspace(low, high, points, dtype=np.float64)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))

@@ -21,8 +21,8 @@ import ipywidgets as w
 import numpy as np
 from matplotlib.figure import Figure
 
-from workbench import activations, shuffle
-
+from workbench.nets import activations
+from workbench.studies import shuffle
 
 DPI = 90
 
@@ -53,7 +53,7 @@ def _observe(controls: dict, update):
 
 def stored_levels(name, x) -> np.ndarray:
     """The 8-bit level (0..255) an RGBA8 texture stores for act(x) (``emulate.quantize``)."""
-    from workbench.emulate import quantize
+    from workbench.es2.emulate import quantize
 
     y = activations.get(name).np_fn(np.asarray(x, np.float32)).astype(np.float64)
     return np.round(quantize(y) * 255).astype(np.uint8)
@@ -62,7 +62,7 @@ def stored_levels(name, x) -> np.ndarray:
 def activation_gradient(name, x, source="numpy") -> np.ndarray:
     """d act / dx at ``x``: ``"numpy"`` -- central difference of the numpy form (h = 1e-3, in
     float64 arithmetic on the float32 function; at a breakpoint it gives the mean of the two
-    slopes); ``"tf"`` -- TensorFlow autodiff (:func:`workbench.activations.gradient`), the
+    slopes); ``"tf"`` -- TensorFlow autodiff (:func:`workbench.nets.activations.gradient`), the
     gradient training uses (for ``sigmoid_like`` its hand-written one)."""
     x = np.asarray(x, np.float32)
     if source == "tf":
@@ -243,9 +243,11 @@ def sr_viewer_images(model, hr_images, kernel="bicubic_aa", scale=2, gpu=True,
     "GPU"}}`` (HxWx3 float32 in [0, 1]) for ``hr_images`` (``[(name, rgb)]``, e.g. an
     ``SRSet.images``), the low-resolution input made with ``kernel``.  ``gpu=False`` leaves the
     ES 2.0 shaders out."""
-    from workbench import glsl, images, superres
+    from workbench import es2
+    from workbench.data import images
+    from workbench.nets import superres
 
-    net = glsl.compile(model, precision=precision) if gpu else None
+    net = es2.compile(model, precision=precision) if gpu else None
     out = {}
     for name, hr in hr_images:
         hr = images.modcrop(hr, scale)
@@ -260,13 +262,13 @@ def sr_viewer_images(model, hr_images, kernel="bicubic_aa", scale=2, gpu=True,
 def load_sr_model(path=None):
     """``(model, label)``: the ``.keras`` net at ``path``; without one, the fine-tuned net of the
     quick (then full) profile if it was trained in this checkout, else an untrained
-    :func:`workbench.models.sr_x2` (its output is noise; the label says so)."""
+    :func:`workbench.nets.models.sr_x2` (its output is noise; the label says so)."""
     from pathlib import Path
 
     import keras
 
     from workbench.files import project_root
-    from workbench.models import sr_x2
+    from workbench.nets.models import sr_x2
 
     if path:
         return keras.models.load_model(path), str(path)
@@ -280,7 +282,7 @@ def load_sr_model(path=None):
 def crop_psnr(images: dict, box, reference="ground truth") -> list[dict]:
     """PSNR (dB, full-range RGB, peak 1) of each image against ``reference``, on the crop
     ``box = (y, x, size)`` and on the whole image; ``GPU`` also against ``net``."""
-    from workbench import metrics
+    from workbench.data import metrics
 
     y, x, size = box
 

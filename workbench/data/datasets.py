@@ -1,6 +1,6 @@
 """Where the data lives, the SR benchmark sets, and SR training patches.
 
-Images are float32 HxWx3 RGB in [0, 1] (see workbench.images); luma for training is full-range
+Images are float32 HxWx3 RGB in [0, 1] (see workbench.data.images); luma for training is full-range
 BT.601 Y (0.299R + 0.587G + 0.114B), as the x2 SR net of DESIGN.md section 1a sees it.
 """
 
@@ -11,9 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .images import ImageError, degrade, load_image, modcrop, rgb_to_y, to_float, to_uint8
+from workbench.files import project_root
+from workbench.data.images import (
+    ImageError,
+    degrade,
+    imresize,
+    load_image,
+    modcrop,
+    rgb_to_y,
+    to_float,
+    to_uint8,
+)
 
-REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+REPO_DATA = project_root() / "data"
 SR_SETS = ("Set5", "Set14")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 # Colour photos that scikit-image ships inside its wheel (no download needed).
@@ -256,7 +266,7 @@ def image_folder(root, split, size, *, batch=64, classes=None, limit=None, augme
     class indices; images are resized and centre-cropped to ``size`` (see
     :func:`load_square_uint8`).  ``classes`` and ``limit``: see :func:`image_folder_files`.  ``augment``: random flip and random crop with
     ``size // 8`` pixels of zero padding.  ``shuffle`` reshuffles every epoch; ``repeat``
-    makes the dataset infinite (for :func:`workbench.training.fit`).  ``cache``: decode
+    makes the dataset infinite (for :func:`workbench.nets.training.fit`).  ``cache``: decode
     every image once and keep the uint8 array in memory (default: when it fits in 1 GB);
     otherwise files are decoded on the fly in parallel.
     """
@@ -285,3 +295,25 @@ def image_folder(root, split, size, *, batch=64, classes=None, limit=None, augme
         ds = ds.map(lambda x, y: (augment_batch(x, size // 8), y),
                     num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE), names
+
+
+def classification_arrays(root, split, size, limit=None, classes=None):
+    """A whole image-folder split in memory: ``(images, labels, class_names)``, images float32
+    (N, size, size, 3) in [0, 1] (8-bit levels), labels int."""
+    dataset, names = image_folder(root, split, size, batch=256, limit=limit,
+                                           classes=classes)
+    images_, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset])
+    return np.concatenate(images_), np.concatenate(labels), names
+
+
+def photos(size, count, root=None):
+    """``count`` natural photos (the SR training set, or scikit-image's samples) as float32
+    (count, size, size, 3) centre squares, for running a classifier with random weights."""
+    folder = data_root(root)
+    paths = sorted((folder / "sr" / "train").glob("*.jpg"))[:count] if folder else []
+    if paths:
+        squares = [load_square_uint8(p, size) for p in paths]
+    else:
+        squares = [to_uint8(imresize(img, output_shape=(size, size)))
+                   for _, img in sr_images("train", root).images[:count]]
+    return np.stack(squares).astype(np.float32) / 255

@@ -6,7 +6,6 @@ inside an archive whose contents go to the target)}]}. Archives (.zip, .tar*) ar
 files copied. Each data set appears in its target folder complete or not at all.
 """
 
-import argparse
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .datasets import REPO_DATA
+from workbench.data.datasets import REPO_DATA
 
 MANIFEST = Path(__file__).with_name("data_manifest.json")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -123,19 +122,7 @@ def default_root():
     return Path(os.environ.get("WORKBENCH_DATA") or REPO_DATA)
 
 
-def add_parser(subparsers):
-    """Register the `fetch-data` subcommand; args.func(args) runs it and returns an exit code."""
-    p = subparsers.add_parser(
-        "fetch-data",
-        help="download the SR benchmark and training images",
-        description="Download data sets into the data root, verifying their sha256.",
-    )
-    _add_arguments(p)
-    p.set_defaults(func=run)
-    return p
-
-
-def _add_arguments(p):
+def add_arguments(p):
     manifest = load_manifest()
     defaults = [k for k, v in manifest.items() if v["default"]]
     p.add_argument(
@@ -163,14 +150,3 @@ def run(args):
         print(f"fetch-data: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def main(argv=None):
-    """`python -m workbench.fetch [--root DIR] [--div2k] [names...]`; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m workbench.fetch", description=__doc__)
-    _add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench import activations, ir
+from workbench import ir
+from workbench.nets import activations
 
 F32 = np.float32
 LEVEL = F32(1 / 255)
@@ -117,7 +118,7 @@ def depth_to_space(op: ir.DepthToSpace, x, image=None):
 def dense(op: ir.Dense, x):
     """The blocked GEMV of :class:`workbench.ir.Dense`, stage by stage, with the storage of
     every stage (fixed16: steps of 1/256, range checked; float: float32).  Returns logits."""
-    from workbench import fixed16
+    from workbench.es2 import fixed16
 
     x = x[..., :op.cin].mean(axis=(0, 1)) if op.pool else x[0, 0, :op.cin]
     if op.number == "float":
@@ -179,7 +180,7 @@ def _stored(graph, name, t):
     """A tensor as the GPU stores it (uint8 packs; a dense layer's logits as its texture)."""
     if _is_dense(graph, name):
         op = graph.op(name)
-        from workbench import fixed16
+        from workbench.es2 import fixed16
         values = np.zeros(2 * op.pairs)
         values[:op.cout] = t
         if op.number == "float":

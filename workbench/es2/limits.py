@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench import activations
 from workbench.ir import PACK, Conv, Dense, DepthToSpace
+from workbench.nets import activations
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def check(graph, limits: Limits = ES2):
             _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes),
                   limits.fetches_per_fragment)
             if op.number == "fixed16":
-                from workbench import fixed16
+                from workbench.es2 import fixed16
                 fixed16.check(op.bias, op.name, "the bias")
             continue
         elif isinstance(op, DepthToSpace):
@@ -77,3 +77,16 @@ def _check_conv(op, limits):
         _fits(op.name, "texture units", units, limits.texture_units)
         _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(pack),
               limits.fetches_per_fragment)
+
+
+def dense_block(op: Dense, shapes, limits: Limits = ES2) -> int:
+    """The most input packs one multiply program of a dense layer can read within the fetch
+    and texture-unit limits (its weights: 4 fetches per pack; its input: 1 per pack and
+    pixel; one unit for the weights texture)."""
+    per_pack = 4 + op.pixels(shapes)
+    block = min(limits.fetches_per_fragment // per_pack, limits.texture_units - 1)
+    if block < 1:
+        raise LimitError(f"layer {op.name!r}: texel fetches per fragment = {per_pack} for one "
+                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the ES 2.0 "
+                         f"limit of {limits.fetches_per_fragment}")
+    return block

@@ -1,11 +1,10 @@
 """Headless compute shaders (OpenGL ES 3.1 / GL 4.3), in a process of their own.
 
-The parent side (:func:`worker`, :class:`ComputeRunner`) plans nothing: it ships shader
-sources, allocations and dispatch lists to ``python -m workbench.gl_compute``, the child that
-owns a GL context (Mesa llvmpipe through EGL here).  As with :mod:`workbench.gl_worker`, the
+The parent (:func:`workbench.gl.worker` with ``workbench.gl.COMPUTE``) ships shader
+sources, allocations and dispatch lists to ``python -m workbench.gl.compute``, the child that
+owns a GL context (Mesa llvmpipe through EGL here).  As with :mod:`workbench.gl.fragment`, the
 child must never import TensorFlow or Keras (both carry LLVM, as llvmpipe does; together they
-crash): it imports numpy and moderngl only, and this module imports the rest of the workbench
-lazily, in the parent.
+crash): it imports numpy and moderngl only.
 
 Resources, by key (any picklable name):
 
@@ -139,32 +138,10 @@ class ComputeWorker:
         return seconds
 
 
-# --- parent side --------------------------------------------------------------------------
-
-_WORKER = None
-
-
-def worker():
-    """The process-wide compute worker, started on first use."""
-    global _WORKER
-    from workbench import gl
-
-    if _WORKER is None or _WORKER.proc.poll() is not None:
-        import atexit
-
-        _WORKER = gl._Worker("workbench.gl_compute")
-        atexit.register(_WORKER.close)
-    return _WORKER
-
-
-def info() -> dict:
-    return worker().info
-
-
 if __name__ == "__main__":
-    from workbench import gl_worker
+    from workbench.gl import fragment
 
     try:
-        gl_worker.main(ComputeWorker)
+        fragment.main(ComputeWorker)
     except KeyboardInterrupt:  # a notebook kernel interrupted with its process group
         pass

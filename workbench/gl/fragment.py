@@ -1,4 +1,4 @@
-"""The GL side of the runner, in a process of its own: ``python -m workbench.gl_worker``.
+"""The GL side of the runner, in a process of its own: ``python -m workbench.gl.fragment``.
 
 TensorFlow and Mesa's llvmpipe both carry LLVM; in one process they crash (segfault at
 the first draw, whichever is loaded first).  So GL work happens here, in a child process

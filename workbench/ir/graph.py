@@ -19,17 +19,15 @@ Ops:
 * :class:`Dense` -- the logits: GlobalAveragePooling2D + Dense as one blocked GEMV, in 16-bit
   fixed point (or float); softmax stays on the CPU.
 
-Each op reports its own :class:`workbench.cost.Cost`.
+Each op reports its own :class:`workbench.ir.cost.Cost`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import keras
 import numpy as np
 
-from workbench import activations
-from workbench.cost import Cost
+from workbench.ir.cost import Cost
 
 PACK = 4
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)
@@ -44,8 +42,37 @@ def texture_bytes(width, height, dtype) -> int:
     return width * height * (4 if dtype == "f1" else 16)
 
 
-class LoweringError(ValueError):
-    """A Keras model that cannot be turned into the IR; the message names the layer."""
+def conv_out_hw(hw, size, stride, padding):
+    """Output (height, width) of a convolution, as ``tf.nn.conv2d`` computes it."""
+    if padding == "same":
+        return tuple(-(-n // stride) for n in hw)
+    return tuple((n - size) // stride + 1 for n in hw)
+
+
+def conv_pads(hw, size, stride, padding):
+    """Zero padding (top, left) before the first row and column, as TensorFlow's 'SAME' puts
+    it; (0, 0) for 'valid'."""
+    if padding == "valid":
+        return (0, 0)
+    return tuple(max((o - 1) * stride + size - n, 0) // 2
+                 for o, n in zip(conv_out_hw(hw, size, stride, padding), hw))
+
+
+def uniform_values(uniforms: dict, shapes) -> dict[str, tuple[int, int]]:
+    """Values of a program's 2-vector uniforms for the tensor shapes of one input size.
+
+    ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height);
+    ``("pad", input, kernel, stride, padding)`` the (left, top) zero padding of a convolution
+    reading ``input``.  Both back ends' generators state their uniforms this way, so that the
+    runners never look at ops.
+    """
+    def value(kind, tensor, *conv):
+        h, w = shapes[tensor][:2]
+        if kind == "size":
+            return (w, h)
+        top, left = conv_pads((h, w), *conv)
+        return (left, top)
+    return {name: value(*spec) for name, spec in uniforms.items()}
 
 
 @dataclass
@@ -85,16 +112,10 @@ class Conv:
         return self.kernel.shape[3]
 
     def out_hw(self, hw):
-        if self.padding == "same":
-            return tuple(-(-n // self.stride) for n in hw)
-        return tuple((n - self.size) // self.stride + 1 for n in hw)
+        return conv_out_hw(hw, self.size, self.stride, self.padding)
 
     def pads(self, hw):
-        """Zero padding before the first row and column, as TensorFlow's 'SAME' puts it."""
-        if self.padding == "valid":
-            return (0, 0)
-        return tuple(max((o - 1) * self.stride + self.size - n, 0) // 2
-                     for o, n in zip(self.out_hw(hw), hw))
+        return conv_pads(hw, self.size, self.stride, self.padding)
 
     def out_shape(self, shapes, hw):
         return (*self.out_hw(shapes[self.input][:2]), self.cout)
@@ -279,13 +300,17 @@ class Graph:
 
     def input_image(self, image) -> np.ndarray:
         """``image`` (HxW or HxWxC, values in [0, 1]) as float32 HxWxC, checked against the
-        net's input channels."""
+        net's input channels and, for a fixed-size net, its input size."""
         image = np.asarray(image, np.float32)
         if image.ndim == 2:
             image = image[..., None]
         c = self.input.channels
         if image.ndim != 3 or image.shape[2] != c:
             raise ValueError(f"image of shape {image.shape}: the net's input has {c} channels")
+        hw = image.shape[:2]
+        if self.input_size and tuple(hw) != tuple(self.input_size):
+            raise ValueError(f"image of {hw[1]}x{hw[0]} pixels: net {self.name!r} takes "
+                             f"{self.input_size[1]}x{self.input_size[0]}")
         return image
 
     def channels(self, name) -> int:
@@ -324,170 +349,3 @@ class Graph:
     def cost(self, hw) -> dict[str, Cost]:
         shapes = self.shapes(hw)
         return {op.name: op.cost(shapes) for op in self.ops}
-
-
-# --- lowering from Keras ------------------------------------------------------------------
-
-def _keras_activation(layer):
-    name = getattr(getattr(layer, "activation", None), "__name__", "linear")
-    if name in ("linear", "sigmoid"):
-        return name
-    raise LoweringError(f"layer {layer.name!r}: Keras activation {name!r} has no [0, 1]-bounded "
-                        f"GLSL form; use workbench.layers.Act with one of {activations.names()}")
-
-
-def _conv_from(layer, source):
-    from workbench.layers import GroupConv2D
-
-    if isinstance(layer, GroupConv2D):
-        stride, padding, groups, act = layer.strides, layer.padding, layer.groups, "linear"
-    else:
-        if layer.strides[0] != layer.strides[1] or layer.dilation_rate != (1, 1):
-            raise LoweringError(f"layer {layer.name!r}: only square strides, no dilation")
-        stride, padding, groups = layer.strides[0], layer.padding, layer.groups
-        act = _keras_activation(layer)
-    weights = layer.get_weights()
-    kernel = weights[0].astype(np.float32)
-    if kernel.shape[0] != kernel.shape[1]:
-        raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
-    bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
-    return Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups, act)
-
-
-def _fold_batchnorm(conv, layer):
-    gamma, beta, mean, var = (layer.gamma.numpy() if layer.scale else 1.0,
-                              layer.beta.numpy() if layer.center else 0.0,
-                              layer.moving_mean.numpy(), layer.moving_variance.numpy())
-    k = gamma / np.sqrt(var + layer.epsilon)
-    conv.kernel = (conv.kernel * k).astype(np.float32)
-    conv.bias = ((conv.bias - mean) * k + beta).astype(np.float32)
-
-
-def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
-    """Lower a Keras functional model to a :class:`Graph`.
-
-    ``luma_input``: the net takes an RGB image and sees its full-range luma (the SR net).
-    Default: True when the model has a 1-channel input.  A final DepthToSpace of a luma net
-    becomes the SR demux (chroma from the input image).  ``dense``: number format of a
-    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`Dense`).
-    """
-    if dense not in ("fixed16", "float"):
-        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
-    from workbench.layers import Act, DepthToSpace as D2S, GroupConv2D, Quantize8, Shuffle
-
-    if len(model.inputs) != 1 or len(model.outputs) != 1:
-        raise LoweringError(f"model {model.name!r}: one input and one output are supported")
-    channels = model.inputs[0].shape[-1]
-    luma_input = channels == 1 if luma_input is None else luma_input
-    graph_input = Input("image", 3 if luma_input else channels, rgb=luma_input)
-    ops, tensor_of, order_of = [], {}, {}  # keras tensor id -> IR tensor, its pack order
-    pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
-
-    def producer(keras_tensor):
-        if id(keras_tensor) not in tensor_of:
-            raise LoweringError(f"tensor {keras_tensor.name!r} feeds a layer the ES 2.0 back end "
-                                "cannot take it from (a global pooling must feed a Dense layer)")
-        return tensor_of[id(keras_tensor)]
-
-    def last_conv(keras_tensor, layer, what):
-        name = producer(keras_tensor)
-        op = ops[-1] if ops else None
-        if (not isinstance(op, Conv) or op.name != name or op.activation != "linear"
-                or id(keras_tensor) in order_of):
-            raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
-                                f"convolution without activation (it follows {name!r})")
-        return op
-
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.InputLayer):
-            tensor_of[id(layer.output)] = graph_input.name
-            continue
-        inputs = layer.input if isinstance(layer.input, list) else [layer.input]
-        if isinstance(layer, (GroupConv2D, keras.layers.Conv2D)):
-            if isinstance(layer, keras.layers.DepthwiseConv2D):
-                raise LoweringError(f"layer {layer.name!r}: DepthwiseConv2D is not supported; "
-                                    "use GroupConv2D")
-            op = _conv_from(layer, producer(inputs[0]))
-            op.luma_input = luma_input and op.input == graph_input.name
-            op.input_order = order_of.get(id(inputs[0]))
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, keras.layers.BatchNormalization):
-            _fold_batchnorm(last_conv(inputs[0], layer, "BatchNormalization"), layer)
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, (Act, keras.layers.Activation)):
-            op = last_conv(inputs[0], layer, "an activation")
-            op.activation = (layer.activation if isinstance(layer, Act)
-                             else _keras_activation(layer))
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, Shuffle):
-            previous = order_of.get(id(inputs[0]), range(len(layer.order)))
-            order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, Quantize8):  # training-time rounding; RGBA8 storage does it
-            if id(inputs[0]) in order_of:
-                order_of[id(layer.output)] = order_of[id(inputs[0])]
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, keras.layers.Add):
-            if len(inputs) != 2:
-                raise LoweringError(f"layer {layer.name!r}: Add of exactly two tensors supported")
-            names = [producer(t) for t in inputs]
-            op = ops[-1] if ops else None
-            if not isinstance(op, Conv) or op.name not in names:
-                raise LoweringError(f"layer {layer.name!r}: one input of Add must be the "
-                                    "convolution just before it")
-            last_conv(inputs[names.index(op.name)], layer, "Add")
-            other = inputs[1 - names.index(op.name)]
-            if id(other) in order_of:
-                raise LoweringError(f"layer {layer.name!r}: the residual input of Add must not "
-                                    "be shuffled (add the unit's input before its shuffle)")
-            op.residual = producer(other)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, keras.layers.GlobalAveragePooling2D):
-            pooled[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, keras.layers.Dense):
-            if id(inputs[0]) not in pooled:
-                raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
-                                    "GlobalAveragePooling2D on ES 2.0")
-            if _keras_activation(layer) != "linear" or layer is not model.layers[-1]:
-                raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
-                                    "without activation (logits; softmax on the CPU)")
-            weight, bias = (w.astype(np.float32) for w in layer.get_weights())
-            op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense)
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, D2S):
-            source = producer(inputs[0])
-            chroma = graph_input.name if luma_input else None
-            op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma)
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        else:
-            raise LoweringError(f"layer {layer.name!r} ({type(layer).__name__}) is not supported "
-                                "by the ES 2.0 back end")
-    size = tuple(model.inputs[0].shape[1:3])
-    graph = Graph(graph_input, ops, producer(model.outputs[0]), model.name,
-                  None if None in size else size)
-    for op in ops:
-        if isinstance(op, Dense):
-            if graph.input_size is None:
-                raise LoweringError(f"layer {op.name!r}: a net with a Dense layer needs a fixed "
-                                    "input size (keras.Input((height, width, channels)))")
-            op.block = _dense_block(op, graph.shapes(graph.input_size))
-    graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
-    return graph
-
-
-def _dense_block(op, shapes):
-    """The most input packs one multiply program can read within the ES 2.0 fetch and
-    texture-unit limits (its weights: 4 fetches per pack; its input: 1 per pack and pixel;
-    one unit for the weights texture)."""
-    from workbench.limits import ES2, LimitError
-
-    per_pack = 4 + op.pixels(shapes)
-    block = min(ES2.fetches_per_fragment // per_pack, ES2.texture_units - 1)
-    if block < 1:
-        raise LimitError(f"layer {op.name!r}: texel fetches per fragment = {per_pack} for one "
-                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the ES 2.0 "
-                         f"limit of {ES2.fetches_per_fragment}")
-    return block

@@ -4,7 +4,7 @@ Conventions: images are float32 RGB in [0, 1], (N, H, W, 3); labels are int clas
 models output logits (softmax on the CPU); top-1 accuracy is a fraction in [0, 1].
 
 A training run lives in one folder: ``checkpoint.keras``, ``history.json`` (training and
-validation loss and top-1 per epoch) and ``config.json`` (see :mod:`workbench.training`:
+validation loss and top-1 per epoch) and ``config.json`` (see :mod:`workbench.nets.training`:
 re-running resumes, a run with changed settings is moved aside), and ``best/epochNNN.keras``,
 the k checkpoints with the best validation top-1.
 A dataset without a ``val`` split is validated on its ``test`` split (CIFAR-10): the best
@@ -13,16 +13,16 @@ epochs are then chosen on the test set, so the last epoch's top-1 is the unbiase
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import activations, datasets, training
+from workbench.data import datasets
 from workbench.files import read_json
-from workbench.models import CLASSIFIER_PRESETS, dogs_classifier
+from workbench.nets import training
+from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier
 
 BEST_DIR = "best"
 OPTIMIZERS = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop}
@@ -63,7 +63,7 @@ def compile_classifier(model, optimizer="adam", learning_rate=1e-3):
 
 def class_list(classes):
     """``None`` (every class folder), a list of folder names, or ``"imagenet120"`` (the
-    wnids of :func:`workbench.datasets.imagenet120`)."""
+    wnids of :func:`workbench.data.datasets.imagenet120`)."""
     if classes == "imagenet120":
         return [c["wnid"] for c in datasets.imagenet120()]
     return classes
@@ -131,8 +131,8 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
     ``test``); the ``keep_best`` best checkpoints by validation top-1 are kept.
 
     ``classes``: see :func:`class_list`; ``activation``: a registered name (see
-    :mod:`workbench.activations`); ``quantize``: quantisation-aware training (8-bit
-    activations, see :class:`workbench.layers.Quantize8`); ``limit``: images per class;
+    :mod:`workbench.nets.activations`); ``quantize``: quantisation-aware training (8-bit
+    activations, see :class:`workbench.nets.layers.Quantize8`); ``limit``: images per class;
     ``steps_per_epoch``: default one pass over the training images.  Returns ``(model,
     history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
     ``val_loss``, ``val_accuracy``; training metrics are on augmented batches).
@@ -168,7 +168,7 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
 
 class KeepBest(keras.callbacks.Callback):
     """Keep the ``k`` best checkpoints by validation top-1 as ``best/epochNNN.keras``
-    (epochs from 1).  Runs after :class:`workbench.training.AtomicCheckpoint`, which has
+    (epochs from 1).  Runs after :class:`workbench.nets.training.AtomicCheckpoint`, which has
     written this epoch's ``val_accuracy`` to ``history.json``."""
 
     def __init__(self, run_dir, k):
@@ -251,79 +251,3 @@ def curves_figure(history, title="classifier training"):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
-
-
-# --- benchmarks -----------------------------------------------------------------------------
-
-def _register_relu():
-    if "relu" not in activations.names():
-        activations.register(activations.Activation(
-            name="relu", tf_fn=tf.nn.relu, np_fn=lambda x: np.maximum(x, 0).astype(np.float32),
-            glsl="max({x}, 0.0)", description="ReLU (benchmark reference only, unbounded)",
-            output_range=None))
-
-
-def step_seconds(models, batch=64, steps=20, rounds=3, seed=0):
-    """Seconds per training step (``train_on_batch``, batch ``batch``) of each compiled
-    model in ``{label: model}``; rounds alternate between the models, the fastest round
-    counts (robust to other jobs on the machine)."""
-    rng = np.random.default_rng(seed)
-    times = {}
-    for label, model in models.items():
-        size, classes = model.input_shape[1], model.output_shape[-1]
-        x = rng.random((batch, size, size, 3), np.float32)
-        y = rng.integers(0, classes, batch)
-        model.train_on_batch(x, y)  # trace
-        times[label] = (x, y, [])
-    for _ in range(rounds):
-        for label, model in models.items():
-            x, y, rounds_s = times[label]
-            start = time.perf_counter()
-            for _ in range(steps):
-                model.train_on_batch(x, y)
-            rounds_s.append((time.perf_counter() - start) / steps)
-    return {label: min(t[2]) for label, t in times.items()}
-
-
-def bench_activation(preset="cifar10", batch=64, steps=20, rounds=3, verbose=True):
-    """Ratio of the training-step time with ``sigmoid_like`` to that with ``tf.nn.relu``
-    (Adam, the given preset and batch)."""
-    _register_relu()
-    models = {a: compile_classifier(dogs_classifier(preset, activation=a))
-              for a in ("sigmoid_like", "relu")}
-    t = step_seconds(models, batch, steps, rounds)
-    ratio = t["sigmoid_like"] / t["relu"]
-    if verbose:
-        print(f"{preset}, batch {batch}: training step sigmoid_like {t['sigmoid_like'] * 1e3:.1f}"
-              f" ms, relu {t['relu'] * 1e3:.1f} ms, ratio {ratio:.2f}")
-    return ratio
-
-
-def bench_batchnorm(preset="cifar10", batch=64, steps=20, rounds=3, verbose=True):
-    """Ratio of the training-step time with Keras' ``BatchNormalization`` to that with
-    :class:`workbench.layers.FastBatchNorm` (the speed-up of the fused kernel)."""
-    models = {f: compile_classifier(dogs_classifier(preset, fast_bn=f)) for f in (False, True)}
-    t = step_seconds(models, batch, steps, rounds)
-    ratio = t[False] / t[True]
-    if verbose:
-        print(f"{preset}, batch {batch}: training step keras BN {t[False] * 1e3:.1f} ms,"
-              f" fused BN {t[True] * 1e3:.1f} ms, speed-up {ratio:.2f}x")
-    return ratio
-
-
-def add_parser(subparsers):
-    p = subparsers.add_parser("bench-activation",
-                              help="training-step time, sigmoid_like vs relu (and batch norm)")
-    p.add_argument("--preset", default="cifar10", choices=list(CLASSIFIER_PRESETS))
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batchnorm", action="store_true",
-                   help="also time Keras BatchNormalization vs the fused FastBatchNorm")
-    p.set_defaults(func=_bench_cli)
-
-
-def _bench_cli(args):
-    bench_activation(args.preset, args.batch, args.steps)
-    if args.batchnorm:
-        bench_batchnorm(args.preset, args.batch, args.steps)
-    return 0

@@ -6,7 +6,7 @@
   gradients of a grouped convolution on the CPU only with oneDNN, which it turns on by itself
   only on CPUs with AVX-512 VNNI (``import workbench`` before TensorFlow asks for it
   everywhere); without oneDNN the gradients are computed group by group.
-* :class:`Act` -- one of the registered activations of :mod:`workbench.activations`,
+* :class:`Act` -- one of the registered activations of :mod:`workbench.nets.activations`,
   by name, so that the code generators know exactly which function it is.
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``: channel ``c = dy * block + dx``
   becomes the sub-pixel ``(dy, dx)``.
@@ -18,7 +18,7 @@ import functools
 import keras
 import tensorflow as tf
 
-from workbench import activations
+from workbench.nets import activations
 
 PACKAGE = "workbench"
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import keras
 
-from workbench.layers import Act, DepthToSpace, GroupConv2D
+from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
 
 SR_WIDTHS = (48, 32, 24, 16)
 SR_KERNELS = (5, 3, 1, 3)
@@ -49,7 +49,7 @@ def sr_x2(widths=SR_WIDTHS, kernels=SR_KERNELS, groups=SR_GROUPS,
 
 
 # --- the dogs classifier (DESIGN.md §1b) and smaller nets built from the same units -------
-from workbench.layers import FastBatchNorm, Quantize8, Shuffle  # noqa: E402
+from workbench.nets.layers import FastBatchNorm, Quantize8, Shuffle  # noqa: E402
 
 # stem: (kernel, stride, padding); stages: (regular units, channels); each stage is followed
 # by a downsampling unit to the next stage's channels (``head`` after the last); ``final``:

@@ -14,8 +14,10 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import datasets, images, metrics, tables, training
-from workbench.models import sr_x2
+from workbench import tables
+from workbench.data import datasets, images, metrics
+from workbench.nets import training
+from workbench.nets.models import sr_x2
 
 SCALE = 2
 MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
@@ -23,7 +25,7 @@ MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
 
 def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, patch=48,
           learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2):
-    """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.training`).
+    """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images.  ``kernels``: degradations the LR patches are
     made with (one chosen at random per patch).  ``init_model``: path of a ``.keras`` model

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -127,23 +126,3 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     if failed:
         raise SystemExit(f"notebooks failed: {'; '.join(failed)}; partial output in {runs_dir}")
     return status
-
-
-def add_parser(subparsers):
-    p = subparsers.add_parser("run", help="execute the notebooks of a profile with papermill")
-    p.add_argument("--profile", default="quick", help="quick (default), full or ci")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks")
-    p.add_argument("-p", nargs=2, action="append", metavar=("KEY", "VALUE"), default=[],
-                   help="override a parameter in every notebook (VALUE parsed as YAML)")
-    p.add_argument("--force", action="store_true", help="re-run unchanged notebooks too")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args):
-    run(args.profile, args.only, overrides={k: yaml.safe_load(v) for k, v in args.p},
-        force=args.force)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run())

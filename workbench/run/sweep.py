@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from workbench import pipeline
 from workbench.files import figures_dir, project_root, write_json, write_text
+from workbench.run import pipeline
 
 COLLECT_CELL = """import json as _json, pathlib as _pathlib
 _pathlib.Path({path!r}).write_text(_json.dumps(globals().get({name!r}), default=str))"""
@@ -96,19 +96,3 @@ def _figure(notebook, values, table):
     ax.set_title(f"sweep of {notebook}")
     ax.grid(alpha=0.3)
     figures.save_figure(fig, f"sweep_{notebook}")
-
-
-def add_parser(subparsers):
-    p = subparsers.add_parser("sweep", help="run a notebook over a parameter grid")
-    p.add_argument("notebook", help="name in notebooks/, without .ipynb")
-    p.add_argument("-p", nargs=2, action="append", metavar=("KEY", "V1,V2,..."), required=True,
-                   help="a swept parameter and its comma-separated values (each parsed as YAML)")
-    p.add_argument("--profile", default="quick", help="base parameters (default quick)")
-    p.add_argument("--collect", default="summary", help="the notebook variable to collect")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args):
-    values = {k: [yaml.safe_load(v) for v in vs.split(",")] for k, vs in args.p}
-    run(args.notebook, values, args.profile, args.collect)
-    return 0

@@ -4,7 +4,7 @@ The reference article chose its activation by experiment: a ReLU clipped to [0, 
 its deep net, ReLU6 rescaled to [0, 1] fell short, a piecewise-linear sigmoid won.  :func:`run`
 redoes that comparison at a size this machine affords; :func:`summarize` gives mean and spread
 over seeds, also after 8-bit storage of every activation (what the RGBA8 textures keep, computed
-in TensorFlow by a :class:`workbench.layers.Quantize8` copy of the trained net).
+in TensorFlow by a :class:`workbench.nets.layers.Quantize8` copy of the trained net).
 
 Accuracies are fractions in [0, 1]; "top-1 %" columns are percentages.  Validation and the
 final accuracies use the dataset's validation split (CIFAR-10: the test split), limited
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench import classify, datasets
+from workbench.data import datasets
 from workbench.files import read_json, write_json
-from workbench.models import dogs_classifier
+from workbench.nets import classify
+from workbench.nets.models import dogs_classifier
 
 ARTICLE = {"bounded_relu": "did not learn", "relu6_scaled": "fell short", "sigmoid_like": "won"}
 
@@ -54,7 +55,7 @@ def train_one(out_dir, activation, seed, *, preset, data, epochs, limit, **train
 
 def run(out_dir, activation_names, seeds, *, preset="cifar10", data=None, epochs=4, limit=500,
         **train_args) -> list[dict]:
-    """Every (activation, seed) pair; ``train_args`` go to :func:`workbench.classify.train`."""
+    """Every (activation, seed) pair; ``train_args`` go to :func:`workbench.nets.classify.train`."""
     data = data or datasets.classification_root("cifar10")
     return [train_one(out_dir, name, seed, preset=preset, data=data, epochs=epochs, limit=limit,
                       **train_args)

@@ -3,7 +3,7 @@ order, and how fast it mixes information across the 32-channel groups of the 1x1
 
 Conventions.  Channels come in packs of 4 (one RGBA texture each); ``d = C / 4`` textures.
 A shuffle with step ``n`` binds, at output position ``i``, the input texture
-``order[i] = (i*n) % d + (i*n) // d`` (:func:`workbench.layers.shuffle_order`).  After ``k``
+``order[i] = (i*n) % d + (i*n) // d`` (:func:`workbench.nets.layers.shuffle_order`).  After ``k``
 shuffles position ``i`` holds the original texture ``order^k[i]`` (the order applied ``k`` times):
 :func:`cumulative_orders`.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.layers import shuffle_order
+from workbench.nets.layers import shuffle_order
 
 PACK = 4             # channels per RGBA texture
 GROUP_CHANNELS = 32  # channels per group of the 1x1 convolutions (models.dogs_classifier)
@@ -200,7 +200,7 @@ def stage_layout(preset: str = "dogs120") -> list[dict]:
     """The shuffles of a classifier preset, per stage, as ``models.dogs_classifier`` builds them:
     a unit is shuffled when it is not the stage's first and the stage has more than 32 channels.
     With the unit at which the stage's output first depends on all of its input channels."""
-    from workbench.models import CLASSIFIER_PRESETS, SHUFFLE_STEP
+    from workbench.nets.models import CLASSIFIER_PRESETS, SHUFFLE_STEP
 
     rows = []
     for s, (units, c) in enumerate(CLASSIFIER_PRESETS[preset]["stages"], start=1):

@@ -3,7 +3,7 @@
 Playwright drives the system's Chromium (Debian package ``chromium``); it never downloads a browser
 of its own. ``open_page()`` is the one entry point::
 
-    with workbench.browser.open_page() as page:
+    with workbench.web.browser.open_page() as page:
         page.goto("http://127.0.0.1:8000/index.html")
 """
 from __future__ import annotations

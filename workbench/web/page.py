@@ -1,8 +1,8 @@
 """WebGL 1.0 back end: the ES 2.0 passes as a static web page, and a headless-browser harness.
 
-``net.export_webgl(dir)`` (or ``python -m workbench export-web --model M --out DIR``) writes
+``workbench.web.export(net, dir)`` for an ES 2.0 net (or ``python -m workbench export-web --model M --out DIR``) writes
 
-* what :meth:`workbench.glsl.Net.save` writes: ``manifest.json``, ``<pass>.glsl``,
+* what :meth:`workbench.es2.Net.save` writes: ``manifest.json``, ``<pass>.glsl``,
   ``vertex.glsl``, the dense weights textures (``.npy``) and ``weights.npz``;
 * ``webgl.json``: what the page needs beyond the manifest to plan a run for any image size
   (:func:`page_spec`: each op's shape rule, the fixed-size textures of a dense layer, the
@@ -10,7 +10,7 @@
 * ``index.html`` and ``workbench.js`` (from ``workbench/web/``): no build step, no framework,
   nothing fetched from the network.
 
-The page mirrors :mod:`workbench.gl` / :mod:`workbench.gl_worker`: one RGBA8 texture per pack of
+The page mirrors :mod:`workbench.es2.runner` / :mod:`workbench.gl.fragment`: one RGBA8 texture per pack of
 4 channels (CLAMP_TO_EDGE, filter as bound), a fullscreen quad per pass, the same uniforms
 (``u_in_size``, ``u_out_size``, ``u_pad``), the output read back with ``readPixels``; a
 classifier's logits are decoded (16-bit fixed point or float) and the softmax is computed in JS.
@@ -43,9 +43,10 @@ from urllib.parse import urlencode
 import numpy as np
 from PIL import Image
 
-from workbench import browser, ir
+from workbench import ir
+from workbench.data.images import to_uint8
 from workbench.files import write_json
-from workbench.images import to_uint8
+from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js")
 LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "no_float_textures", "no_webgl")
@@ -186,29 +187,3 @@ def session(directory, image=None, width=1280, height=900, **params):
         s = Session(page, url, messages)
         s.wait(("done", "error") if image else ("ready", "done", "error"))
         yield s
-
-
-def add_parser(subparsers):
-    p = subparsers.add_parser("export-web", help="write a static web page that runs the net "
-                              "with WebGL 1.0 (serve the folder over HTTP to open it)")
-    p.add_argument("--model", required=True, help=".keras model or saved shader folder")
-    p.add_argument("--out", required=True, help="folder to write the page into")
-    p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
-                   "file with one per line (default: class 0, class 1, ...)")
-    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
-    p.set_defaults(func=_export_cli)
-
-
-def _export_cli(args):
-    from workbench import deploy
-
-    labels = args.labels
-    if labels:
-        path = Path(labels)
-        labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
-                  if path.is_file() else [s.strip() for s in labels.split(",")])
-    net, _ = deploy.load_net(args.model, args.precision)
-    index = export(net, args.out, labels)
-    print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
-          f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
-    return 0

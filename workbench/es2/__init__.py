@@ -1,0 +1,16 @@
+"""OpenGL ES 2.0 back end: fragment-shader passes on RGBA8 textures (:mod:`.shaders`), the
+compiled net (:mod:`.net`), its GL runner (:mod:`.runner`), the limits it must fit
+(:mod:`.limits`), the byte-exact numpy emulator (:mod:`.emulate`), 16-bit fixed point
+(:mod:`.fixed16`) and the glslangValidator check (:mod:`.glslang`)."""
+from workbench.es2.net import CONVENTIONS, Net, compile, load, load_net, output_values
+from workbench.es2.shaders import (
+           PASSES,
+           PRECISIONS,
+           VERTEX_SHADER,
+           Binding,
+           Pass,
+           generate,
+)
+
+__all__ = ["CONVENTIONS", "Net", "compile", "load", "load_net", "output_values", "PASSES",
+           "PRECISIONS", "VERTEX_SHADER", "Binding", "Pass", "generate"]

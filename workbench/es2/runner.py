@@ -1,0 +1,68 @@
+"""Runs the passes of an ES 2.0 net in the GL worker (:mod:`workbench.gl.fragment`).
+
+Tensors live in RGBA8 textures (one per pack of 4 channels, CLAMP_TO_EDGE); every pass draws a
+fullscreen quad into one of them.  This module plans textures and uniform values from the
+graph's shapes and ships them to the worker; it never inspects an op.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import gl, ir
+from workbench.es2.shaders import uniform_values
+
+
+class Runner:
+    """Compiles the passes of a net once and runs them on images.
+
+    ``constants``: textures uploaded once per allocation (``key -> HxWx4 array``), such as
+    the weights texture of a dense layer.
+    """
+
+    def __init__(self, graph: ir.Graph, passes, vertex_shader, constants=None):
+        self.graph, self.passes, self.constants = graph, passes, constants or {}
+        self.worker = gl.worker()
+        self.compile_seconds, self.program_ids = self.worker.call(
+            "compile", vertex=vertex_shader, fragments=[p.source for p in passes])
+        self.timings: dict[str, float] = {}
+        self._hw = None
+
+    def _allocate(self, hw):
+        if self._hw == hw:
+            return
+        self.textures = self.graph.textures(hw)
+        limit = self.worker.info["GL_MAX_TEXTURE_SIZE"]
+        for (name, _), (w, h, _) in self.textures.items():
+            if max(h, w) > limit:
+                raise ValueError(f"tensor {name!r} would be {w}x{h} pixels, over this GPU's "
+                                 f"GL_MAX_TEXTURE_SIZE of {limit}; use a smaller image")
+        self.worker.call("allocate", sizes=self.textures)
+        self.worker.call("run", uploads=self.constants, passes=[], reads=[])
+        self.shapes, self._hw = self.graph.shapes(hw), hw
+        self._plans = [self._plan(p, i) for p, i in zip(self.passes, self.program_ids)]
+
+    def _plan(self, p, program):
+        """What the worker needs for pass ``p``: program, bindings, uniform values, output."""
+        return {"program": program,
+                "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
+                "uniforms": uniform_values(p, self.shapes),
+                "output": p.output, "viewport": p.viewport}
+
+    def run(self, image, keep=False):
+        """Run every pass; returns ``{texture key: array}`` of the output textures (all of
+        them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F."""
+        image = self.graph.input_image(image)
+        c = image.shape[2]
+        self._allocate(image.shape[:2])
+        data = np.zeros((*image.shape[:2], 4 * ir.packs(c)), np.uint8)
+        data[..., :c] = np.round(np.clip(image, 0, 1) * 255)
+        if self.graph.input.rgb:
+            data[..., 3] = 255
+        uploads = {(self.graph.input.name, p): data[..., 4 * p:4 * p + 4] for p in range(ir.packs(c))}
+        output_op = self.graph.output.split("/")[0]
+        reads = [k for k in self.textures if k not in self.constants
+                 and (keep or k[0].split("/")[0] == output_op)]
+        timings, arrays = self.worker.call("run", uploads=uploads, reads=reads,
+                                           passes=self._plans)
+        self.timings = {p.name: t for p, t in zip(self.passes, timings)}
+        return arrays

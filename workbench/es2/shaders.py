@@ -1,0 +1,261 @@
+"""ES 2.0 pass generators: one ``#version 100`` fragment shader per 4 output channels.
+
+Each program is a small generator returning a :class:`Pass`: its source, its bindings and
+how its uniforms get their values; :data:`PASSES` maps each IR op type to its generator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench import ir
+from workbench.es2 import fixed16
+from workbench.es2.limits import LimitError
+from workbench.glsl_text import glsl_float, glsl_vec
+from workbench.nets import activations
+
+PRECISIONS = ("highp", "mediump")
+VERTEX_SHADER = """#version 100
+attribute vec2 a_pos;
+void main() { gl_Position = vec4(a_pos, 0.0, 1.0); }
+"""
+
+
+@dataclass
+class Binding:
+    uniform: str
+    tensor: str
+    pack: int
+    filter: str = "nearest"
+
+
+@dataclass
+class Pass:
+    """One program: draws ``output`` (a texture key) from ``inputs``.  ``uniforms``: the
+    ``vec2`` uniforms and how to get their values (:func:`uniform_values`)."""
+    name: str
+    op: str
+    source: str
+    inputs: list[Binding]
+    output: tuple[str, int]
+    uniforms: dict[str, tuple] = field(default_factory=dict)
+    viewport: tuple[int, int, int, int] | None = None  # (x, y, width, height); None: all
+
+
+# --- GLSL text ------------------------------------------------------------------------------
+
+def _header(precision):
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    if precision == "mediump":
+        return "#version 100\nprecision mediump float;\n"
+    return ("#version 100\n#ifdef GL_FRAGMENT_PRECISION_HIGH\nprecision highp float;\n"
+            "precision highp sampler2D;\n#else\nprecision mediump float;\n#endif\n")
+
+
+def _uniforms(samplers, vectors):
+    return "".join(f"uniform sampler2D {s};\n" for s in samplers) + \
+        "".join(f"uniform vec2 {v};\n" for v in vectors)
+
+
+_FETCH_MASKED = """vec4 fetch(sampler2D s, vec2 p) {
+    vec2 inside = step(vec2(0.0), p) * step(p, u_in_size);
+    return texture2D(s, p / u_in_size) * (inside.x * inside.y);
+}
+"""
+_FETCH = """vec4 fetch(sampler2D s, vec2 p) {
+    return texture2D(s, p / u_in_size);
+}
+"""
+
+
+def conv_pass(op: ir.Conv, pack: int, precision="highp") -> Pass:
+    """Output channels ``4*pack .. 4*pack+3`` of a convolution (+ residual) + activation."""
+    in_packs = op.input_packs(pack)
+    samplers = [f"u_in{i}" for i in range(len(in_packs))]
+    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    outs = list(range(pack * ir.PACK, min(pack * ir.PACK + ir.PACK, op.cout)))
+    _, count = op.group_channels(pack)  # the group's channels are 0..count-1 of the kernel
+    vectors = {"u_in_size": ("size", op.input),
+               "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
+    if op.residual:
+        samplers.append("u_res")
+        bindings.append(Binding("u_res", op.residual, pack))
+        vectors["u_out_size"] = ("size", op.name)
+    masked = op.padding == "same" and op.size > 1
+    body = [f"    vec2 base = (gl_FragCoord.xy - 0.5) * {glsl_float(op.stride)} + 0.5 - u_pad;",
+            f"    vec4 sum = {glsl_vec(op.bias[outs])};"]
+    for dy in range(op.size):
+        for dx in range(op.size):
+            where = f"base + vec2({glsl_float(dx)}, {glsl_float(dy)})"
+            if op.luma_input:
+                w = op.kernel[dy, dx, 0, outs]
+                body.append(f"    sum += {glsl_vec(w)} * dot(fetch(u_in0, {where}).rgb, "
+                            f"{glsl_vec(ir.LUMA, 3)});")
+                continue
+            for j, sampler in enumerate(samplers[:len(in_packs)]):
+                chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
+                m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
+                for i, c in enumerate(chans):
+                    m[i, :len(outs)] = op.kernel[dy, dx, c, outs]
+                if np.any(m):
+                    # GLSL mat4(...) is column-major: column i holds input component i.
+                    body.append(f"    sum += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * "
+                                f"fetch({sampler}, {where});")
+    if op.residual:
+        body.append("    sum += texture2D(u_res, gl_FragCoord.xy / u_out_size);")
+    body.append(f"    gl_FragColor = {activations.get(op.activation).glsl.format(x='sum')};")
+    source = (_header(precision) + _uniforms(samplers, vectors)
+              + (_FETCH_MASKED if masked else _FETCH)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
+
+
+def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
+    """Depth-to-space; with ``chroma_from`` the SR demux: the sub-pixel luma plus the chroma
+    of the input image sampled bilinearly (a luma change added equally to R, G and B leaves
+    Cb and Cr unchanged, since their weights sum to 0 and Y's to 1)."""
+    in_packs = op.source_packs(shapes, pack)
+    samplers = [f"u_in{i}" for i in range(len(in_packs))]
+    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    b = glsl_float(op.block)
+    body = ["    vec2 o = gl_FragCoord.xy - 0.5;",
+            f"    vec2 lr = floor((o + 0.5) / {b});",
+            f"    vec2 sub = o - lr * {b};",
+            f"    float s = sub.y * {b} + sub.x;",
+            "    vec2 uv = (lr + 0.5) / u_in_size;"]
+    body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
+    body.append("    vec4 v = vec4(0.0);")
+    for s, chans in enumerate(op.source_channels(shapes, pack)):
+        parts = [f"t{c // ir.PACK}.{'xyzw'[c % ir.PACK]}" for c in chans]
+        body.append(f"    v += vec4({', '.join(parts + ['0.0'] * (4 - len(parts)))}) * "
+                    f"(1.0 - step(0.5, abs(s - {glsl_float(s)})));")
+    vectors = {"u_in_size": ("size", op.input)}
+    if op.chroma_from:
+        # Bilinear chroma with half-pixel centres and clamped edges, computed from 4 nearest
+        # fetches in float: a GL_LINEAR sampler on RGBA8 filters with 8-bit weights on
+        # llvmpipe, which would not match the emulator byte for byte.
+        samplers.append("u_image")
+        bindings.append(Binding("u_image", op.chroma_from, 0))
+        vectors["u_out_size"] = ("size", op.name)
+        body += ["    vec2 u = (o + 0.5) / " + b + " - 0.5;",
+                 "    vec2 i0 = floor(u);",
+                 "    vec2 f = u - i0;",
+                 "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec3 rgb = mix(mix(texture2D(u_image, lo).rgb, "
+                 "texture2D(u_image, vec2(hi.x, lo.y)).rgb, f.x),",
+                 "                   mix(texture2D(u_image, vec2(lo.x, hi.y)).rgb, "
+                 "texture2D(u_image, hi).rgb, f.x), f.y);",
+                 f"    gl_FragColor = vec4(rgb + (v.x - dot(rgb, {glsl_vec(ir.LUMA, 3)})), 1.0);"]
+    else:
+        body.append("    gl_FragColor = v;")
+    source = (_header(precision) + _uniforms(samplers, vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
+
+
+def _number_glsl(op: ir.Dense):
+    """enc2/dec2 (two values per texel) and wdec (a weight pair) for the op's number format."""
+    if op.number == "float":
+        return ("vec4 enc2(vec2 v) { return vec4(v, 0.0, 0.0); }\n"
+                "vec2 dec2(vec4 t) { return t.xy; }\nvec2 wdec(vec4 t) { return t.xy; }\n")
+    return fixed16.GLSL + f"vec2 wdec(vec4 t) {{ return dec2(t) / {glsl_float(2 ** op.weight_shift)}; }}\n"
+
+
+def dense_passes(op: ir.Dense, shapes, precision="highp") -> list[Pass]:
+    """The blocked GEMV: one multiply program per block of input packs (each writes one row
+    of partial sums), then reduction passes; the last adds the bias row."""
+    h, w, _ = shapes[op.input]
+    pixels = [(x, y) for y in range(h) for x in range(w)] if op.pool else [(0, 0)]
+    rows_w = op.cin + 1
+    head = _header(precision) + _number_glsl(op)
+    passes = []
+    for row, block in enumerate(op.blocks()):
+        samplers = [f"u_in{k}" for k in range(len(block))] + ["u_w"]
+        bindings = [Binding(s_, op.input, p) for s_, p in zip(samplers, block)]
+        bindings.append(Binding("u_w", f"{op.name}/weights", 0))
+        body = [f"    float x = gl_FragCoord.x / {glsl_float(op.pairs)};", "    vec2 acc = vec2(0.0);",
+                "    vec4 s;"]
+        for k, pack in enumerate(block):
+            taps = " + ".join(f"texture2D(u_in{k}, vec2({glsl_float((px + 0.5) / w)}, {glsl_float((py + 0.5) / h)}))"
+                              for px, py in pixels)
+            body.append(f"    s = {taps};")
+            for i in range(min(4, op.cin - 4 * pack)):
+                c = 4 * pack + i
+                body.append(f"    acc += wdec(texture2D(u_w, vec2(x, {glsl_float((c + 0.5) / rows_w)})))"
+                            f" * s.{'xyzw'[i]};")
+        body.append(f"    gl_FragColor = enc2(acc / {glsl_float(len(pixels))});")
+        source = head + _uniforms(samplers, {}) + "void main() {\n" + "\n".join(body) + "\n}\n"
+        passes.append(Pass(f"{op.name}.multiply{row}", op.name, source, bindings,
+                           (f"{op.name}/partial0", 0), {}, (0, row, op.pairs, 1)))
+    rows = op.reductions()
+    for k, (prev, r) in enumerate(zip(rows, rows[1:])):
+        last = r == 1 and k == len(rows) - 2
+        source_key = f"{op.name}/partial{k}"
+        target = (op.name, 0) if last else (f"{op.name}/partial{k + 1}", 0)
+        samplers = ["u_p"] + (["u_w"] if last else [])
+        bindings = [Binding("u_p", source_key, 0)]
+        body = [f"    float x = gl_FragCoord.x / {glsl_float(op.pairs)};",
+                f"    float first = (gl_FragCoord.y - 0.5) * {glsl_float(op.reduce)};",
+                "    vec2 acc = vec2(0.0);"]
+        for t in range(min(op.reduce, prev)):
+            body.append(f"    acc += dec2(texture2D(u_p, vec2(x, (first + {glsl_float(t + 0.5)}) / {glsl_float(prev)})))"
+                        f" * step(first + {glsl_float(t)}, {glsl_float(prev - 0.5)});")
+        if last:
+            bindings.append(Binding("u_w", f"{op.name}/weights", 0))
+            bias = "dec2" if op.number == "fixed16" else "wdec"
+            body.append(f"    acc += {bias}(texture2D(u_w, vec2(x, {glsl_float((op.cin + 0.5) / rows_w)})));")
+        body.append("    gl_FragColor = enc2(acc);")
+        source = head + _uniforms(samplers, {}) + "void main() {\n" + "\n".join(body) + "\n}\n"
+        passes.append(Pass(f"{op.name}.reduce{k}", op.name, source, bindings, target))
+    return passes
+
+
+def dense_weight_texture(op: ir.Dense) -> np.ndarray:
+    """The weights texture (``cin + 1`` rows of ``pairs`` texels): row c holds the weights of
+    input c for outputs (2j, 2j+1), the last row the bias.  fixed16: weights scaled by
+    ``2**weight_shift``, 2 bytes per value (uint8); float: float32 (RGBA32F)."""
+    values = np.zeros((op.cin + 1, op.pairs * 2))
+    values[:op.cin, :op.cout] = op.weight * 2.0 ** op.weight_shift
+    values[op.cin, :op.cout] = op.bias
+    if op.number == "float":  # weight_shift is 0
+        out = np.zeros((op.cin + 1, op.pairs, 4), np.float32)
+        out[..., :2] = values.reshape(op.cin + 1, op.pairs, 2)
+        return out
+    return fixed16.encode(values).reshape(op.cin + 1, op.pairs, 4)
+
+
+def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:
+    """Textures uploaded once per allocation, by tensor name: each dense layer's weights."""
+    return {f"{op.name}/weights": dense_weight_texture(op)
+            for op in graph.ops if isinstance(op, ir.Dense)}
+
+
+def conv_passes(op: ir.Conv, shapes, precision="highp") -> list[Pass]:
+    return [conv_pass(op, p, precision) for p in range(op.out_packs())]
+
+
+def depth_to_space_passes(op: ir.DepthToSpace, shapes, precision="highp") -> list[Pass]:
+    return [depth_to_space_pass(op, p, shapes, precision) for p in range(op.out_packs(shapes))]
+
+
+# One entry per IR op: ``op type -> passes(op, shapes, precision)``.
+PASSES = {ir.Conv: conv_passes, ir.DepthToSpace: depth_to_space_passes, ir.Dense: dense_passes}
+
+
+def generate(graph: ir.Graph, precision="highp") -> list[Pass]:
+    """All passes of ``graph``, in execution order."""
+    shapes = graph.shapes(graph.input_size or (64, 64))
+    passes = []
+    for op in graph.ops:
+        if type(op) not in PASSES:
+            raise LimitError(f"layer {op.name!r}: no ES 2.0 shader for {type(op).__name__}")
+        passes += PASSES[type(op)](op, shapes, precision)
+    return passes
+
+
+def uniform_values(p: Pass, shapes) -> dict[str, tuple[float, float]]:
+    """The values of a pass's ``vec2`` uniforms (see :func:`workbench.ir.uniform_values`)."""
+    return {name: tuple(map(float, v)) for name, v in ir.uniform_values(p.uniforms, shapes).items()}

@@ -1,0 +1,163 @@
+"""Lowering a Keras functional model to the IR (:class:`workbench.ir.graph.Graph`).
+
+BatchNorm is folded into the conv before it, a channel shuffle becomes the ``input_order`` of
+the conv that reads it, ``Quantize8`` (training-time rounding) disappears: RGBA8 storage does it.
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from workbench.ir.graph import Conv, Dense, DepthToSpace, Graph, Input
+from workbench.nets import activations
+from workbench.nets.layers import Act, GroupConv2D, Quantize8, Shuffle
+from workbench.nets.layers import DepthToSpace as D2S
+
+
+class LoweringError(ValueError):
+    """A Keras model that cannot be turned into the IR; the message names the layer."""
+
+
+def _keras_activation(layer):
+    name = getattr(getattr(layer, "activation", None), "__name__", "linear")
+    if name in ("linear", "sigmoid"):
+        return name
+    raise LoweringError(f"layer {layer.name!r}: Keras activation {name!r} has no [0, 1]-bounded "
+                        f"GLSL form; use workbench.nets.layers.Act with one of {activations.names()}")
+
+
+def _conv_from(layer, source):
+    if isinstance(layer, GroupConv2D):
+        stride, padding, groups, act = layer.strides, layer.padding, layer.groups, "linear"
+    else:
+        if layer.strides[0] != layer.strides[1] or layer.dilation_rate != (1, 1):
+            raise LoweringError(f"layer {layer.name!r}: only square strides, no dilation")
+        stride, padding, groups = layer.strides[0], layer.padding, layer.groups
+        act = _keras_activation(layer)
+    weights = layer.get_weights()
+    kernel = weights[0].astype(np.float32)
+    if kernel.shape[0] != kernel.shape[1]:
+        raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
+    bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
+    return Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups, act)
+
+
+def _fold_batchnorm(conv, layer):
+    gamma, beta, mean, var = (layer.gamma.numpy() if layer.scale else 1.0,
+                              layer.beta.numpy() if layer.center else 0.0,
+                              layer.moving_mean.numpy(), layer.moving_variance.numpy())
+    k = gamma / np.sqrt(var + layer.epsilon)
+    conv.kernel = (conv.kernel * k).astype(np.float32)
+    conv.bias = ((conv.bias - mean) * k + beta).astype(np.float32)
+
+
+def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
+    """Lower a Keras functional model to a :class:`Graph`.
+
+    ``luma_input``: the net takes an RGB image and sees its full-range luma (the SR net).
+    Default: True when the model has a 1-channel input.  A final DepthToSpace of a luma net
+    becomes the SR demux (chroma from the input image).  ``dense``: number format of a
+    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`Dense`).
+    """
+    if dense not in ("fixed16", "float"):
+        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise LoweringError(f"model {model.name!r}: one input and one output are supported")
+    channels = model.inputs[0].shape[-1]
+    luma_input = channels == 1 if luma_input is None else luma_input
+    graph_input = Input("image", 3 if luma_input else channels, rgb=luma_input)
+    ops, tensor_of, order_of = [], {}, {}  # keras tensor id -> IR tensor, its pack order
+    pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
+
+    def producer(keras_tensor):
+        if id(keras_tensor) not in tensor_of:
+            raise LoweringError(f"tensor {keras_tensor.name!r} feeds a layer the ES 2.0 back end "
+                                "cannot take it from (a global pooling must feed a Dense layer)")
+        return tensor_of[id(keras_tensor)]
+
+    def last_conv(keras_tensor, layer, what):
+        name = producer(keras_tensor)
+        op = ops[-1] if ops else None
+        if (not isinstance(op, Conv) or op.name != name or op.activation != "linear"
+                or id(keras_tensor) in order_of):
+            raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
+                                f"convolution without activation (it follows {name!r})")
+        return op
+
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            tensor_of[id(layer.output)] = graph_input.name
+            continue
+        inputs = layer.input if isinstance(layer.input, list) else [layer.input]
+        if isinstance(layer, (GroupConv2D, keras.layers.Conv2D)):
+            if isinstance(layer, keras.layers.DepthwiseConv2D):
+                raise LoweringError(f"layer {layer.name!r}: DepthwiseConv2D is not supported; "
+                                    "use GroupConv2D")
+            op = _conv_from(layer, producer(inputs[0]))
+            op.luma_input = luma_input and op.input == graph_input.name
+            op.input_order = order_of.get(id(inputs[0]))
+            ops.append(op)
+            tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            _fold_batchnorm(last_conv(inputs[0], layer, "BatchNormalization"), layer)
+            tensor_of[id(layer.output)] = producer(inputs[0])
+        elif isinstance(layer, (Act, keras.layers.Activation)):
+            op = last_conv(inputs[0], layer, "an activation")
+            op.activation = (layer.activation if isinstance(layer, Act)
+                             else _keras_activation(layer))
+            tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, Shuffle):
+            previous = order_of.get(id(inputs[0]), range(len(layer.order)))
+            order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
+            tensor_of[id(layer.output)] = producer(inputs[0])
+        elif isinstance(layer, Quantize8):  # training-time rounding; RGBA8 storage does it
+            if id(inputs[0]) in order_of:
+                order_of[id(layer.output)] = order_of[id(inputs[0])]
+            tensor_of[id(layer.output)] = producer(inputs[0])
+        elif isinstance(layer, keras.layers.Add):
+            if len(inputs) != 2:
+                raise LoweringError(f"layer {layer.name!r}: Add of exactly two tensors supported")
+            names = [producer(t) for t in inputs]
+            op = ops[-1] if ops else None
+            if not isinstance(op, Conv) or op.name not in names:
+                raise LoweringError(f"layer {layer.name!r}: one input of Add must be the "
+                                    "convolution just before it")
+            last_conv(inputs[names.index(op.name)], layer, "Add")
+            other = inputs[1 - names.index(op.name)]
+            if id(other) in order_of:
+                raise LoweringError(f"layer {layer.name!r}: the residual input of Add must not "
+                                    "be shuffled (add the unit's input before its shuffle)")
+            op.residual = producer(other)
+            tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, keras.layers.GlobalAveragePooling2D):
+            pooled[id(layer.output)] = producer(inputs[0])
+        elif isinstance(layer, keras.layers.Dense):
+            if id(inputs[0]) not in pooled:
+                raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
+                                    "GlobalAveragePooling2D on ES 2.0")
+            if _keras_activation(layer) != "linear" or layer is not model.layers[-1]:
+                raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
+                                    "without activation (logits; softmax on the CPU)")
+            weight, bias = (w.astype(np.float32) for w in layer.get_weights())
+            op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense)
+            ops.append(op)
+            tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, D2S):
+            source = producer(inputs[0])
+            chroma = graph_input.name if luma_input else None
+            op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma)
+            ops.append(op)
+            tensor_of[id(layer.output)] = op.name
+        else:
+            raise LoweringError(f"layer {layer.name!r} ({type(layer).__name__}) is not supported "
+                                "by the ES 2.0 back end")
+    size = tuple(model.inputs[0].shape[1:3])
+    graph = Graph(graph_input, ops, producer(model.outputs[0]), model.name,
+                  None if None in size else size)
+    dense = next((op for op in ops if isinstance(op, Dense)), None)
+    if dense and graph.input_size is None:
+        raise LoweringError(f"layer {dense.name!r}: a net with a Dense layer needs a fixed "
+                            "input size (keras.Input((height, width, channels)))")
+    graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
+    return graph
+

@@ -1,0 +1,142 @@
+"""The command line, ``python -m workbench <command>``: every subcommand is registered here.
+
+A user error (a bad file, parameter or model) prints ``error: <one line>`` and exits 2;
+``--debug`` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, KeyError)
+
+
+def _fetch_data(args):
+    from workbench.data import fetch
+    return fetch.run(args)
+
+
+def _run(args):
+    import yaml
+
+    from workbench.run import pipeline
+    pipeline.run(args.profile, args.only, overrides={k: yaml.safe_load(v) for k, v in args.p},
+                 force=args.force)
+    return 0
+
+
+def _sweep(args):
+    import yaml
+
+    from workbench.run import sweep
+    values = {k: [yaml.safe_load(v) for v in vs.split(",")] for k, vs in args.p}
+    sweep.run(args.notebook, values, args.profile, args.collect)
+    return 0
+
+
+def _upscale(args):
+    from workbench.studies import deploy
+    shape, seconds = deploy.upscale_file(args.input, args.output, args.model, args.precision)
+    print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU")
+    return 0
+
+
+def _export_web(args):
+    from workbench import es2, web
+
+    labels = args.labels
+    if labels:
+        path = Path(labels)
+        labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
+                  if path.is_file() else [s.strip() for s in labels.split(",")])
+    net, _ = es2.load_net(args.model, args.precision)
+    index = web.export(net, args.out, labels)
+    print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
+          f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
+    return 0
+
+
+def _bench(args):
+    from workbench.studies import bench
+    if args.what == "sr":
+        import keras
+        model = keras.models.load_model(args.model) if args.model else None
+        bench.print_sr(bench.bench_sr(model, args.size, args.repeat))
+    elif args.what == "es31":
+        bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
+    elif args.what == "activation":
+        bench.bench_activation(args.preset, args.batch, args.steps)
+        bench.bench_batchnorm(args.preset, args.batch, args.steps)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    from workbench.data import fetch
+
+    top = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
+    top.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("fetch-data", help="download the data sets the notebooks need",
+                            description="Download data sets into the data root, verifying them.")
+    fetch.add_arguments(p)
+    p.set_defaults(func=_fetch_data)
+
+    p = commands.add_parser("run", help="execute the notebooks of a profile with papermill")
+    p.add_argument("--profile", default="quick", help="quick (default), full or ci")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks")
+    p.add_argument("-p", nargs=2, action="append", metavar=("[NOTEBOOK.]KEY", "VALUE"),
+                   default=[], help="override a parameter of one notebook (VALUE parsed as "
+                   "YAML); a plain KEY only where one notebook of the run has it")
+    p.add_argument("--force", action="store_true", help="re-run unchanged notebooks too")
+    p.set_defaults(func=_run)
+
+    p = commands.add_parser("sweep", help="run a notebook over a parameter grid")
+    p.add_argument("notebook", help="name in notebooks/, without .ipynb")
+    p.add_argument("-p", nargs=2, action="append", metavar=("KEY", "V1,V2,..."), required=True,
+                   help="a swept parameter and its comma-separated values (each parsed as YAML)")
+    p.add_argument("--profile", default="quick", help="base parameters (default quick)")
+    p.add_argument("--collect", default="summary", help="the notebook variable to collect")
+    p.set_defaults(func=_sweep)
+
+    p = commands.add_parser("upscale", help="x2 upscale an image with the SR shaders on the GPU")
+    p.add_argument("input")
+    p.add_argument("output", help="PNG file to write")
+    p.add_argument("--model", required=True, help=".keras model or saved shader folder")
+    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    p.set_defaults(func=_upscale)
+
+    p = commands.add_parser("export-web", help="write a static web page that runs the net "
+                            "with WebGL 1.0 (serve the folder over HTTP to open it)")
+    p.add_argument("--model", required=True, help=".keras model or saved shader folder")
+    p.add_argument("--out", required=True, help="folder to write the page into")
+    p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
+                   "file with one per line (default: class 0, class 1, ...)")
+    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    p.set_defaults(func=_export_web)
+
+    p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
+                            "(ES 2.0 vs ES 3.1 on dogs120), activation (training-step cost of "
+                            "the sigmoid-like activation and of the fused batch norm)")
+    p.add_argument("what", choices=["sr", "es31", "activation"])
+    p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2)")
+    p.add_argument("--size", type=int, default=256, help="sr: input size")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
+    p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
+    p.add_argument("--batch", type=int, default=64, help="activation: batch size")
+    p.add_argument("--steps", type=int, default=20, help="activation: steps per round")
+    p.set_defaults(func=_bench)
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except USER_ERRORS as err:
+        if args.debug:
+            raise
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {message}", file=sys.stderr)
+        return 2

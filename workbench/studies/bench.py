@@ -1,0 +1,176 @@
+"""Benchmarks (``python -m workbench bench ...``): times measured side by side in one run,
+medians of several runs.  Speed targets live here, never in timed tests."""
+from __future__ import annotations
+
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from workbench import es2, es31
+from workbench.data import datasets
+from workbench.ir import cost
+from workbench.nets import activations, classify, superres
+from workbench.nets.models import dogs_classifier, sr_x2
+
+
+def bench_sr(model=None, size=256, repeat=5):
+    """GPU (this machine's GL) vs TensorFlow CPU time for one ``size`` x ``size`` -> 2x upscale,
+    and the compile+link time of all programs.  Returns a dict of seconds and ratios."""
+    import tensorflow as tf
+
+    model = model or sr_x2()
+    image = np.random.default_rng(0).random((size, size, 3)).astype(np.float32)
+    start = time.perf_counter()
+    net = es2.compile(model)
+    generate_seconds = time.perf_counter() - start
+    compile_seconds = net.compile_seconds  # compile + link + a warm-up draw of every program
+    start = time.perf_counter()
+    net.run(image)  # the driver may still translate shader variants for the real textures
+    first_run_seconds = time.perf_counter() - start
+    gpu = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        net.run(image)
+        gpu.append(time.perf_counter() - start)
+    passes = sum(net.timings.values())
+    forward = tf.function(lambda x, training=False: model(x, training=training))
+    superres.upscale(forward, image)
+    cpu = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        superres.upscale(forward, image)
+        cpu.append(time.perf_counter() - start)
+    result = {"size": size, "programs": len(net.passes), "generate_seconds": generate_seconds,
+              "compile_link_seconds": compile_seconds, "first_run_seconds": first_run_seconds,
+              "gpu_seconds": float(np.median(gpu)),
+              "gpu_pass_seconds": passes, "tf_cpu_seconds": float(np.median(cpu))}
+    result["gpu_over_tf"] = result["gpu_seconds"] / result["tf_cpu_seconds"]
+    return result
+
+
+
+def print_sr(r):
+    """Print :func:`bench_sr`'s result as a table."""
+    s = r["size"]
+    print(f"x2 SR, {s}x{s} -> {2 * s}x{2 * s}, {r['programs']} programs")
+    print(f"  shader generation       {r['generate_seconds'] * 1000:8.1f} ms")
+    print(f"  compile + link (+JIT)   {r['compile_link_seconds'] * 1000:8.1f} ms   (Pi 3 reference: 3500-4000 ms)")
+    print(f"  first run               {r['first_run_seconds'] * 1000:8.1f} ms   (includes any shader translation left)")
+    print(f"  GPU (llvmpipe) run      {r['gpu_seconds'] * 1000:8.1f} ms   (passes alone {r['gpu_pass_seconds'] * 1000:.1f} ms; Pi 3 reference: ~130 ms)")
+    print(f"  TensorFlow CPU run      {r['tf_cpu_seconds'] * 1000:8.1f} ms")
+    print(f"  GPU / TF time ratio     {r['gpu_over_tf']:8.2f}")
+
+
+def es31_vs_es2(count=3, seed=0, size=385, repeat=3, root=None):
+    """dogs120 at 385x385 (random weights, BatchNorm calibrated on photos as
+    :func:`workbench.studies.deploy.dogs120_check`): ES 2.0 texel fetches vs ES 3.1 image loads,
+    ES 2.0 vs ES 3.1 time on this machine (median of ``max(repeat, count)`` runs after a
+    first, untimed one; whole ``net.run``: upload, passes, read-back), and both against TF's
+    logits on ``count`` photos."""
+    keras.utils.set_random_seed(seed)
+    model = dogs_classifier("dogs120")
+    pictures = datasets.photos(size, count + 4, root)
+    classify.calibrate_batchnorm(model, pictures[:4])
+    pictures = pictures[4:]
+    tf_logits = np.asarray(model.predict(pictures, verbose=0), np.float64)
+    es2_net, es31_net = es2.compile(model), es31.compile(model)
+    result = {}
+    for label, net in (("es2", es2_net), ("es31", es31_net)):
+        start = time.perf_counter()
+        net.run(pictures[0])  # compile + the driver's first translation
+        first = time.perf_counter() - start
+        seconds, logits = [], []
+        for i in range(max(repeat, len(pictures))):  # every photo once, at least `repeat` runs
+            start = time.perf_counter()
+            out = net.run(pictures[i % len(pictures)])
+            seconds.append(time.perf_counter() - start)
+            logits += [out] if i < len(pictures) else []
+        logits = np.array(logits, np.float64)
+        total = cost.total(net.cost((size, size)).values())
+        result[label] = {"fetches": total.texel_fetches, "multiply_adds": total.multiply_adds,
+                         "programs": len(getattr(net, "passes", None) or net.kernels),
+                         "first_run_s": first, "seconds": float(np.median(seconds)),
+                         "pass_seconds": float(sum(net.timings.values())),
+                         "max_logit_diff_tf": float(np.abs(logits - tf_logits).max()),
+                         "top1_equals_tf": float(np.mean(logits.argmax(1) == tf_logits.argmax(1)))}
+    result["loads_over_fetches"] = result["es31"]["fetches"] / result["es2"]["fetches"]
+    result["time_ratio"] = result["es31"]["seconds"] / result["es2"]["seconds"]
+    result["images"] = len(pictures)
+    return result
+
+
+def print_es31_vs_es2(r):
+    size = 385
+    e2, e3 = r["es2"], r["es31"]
+    print(f"dogs120 at {size}x{size}, random weights, BatchNorm calibrated; {r['images']} photos")
+    print(f"  {'':28s} {'ES 2.0':>14s} {'ES 3.1':>14s}")
+    print(f"  {'programs':28s} {e2['programs']:>14,d} {e3['programs']:>14,d}")
+    print(f"  {'multiply-adds':28s} {e2['multiply_adds']:>14,d} {e3['multiply_adds']:>14,d}")
+    print(f"  {'texel fetches / image loads':28s} {e2['fetches']:>14,d} {e3['fetches']:>14,d}"
+          f"   ratio {r['loads_over_fetches']:.3f} (goal <= 0.5)")
+    print(f"  {'time per image (ms)':28s} {1000 * e2['seconds']:>14.1f} {1000 * e3['seconds']:>14.1f}"
+          f"   ratio {r['time_ratio']:.3f}")
+    print(f"  {'  passes alone (ms)':28s} {1000 * e2['pass_seconds']:>14.1f} {1000 * e3['pass_seconds']:>14.1f}")
+    print(f"  {'first run (ms)':28s} {1000 * e2['first_run_s']:>14.1f} {1000 * e3['first_run_s']:>14.1f}")
+    print(f"  {'max |logit - TF|':28s} {e2['max_logit_diff_tf']:>14.4f} {e3['max_logit_diff_tf']:>14.6f}")
+    print(f"  {'top-1 = TF top-1':28s} {e2['top1_equals_tf']:>14.2%} {e3['top1_equals_tf']:>14.2%}")
+
+
+# --- training steps -------------------------------------------------------------------------
+
+def _register_relu():
+    if "relu" not in activations.names():
+        activations.register(activations.Activation(
+            name="relu", tf_fn=tf.nn.relu, np_fn=lambda x: np.maximum(x, 0).astype(np.float32),
+            glsl="max({x}, 0.0)", description="ReLU (benchmark reference only, unbounded)",
+            output_range=None))
+
+
+def step_seconds(models, batch=64, steps=20, rounds=3, seed=0):
+    """Seconds per training step (``train_on_batch``, batch ``batch``) of each compiled
+    model in ``{label: model}``; rounds alternate between the models, the fastest round
+    counts (robust to other jobs on the machine)."""
+    rng = np.random.default_rng(seed)
+    times = {}
+    for label, model in models.items():
+        size, classes = model.input_shape[1], model.output_shape[-1]
+        x = rng.random((batch, size, size, 3), np.float32)
+        y = rng.integers(0, classes, batch)
+        model.train_on_batch(x, y)  # trace
+        times[label] = (x, y, [])
+    for _ in range(rounds):
+        for label, model in models.items():
+            x, y, rounds_s = times[label]
+            start = time.perf_counter()
+            for _ in range(steps):
+                model.train_on_batch(x, y)
+            rounds_s.append((time.perf_counter() - start) / steps)
+    return {label: min(t[2]) for label, t in times.items()}
+
+
+def bench_activation(preset="cifar10", batch=64, steps=20, rounds=3, verbose=True):
+    """Ratio of the training-step time with ``sigmoid_like`` to that with ``tf.nn.relu``
+    (Adam, the given preset and batch)."""
+    _register_relu()
+    models = {a: classify.compile_classifier(dogs_classifier(preset, activation=a))
+              for a in ("sigmoid_like", "relu")}
+    t = step_seconds(models, batch, steps, rounds)
+    ratio = t["sigmoid_like"] / t["relu"]
+    if verbose:
+        print(f"{preset}, batch {batch}: training step sigmoid_like {t['sigmoid_like'] * 1e3:.1f}"
+              f" ms, relu {t['relu'] * 1e3:.1f} ms, ratio {ratio:.2f}")
+    return ratio
+
+
+def bench_batchnorm(preset="cifar10", batch=64, steps=20, rounds=3, verbose=True):
+    """Ratio of the training-step time with Keras' ``BatchNormalization`` to that with
+    :class:`workbench.nets.layers.FastBatchNorm` (the speed-up of the fused kernel)."""
+    models = {f: classify.compile_classifier(dogs_classifier(preset, fast_bn=f)) for f in (False, True)}
+    t = step_seconds(models, batch, steps, rounds)
+    ratio = t[False] / t[True]
+    if verbose:
+        print(f"{preset}, batch {batch}: training step keras BN {t[False] * 1e3:.1f} ms,"
+              f" fused BN {t[True] * 1e3:.1f} ms, speed-up {ratio:.2f}x")
+    return ratio
