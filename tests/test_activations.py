@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from workbench.nets import activations
+from workbench.studies import activation_study
 
 X = np.linspace(-9, 9, 3601, dtype=np.float32)
 
@@ -78,7 +79,7 @@ def test_activation_study_summary_and_verdict():
 def test_activation_figures_draw_every_candidate(tmp_path):
     from workbench import figures
 
-    for fig in (figures.activation_curves(), figures.activation_levels()):
+    for fig in (activation_study.shape_figure(), activation_study.levels_figure()):
         labels = [line.get_label() for line in fig.axes[0].get_lines()]
-        assert labels == list(figures.STUDY_ACTIVATIONS)
+        assert labels == list(activation_study.STUDY_ACTIVATIONS)
         assert [p.name for p in figures.save_figure(fig, "a", tmp_path)] == ["a.png", "a.svg"]

@@ -108,3 +108,29 @@ def test_sweep_collects_one_table(tmp_path, monkeypatch):
     assert (tmp_path / "figures" / "sweep_square.png").exists()
     assert sweep.grid({"a": [1, 2], "b": ["u", "v"]}) == [
         {"a": 1, "b": "u"}, {"a": 1, "b": "v"}, {"a": 2, "b": "u"}, {"a": 2, "b": "v"}]
+
+
+def test_overrides_are_scoped_to_one_notebook(project):
+    root, log, run = project
+    other = root / "other.txt"
+    assert run(only=["d"], overrides={"d.log": str(other)}) == {"d": "ok"}
+    assert other.read_text().split() == ["d"] and not log.exists()
+    assert run(only=["a"], overrides={"log": str(other)}) == {"a": "ok"}  # only a has it
+    assert other.read_text().split() == ["d", "a"]
+    with pytest.raises(ValueError, match="-p log: a, b, c, d all have 'log'; say which, e.g. "
+                                         "-p a.log VALUE"):
+        run(overrides={"log": "x"})
+    with pytest.raises(ValueError, match="-p nosuchkey: no notebook of this run has"):
+        run(overrides={"nosuchkey": 1})
+    with pytest.raises(ValueError, match="notebook 'a' has no parameter 'steps'"):
+        run(overrides={"a.steps": 1})
+    with pytest.raises(ValueError, match="--only nosuch: not a notebook of profile 'p'"):
+        run(only=["nosuch"])
+    assert not (root / "log.txt").exists()  # nothing ran
+
+
+def test_cli_reports_a_bad_run_in_one_line(capsys):
+    from workbench.run.cli import main
+    assert main(["run", "--profile", "ci", "--only", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --only nosuch: not a notebook of profile 'ci'") and err.count("\n") == 1

@@ -38,7 +38,7 @@ def test_activation_numbers():
                                    widgets.activation_gradient(name, x, "tf"), atol=2e-3)
         y = activations.get(name).np_fn(x).astype(np.float64)  # the emulator's arithmetic
         assert (widgets.stored_levels(name, x) == np.round(emulate.quantize(y) * 255)).all()
-    rows = widgets.activation_rows(widgets.activation_curves(["sigmoid_like"], -8, 8, 1601), 0.25)
+    rows = widgets.activation_rows(widgets.activation_samples(["sigmoid_like"], -8, 8, 1601), 0.25)
     assert rows[0]["value"] == pytest.approx(0.55, abs=1e-6)
     assert rows[0]["gradient"] == pytest.approx(0.2, abs=1e-4)
     assert rows[0]["level"] == 140  # round(0.55 * 255)

@@ -9,7 +9,7 @@ both, so the widgets work without a kernel-side matplotlib backend and can be te
 Python.  Figures are drawn on ``matplotlib.figure.Figure`` objects, never through pyplot, so
 nothing leaks into a notebook's inline output.
 
-The drawing and the numbers are plain functions (:func:`activation_curves`,
+The drawing and the numbers are plain functions (:func:`activation_samples`,
 :func:`activation_figure`, :func:`crop_psnr`, ...); the widgets only wire them to controls.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ def activation_gradient(name, x, source="numpy") -> np.ndarray:
     return ((up - down) / (2 * h)).astype(np.float32)
 
 
-def activation_curves(names, lo=-8.0, hi=8.0, points=801, gradient="numpy") -> dict:
+def activation_samples(names, lo=-8.0, hi=8.0, points=801, gradient="numpy") -> dict:
     """``{name: {"x", "y", "dy", "level"}}`` over ``points`` inputs in [lo, hi]."""
     x = np.linspace(lo, hi, points, dtype=np.float32)
     return {name: {"x": x, "y": activations.get(name).np_fn(x),
@@ -157,7 +157,7 @@ def activation_explorer(names=None, x_range=(-8.0, 8.0), probe=1.0, points=801) 
     def update():
         lo, hi = controls["range"].value
         source = controls["gradient"].value
-        curves = activation_curves(controls["activations"].value, lo, hi, points, source)
+        curves = activation_samples(controls["activations"].value, lo, hi, points, source)
         probe_x = controls["probe"].value
         _show(image, activation_figure(curves, probe_x if lo <= probe_x <= hi else None))
         text.value = _html_table(activation_rows(curves, probe_x, source))

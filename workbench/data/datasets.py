@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.files import project_root
 from workbench.data.images import (
     ImageError,
     degrade,
@@ -22,6 +21,7 @@ from workbench.data.images import (
     to_float,
     to_uint8,
 )
+from workbench.files import project_root
 
 REPO_DATA = project_root() / "data"
 SR_SETS = ("Set5", "Set14")

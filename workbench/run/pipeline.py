@@ -62,10 +62,47 @@ def fingerprint(notebook_path, parameters, upstream) -> str:
     return digest.hexdigest()
 
 
+def notebook_parameters(path) -> set[str]:
+    """The names in a notebook's ``parameters`` cell."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(path)))
+
+
+def scope_overrides(overrides: dict, parameters: dict[str, set]) -> dict[str, dict]:
+    """``{"NOTEBOOK.KEY" or "KEY": value}`` -> ``{notebook: {key: value}}``.
+
+    ``parameters``: each notebook of the run and its parameter names.  A plain ``KEY`` goes
+    to the one notebook that has it; a key no notebook has, or that several have, is an
+    error that names them.
+    """
+    scoped = {}
+    for key, value in (overrides or {}).items():
+        notebook, _, name = key.rpartition(".")
+        if notebook:
+            if notebook not in parameters:
+                raise ValueError(f"-p {key}: no notebook {notebook!r} in this run "
+                                 f"(notebooks: {', '.join(parameters)})")
+            if name not in parameters[notebook]:
+                raise ValueError(f"-p {key}: notebook {notebook!r} has no parameter {name!r} "
+                                 f"(it has: {', '.join(sorted(parameters[notebook]))})")
+            owners = [notebook]
+        else:
+            owners = [n for n, names in parameters.items() if name in names]
+            if not owners:
+                raise ValueError(f"-p {key}: no notebook of this run has a parameter {name!r}")
+            if len(owners) > 1:
+                raise ValueError(f"-p {key}: {', '.join(owners)} all have {name!r}; "
+                                 f"say which, e.g. -p {owners[0]}.{name} VALUE")
+        scoped.setdefault(owners[0], {})[name] = value
+    return scoped
+
+
 def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
         force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None):
     """Execute the profile's notebooks (or those in ``only``) in dependency order; returns
-    ``{name: status}``.
+    ``{name: status}``.  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
+    :func:`scope_overrides`).
 
     Statuses: ``ok``, ``unchanged`` (notebook, parameters and upstream steps as at its last
     successful run: skipped unless ``force``), ``failed in cell N: ...`` (the executed copy
@@ -87,6 +124,13 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     names = {"artifacts": str(artifacts), "figures": str(figures_dir())}
     state_path = artifacts / "pipeline-state.json"
     state = read_json(state_path, default={})
+    unknown = sorted(set(only or ()) - set(params))
+    if unknown:
+        raise ValueError(f"--only {' '.join(unknown)}: not a notebook of profile {profile!r} "
+                         f"(its notebooks: {', '.join(params)})")
+    selected = [n for n in dependencies if n in params and (not only or n in only)]
+    overrides = scope_overrides(overrides, {n: notebook_parameters(notebooks_dir / f"{n}.ipynb")
+                                            for n in selected})
     runs_dir.mkdir(parents=True, exist_ok=True)
     status, prints = {}, {}
     for notebook, needs in dependencies.items():
@@ -98,7 +142,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
             print(f"[{notebook}] {status[notebook]}")
             continue
         parameters = expand(params[notebook] or {}, names)
-        parameters.update(overrides or {})
+        parameters.update(overrides.get(notebook, {}))
         source = notebooks_dir / f"{notebook}.ipynb"
         prints[notebook] = fingerprint(source, parameters,
                                        [prints.get(n) or state.get(n) for n in needs])

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench import references as ref
 from workbench import tables
 from workbench.files import figures_dir, read_json, write_text
-
-REFERENCE_SR = {  # x2, PSNR Y601 dB, bicubic_aa (published tables)
-    ("Set5", "bicubic"): 33.66, ("Set14", "bicubic"): 30.24,
-}
 
 
 def _missing(notebook):
@@ -25,20 +22,23 @@ def sr_section(results):
         return _missing("sr_eval")
     rows = []
     for r in results["summary"]:
-        ref = REFERENCE_SR.get((r["set"], r["method"])) if r["kernel"] == "bicubic_aa" else None
+        published = ref.SR_PUBLISHED.get(r["method"], {}).get(r["set"]) \
+            if r["kernel"] == "bicubic_aa" else None
         rows.append({"set": r["set"], "kernel": r["kernel"], "method": r["method"],
                      "PSNR Y601": r["psnr_y_studio"], "SSIM Y601": f"{r['ssim_y_studio']:.4f}",
-                     "PSNR Yfull": r["psnr_y_full"], "published": ref if ref else ""})
-    return (tables.markdown(rows) + "\n\nPublished x2 `bicubic_aa` references: SRCNN (57K "
-            "parameters) 36.66 / 32.42, FSRCNN (12K) 37.00 / 32.63 dB on Set5 / Set14.")
+                     "PSNR Yfull": r["psnr_y_full"], "published": published or ""})
+    published = ", ".join(f"{name} ({p['parameters']:,} parameters) {p['Set5']:.2f} / "
+                          f"{p['Set14']:.2f}" for name, p in ref.SR_PUBLISHED.items())
+    return (tables.markdown(rows) + f"\n\nPublished x2 `bicubic_aa` Set5 / Set14 dB: {published}.")
 
 
 def deploy_section(results):
     if not results:
         return _missing("glsl_deploy")
     return (tables.markdown(results["summary"]) + f"\n\nCompile + link of {len(results['pass_seconds'])} "
-            f"programs: {results['compile_seconds']:.2f} s here (reference: 3.5-4 s on a Pi 3). "
-            "Reference: outputs of a Pi, a phone and a desktop GPU within 45.8 dB of each other.")
+            f"programs: {results['compile_seconds']:.2f} s here (reference: {ref.SR_PI3_COMPILE_S[0]}-"
+            f"{ref.SR_PI3_COMPILE_S[1]} s on a Pi 3). Reference: outputs of a Pi, a phone and a "
+            f"desktop GPU within {ref.SR_DEVICES_PSNR_DB} dB of each other.")
 
 
 def classifier_section(deployed):
@@ -46,7 +46,7 @@ def classifier_section(deployed):
         return _missing("classifier_deploy")
     r = deployed["result"]
     rows = [{"": "top-1 %", "TF": 100 * r["top1_TF"], "GPU": 100 * r["top1_GPU"],
-             "reference TF": 72.28, "reference GPU": 72.13},
+             "reference TF": ref.DOGS120_TOP1_TF, "reference GPU": ref.DOGS120_TOP1_GPU},
             {"": "GPU top-1 = TF top-1 %", "GPU": 100 * r["gpu_top1_equals_tf"]},
             {"": "largest logit difference GPU - TF", "GPU": r["max_logit_diff_gpu_tf"]},
             {"": "GPU ms per image", "GPU": 1000 * r["gpu_seconds_per_image"]}]

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from workbench.data import datasets
+from workbench.es2.emulate import quantize
+from workbench.figures import plt
 from workbench.files import read_json, write_json
-from workbench.nets import classify
+from workbench.nets import activations, classify
 from workbench.nets.models import dogs_classifier
 
 ARTICLE = {"bounded_relu": "did not learn", "relu6_scaled": "fell short", "sigmoid_like": "won"}
@@ -104,11 +106,9 @@ def verdict(summary) -> str:
             f"and trained far shorter): {margins}.")
 
 
-def curves_figure(records):
+def training_figure(records):
     """Validation top-1 and training loss per epoch: mean over seeds per activation, the band
     between the seeds' lowest and highest."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for name in dict.fromkeys(r["activation"] for r in records):
         runs = [r for r in records if r["activation"] == name]
@@ -134,3 +134,48 @@ def save_results(path, records, summary, parameters):
                       "summary": [{k: v for k, v in row.items()
                                    if k not in ("mean", "spread", "mean_8bit")} for row in summary],
                       "verdict": verdict(summary)})
+
+
+# The activations of the reference article's experiment, and the true sigmoid beside them.
+STUDY_ACTIVATIONS = ("bounded_relu", "relu6_scaled", "sigmoid_like", "sigmoid")
+
+
+def shape_figure(names=STUDY_ACTIVATIONS, low=-8.0, high=8.0, points=2001):
+    """Each activation (left) and the gradient the training uses (right) over [low, high]."""
+    x = np.linspace(low, high, points, dtype=np.float32)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name in names:
+        axes[0].plot(x, activations.get(name).np_fn(x), label=name)
+        axes[1].plot(x, activations.gradient(name, x), label=name)
+    for ax, title in zip(axes, ("value", "gradient (as trained)")):
+        ax.set_title(title)
+        ax.set_xlabel("x")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def levels_figure(names=STUDY_ACTIVATIONS, low=-8.0, high=8.0, points=4001):
+    """How RGBA8 storage quantises each activation's output: the stored level (0..255) over
+    [low, high] (left), and the width in x of one level, 1 / (255 |slope|) (right, log scale;
+    where the activation is flat, every x there falls into one level and the line stops)."""
+    x = np.linspace(low, high, points, dtype=np.float64)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name in names:
+        act = activations.get(name)
+        levels = np.round(quantize(act.np_fn(x)) * 255)
+        axes[0].plot(x, levels, label=name, drawstyle="steps-mid")
+        slope = np.abs(np.gradient(act.np_fn(x).astype(np.float64), x))
+        with np.errstate(divide="ignore"):
+            width = np.where(slope > 1e-6, 1 / (255 * slope), np.nan)
+        axes[1].plot(x, width, label=name)
+    axes[0].set_ylabel("stored level (0..255)")
+    axes[1].set_ylabel("width of one level in x")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("x")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

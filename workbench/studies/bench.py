@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import es2, es31
+from workbench import es2, es31, references
 from workbench.data import datasets
 from workbench.ir import cost
 from workbench.nets import activations, classify, superres
@@ -58,7 +58,7 @@ def print_sr(r):
     print(f"  shader generation       {r['generate_seconds'] * 1000:8.1f} ms")
     print(f"  compile + link (+JIT)   {r['compile_link_seconds'] * 1000:8.1f} ms   (Pi 3 reference: 3500-4000 ms)")
     print(f"  first run               {r['first_run_seconds'] * 1000:8.1f} ms   (includes any shader translation left)")
-    print(f"  GPU (llvmpipe) run      {r['gpu_seconds'] * 1000:8.1f} ms   (passes alone {r['gpu_pass_seconds'] * 1000:.1f} ms; Pi 3 reference: ~130 ms)")
+    print(f"  GPU (llvmpipe) run      {r['gpu_seconds'] * 1000:8.1f} ms   (passes alone {r['gpu_pass_seconds'] * 1000:.1f} ms; Pi 3 reference: ~{references.SR_PI3_MS:.0f} ms)")
     print(f"  TensorFlow CPU run      {r['tf_cpu_seconds'] * 1000:8.1f} ms")
     print(f"  GPU / TF time ratio     {r['gpu_over_tf']:8.2f}")
 

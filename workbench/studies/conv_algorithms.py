@@ -8,12 +8,12 @@ kernels of :mod:`workbench.es31.conv`.
 """
 from __future__ import annotations
 
+from workbench import references
 from workbench.es31.conv import ALGORITHMS, Layer, time_conv
 
 STUDY_SIZES = [(32, 32), (224, 224), (640, 480), (800, 600), (1280, 1024), (1600, 1200)]  # (w, h)
-# the study's Tegra K1 times, ms, 3x3 conv 3 -> 16 channels (the two ends it reports)
-STUDY_MS = {(32, 32): {"direct": 2.3, "im2col_gemm": 4.2},
-            (1600, 1200): {"direct": 2404.0, "im2col_gemm": 1696.0}}
+# the study's Tegra K1 times (the two ends it reports)
+STUDY_MS = references.CONV_STUDY_MS
 
 
 def sweep(sizes, cin=3, cout=16, k=3, algorithms=ALGORITHMS, repeat=3, groups=1, progress=None):

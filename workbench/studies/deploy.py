@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from workbench import es2
+from workbench import es2, references
 from workbench.data import datasets, images, metrics
 from workbench.es2 import emulate
 from workbench.nets import superres
@@ -135,8 +135,8 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "max logit |GPU - TF|": result["max_logit_diff_gpu_tf"],
             "GPU top-1 = TF top-1": result["gpu_top1_equals_tf"],
             "GPU s/image": result["gpu_seconds_per_image"],
-            "multiply-adds M": total.multiply_adds / 1e6, "reference M": 398.4,
-            "texel fetches M": total.texel_fetches / 1e6, "reference fetches M": 27.9,
+            "multiply-adds M": total.multiply_adds / 1e6, "reference M": references.DOGS120_MULTIPLY_ADDS_M,
+            "texel fetches M": total.texel_fetches / 1e6, "reference fetches M": references.DOGS120_TEXEL_FETCHES_M,
             "peak texture MB": net.graph.peak_texture_bytes((385, 385)) / 1e6,
             "all textures MB": total.texture_bytes / 1e6}
 

@@ -25,8 +25,9 @@ PACK = 4             # channels per RGBA texture
 GROUP_CHANNELS = 32  # channels per group of the 1x1 convolutions (models.dogs_classifier)
 
 
-def packs(channels: int) -> int:
-    """Textures of 4 channels that hold ``channels``."""
+def whole_packs(channels: int) -> int:
+    """Textures of 4 channels that hold ``channels`` (which must be whole packs: a shuffle moves
+    whole textures)."""
     if channels % PACK:
         raise ValueError(f"{channels} channels are not whole packs of {PACK}")
     return channels // PACK
@@ -34,7 +35,7 @@ def packs(channels: int) -> int:
 
 def valid_steps(channels: int) -> list[int]:
     """The steps ``n`` (1..d) for which the shuffle over ``channels`` is a permutation."""
-    d = packs(channels)
+    d = whole_packs(channels)
     steps = []
     for n in range(1, d + 1):
         try:
@@ -47,7 +48,7 @@ def valid_steps(channels: int) -> list[int]:
 
 def cumulative_orders(channels: int, step: int, iterations: int) -> list[list[int]]:
     """``orders[k-1][i]``: the original texture bound at position ``i`` after ``k`` shuffles."""
-    order = np.array(shuffle_order(packs(channels), step))
+    order = np.array(shuffle_order(whole_packs(channels), step))
     current, orders = np.arange(len(order)), []
     for _ in range(iterations):
         current = current[order]
@@ -59,7 +60,7 @@ def order_rows(channels: int, step: int, iterations: int) -> list[dict]:
     """The order table as rows ``{"position": i, "after 1": ..., "after 2": ...}``."""
     orders = cumulative_orders(channels, step, iterations)
     return [{"position": i, **{f"after {k + 1}": o[i] for k, o in enumerate(orders)}}
-            for i in range(packs(channels))]
+            for i in range(whole_packs(channels))]
 
 
 def order_table(channels: int, step: int, iterations: int, width: int | None = None) -> str:
@@ -70,7 +71,7 @@ def order_table(channels: int, step: int, iterations: int, width: int | None = N
         iteration 1: 0, 8, 16, 24, 1, 9, 17, 25, ...
         iteration 2: 0, 2, 4, 6, 8, 10, 12, 14, ...
     """
-    lines = [f"{channels} channels ({packs(channels)} textures), step {step}"]
+    lines = [f"{channels} channels ({whole_packs(channels)} textures), step {step}"]
     for k, order in enumerate(cumulative_orders(channels, step, iterations), start=1):
         shown = order if width is None else order[:width]
         tail = ", ..." if len(shown) < len(order) else ""
@@ -123,7 +124,7 @@ def unit_matrix(channels: int, step: int, group_channels: int = GROUP_CHANNELS,
 
 
 def _shuffle_index(channels, step):
-    return [PACK * p + c for p in shuffle_order(packs(channels), step) for c in range(PACK)]
+    return [PACK * p + c for p in shuffle_order(whole_packs(channels), step) for c in range(PACK)]
 
 
 def _group_or(m, size):
@@ -185,9 +186,9 @@ def mixing_table(channels=(64, 128, 192), steps=None, group_channels: int = GROU
     for c in channels:
         for n in (valid_steps(c) if steps is None else [s for s in steps if s in valid_steps(c)]):
             rows.append({
-                "channels": c, "textures": packs(c),
+                "channels": c, "textures": whole_packs(c),
                 "groups_1x1": conv1x1_groups(c, group_channels),
-                "step": n, "identity": shuffle_order(packs(c), n) == list(range(packs(c))),
+                "step": n, "identity": shuffle_order(whole_packs(c), n) == list(range(whole_packs(c))),
                 "units_to_mix": mixing_units(c, n, group_channels, residual),
                 "units_to_mix_stage": mixing_units(c, n, group_channels, residual,
                                                    first_shuffled=False),
@@ -211,8 +212,8 @@ def stage_layout(preset: str = "dogs120") -> list[dict]:
             curve.append(float(m.mean()))
             if mixed_at is None and m.all():
                 mixed_at = u
-        order = shuffle_order(packs(c), SHUFFLE_STEP)
-        rows.append({"stage": s, "channels": c, "textures": packs(c), "units": units,
+        order = shuffle_order(whole_packs(c), SHUFFLE_STEP)
+        rows.append({"stage": s, "channels": c, "textures": whole_packs(c), "units": units,
                      "groups_1x1": conv1x1_groups(c), "shuffled_units": shuffled,
                      "step": SHUFFLE_STEP if shuffled else None,
                      "order": order if shuffled else None,
@@ -254,7 +255,7 @@ def binding_diagram(channels: int = 128, step: int = 8, iterations: int = 3, ax=
     import matplotlib
     from matplotlib.patches import Rectangle
 
-    d = packs(channels)
+    d = whole_packs(channels)
     orders = [list(range(d))] + cumulative_orders(channels, step, iterations)
     order = shuffle_order(d, step)
     per_group = max(1, (channels // conv1x1_groups(channels)) // PACK)  # textures per group

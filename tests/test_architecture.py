@@ -1,0 +1,118 @@
+"""The package's shape: imports flow one way (docs/design.md, "Architecture"), and the GL
+worker processes never load TensorFlow."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
+
+# Lowest first; a unit imports only from its own unit and from lower layers.  Units of one
+# layer do not import each other (the back ends es2 and es31).
+LAYERS = [
+    {"files", "tables", "glsl_text", "references", "figures"},
+    {"gl"},
+    {"data"},
+    {"nets"},
+    {"ir"},
+    {"es2", "es31"},
+    {"web"},
+    {"studies"},
+    {"run"},
+    {"widgets", "__main__"},
+]
+LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The workbench modules ``path`` imports, at the top or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("workbench")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("workbench"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names
+                      if (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/")).exists()
+                      or (PACKAGE.parent / (f"{node.module}.{a.name}".replace(".", "/") + ".py")).exists()}
+    return found
+
+
+def unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+GRAPH = {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_every_module_has_a_layer():
+    assert {unit(m) for m in GRAPH if unit(m)} <= set(LAYER_OF)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if unit(m)))
+def test_imports_flow_down(module):
+    mine = unit(module)
+    wrong = []
+    for target in GRAPH[module]:
+        theirs = unit(target)
+        if theirs is None or theirs == mine:
+            continue
+        same_layer = LAYER_OF[theirs] == LAYER_OF[mine] != 0  # shared helpers may share
+        if LAYER_OF[theirs] > LAYER_OF[mine] or same_layer or mine == "gl":
+            wrong.append(target)
+    assert not wrong, f"{module} imports {wrong}: imports must flow to lower layers only"
+
+
+def test_no_import_cycles():
+    modules = {m: {t for t in targets if t in GRAPH and t != m} for m, targets in GRAPH.items()}
+    # a package's __init__ re-exporting its own modules is not a cycle of the code
+    for m in modules:
+        modules[m] = {t for t in modules[m] if not (t.startswith(m + ".") or m.startswith(t + "."))}
+    state = {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for t in modules[m]:
+            if state.get(t) == "open":
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+            if t not in state:
+                visit(t, stack + [t])
+        state[m] = "done"
+
+    for m in modules:
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    """The checker itself: a data module importing the ES 2.0 back end is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from workbench.es2 import net\n")
+    assert "workbench.es2" in imports(bad)
+    assert LAYER_OF["es2"] > LAYER_OF["data"]
+
+
+@pytest.mark.parametrize("module", ["workbench.gl.fragment", "workbench.gl.compute"])
+def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
+    """The GL workers run as ``python -m`` children; TensorFlow and llvmpipe both carry LLVM
+    and crash together, so a worker must never load TensorFlow or Keras.  The worker serves
+    until its stdin closes (here at once), then the probe lists what was imported."""
+    out = tmp_path / "modules.txt"
+    probe = ("import runpy, sys, pathlib\n"
+             f"runpy.run_module({module!r}, run_name='__main__')\n"
+             f"pathlib.Path({str(out)!r}).write_text('\\n'.join(sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", probe], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    loaded = out.read_text().split("\n")
+    assert "workbench.gl" in loaded and "numpy" in loaded
+    heavy = [m for m in loaded if m.split(".")[0] in ("tensorflow", "keras")]
+    assert not heavy, f"{module} loaded {heavy[:5]}"
