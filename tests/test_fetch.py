@@ -1,7 +1,10 @@
 import argparse
 import hashlib
+import io
 import json
+import pickle
 import re
+import socket
 import tarfile
 import zipfile
 
@@ -10,9 +13,18 @@ import pytest
 from PIL import Image
 
 from workbench import fetch as fetch_mod
-from workbench.datasets import sr_images
-from workbench.fetch import FetchError, add_parser, fetch, load_manifest, main
+from workbench.datasets import image_folder_files, sr_images
+from workbench.fetch import (
+    FetchError, add_parser, fetch, load_manifest, main, missing, require, verify)
+from workbench.files import MARKER
 from workbench.images import load_image
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """Downloads go to a cache folder of the test's own."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 def sha256(path):
@@ -46,28 +58,33 @@ def manifest_for(path, digest, subdir="pics"):
 
 
 def leftovers(root):
-    return sorted(p.name for p in (root / "sr").iterdir())
+    return sorted(p.name for p in (root / "sr").iterdir()) if (root / "sr").exists() else []
 
 
 def test_fetch_zip_from_file_url(tmp_path, toy_zip):
     root = tmp_path / "data"
     assert fetch(["Toy"], root, manifest_for(toy_zip, sha256(toy_zip))) == [root / "sr" / "Toy"]
-    assert sorted(p.name for p in (root / "sr" / "Toy").iterdir()) == ["one.png", "two.png"]
+    assert images_in(root / "sr" / "Toy") == ["one.png", "two.png"]
     np.testing.assert_array_equal(load_image(root / "sr" / "Toy" / "two.png")[0, 0], [0, 0, 1])
     assert len(sr_images("Toy", root=root)) == 2
     assert leftovers(root) == ["Toy"]  # no staging folder or download left
 
 
-def test_fetch_skips_present_unless_forced(tmp_path, toy_zip, capsys):
+def images_in(folder):
+    return sorted(p.name for p in folder.iterdir() if p.suffix == ".png")
+
+
+def test_fetch_skips_present_and_verified_unless_forced(tmp_path, toy_zip, capsys):
     root = tmp_path / "data"
     good = manifest_for(toy_zip, sha256(toy_zip))
     fetch(["Toy"], root, good)
     (root / "sr" / "Toy" / "extra.txt").write_text("mine")
     broken = manifest_for(tmp_path / "missing.zip", "0" * 64)
-    fetch(["Toy"], root, broken)  # present: no download attempted
-    assert "already present" in capsys.readouterr().out
+    fetch(["Toy"], root, broken)  # present and intact: no download attempted
+    assert "already present, 2 files verified" in capsys.readouterr().out
     fetch(["Toy"], root, good, force=True)
-    assert sorted(p.name for p in (root / "sr" / "Toy").iterdir()) == ["one.png", "two.png"]
+    assert images_in(root / "sr" / "Toy") == ["one.png", "two.png"]
+    assert not (root / "sr" / "Toy" / "extra.txt").exists()
     assert leftovers(root) == ["Toy"]
 
 
@@ -124,11 +141,16 @@ def test_cli(tmp_path, toy_zip, monkeypatch, capsys):
 
 def test_package_manifest_is_well_formed():
     manifest = load_manifest()
-    assert {"Set5", "Set14", "train", "DIV2K_train", "DIV2K_valid"} <= set(manifest)
-    assert [k for k, v in manifest.items() if v["default"]] == ["Set5", "Set14", "train"]
+    assert {"Set5", "Set14", "train", "DIV2K_train", "DIV2K_valid", "cifar10"} <= set(manifest)
+    assert [k for k, v in manifest.items() if v["default"]] == ["Set5", "Set14", "train", "cifar10"]
     for name, entry in manifest.items():
-        assert entry["target"].startswith("sr/") and entry["files"], name
+        assert entry["target"].startswith(("sr/", "cls/")) and entry["files"], name
+        assert entry.get("convert") in (None, *fetch_mod.CONVERTERS), name
         for f in entry["files"]:
             assert f["url"].startswith("https://"), f
             assert f["sha256"] is None or re.fullmatch("[0-9a-f]{64}", f["sha256"]), f
     assert len(manifest["Set5"]["files"]) == 5 and len(manifest["Set14"]["files"]) == 14
+    assert manifest["cifar10"]["target"] == "cls/cifar10"
+    assert manifest["cifar10"]["files"] == [{
+        "url": "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        "sha256": "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"}]
