@@ -349,7 +349,8 @@ class _ArrayUnpickler(pickle.Unpickler):
 
     ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
                ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar")}
+               ("numpy._core.multiarray", "scalar"),
+               ("_codecs", "encode")}  # how Python 3's protocol 2 writes bytes
 
     def find_class(self, module, name):
         if (module, name) not in self.ALLOWED:
