@@ -1,3 +1,4 @@
+import os
 import struct
 import warnings
 import zlib
@@ -9,13 +10,16 @@ from PIL import Image
 
 from workbench.data.images import (
     KERNELS,
+    SAVE_FORMATS,
     ImageError,
+    check_output_path,
     degrade,
     imresize,
     load_image,
     modcrop,
     rgb_to_y,
     rgb_to_ycbcr,
+    round_8bit,
     save_image,
     to_float,
     to_uint8,
@@ -35,8 +39,9 @@ def smooth_image(h, w, c=3):
     return np.stack(chans, axis=-1).astype(np.float32)
 
 
-def write_png16(path, samples, colour_type):
-    """A minimal 16-bit PNG writer (Pillow cannot write 48-bit RGB): colour_type 0 grey, 2 RGB."""
+def write_png16(path, samples, colour_type, exif=b""):
+    """A minimal 16-bit PNG writer (Pillow cannot write 48-bit RGB): colour_type 0 grey, 2 RGB;
+    exif: the raw EXIF (TIFF) bytes of an eXIf chunk."""
     h, w = samples.shape[:2]
     raw = b"".join(b"\0" + samples[i].astype(">u2").tobytes() for i in range(h))
 
@@ -48,6 +53,7 @@ def write_png16(path, samples, colour_type):
     Path(path).write_bytes(
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)
+        + (chunk(b"eXIf", exif) if exif else b"")
         + chunk(b"IDAT", zlib.compress(raw))
         + chunk(b"IEND", b"")
     )
@@ -170,6 +176,133 @@ def test_save_bad_shape_names_file_and_leaves_nothing(tmp_path):
     with pytest.raises(ImageError, match="four.png"):
         save_image(tmp_path / "four.png", np.zeros((2, 2, 4)))
     assert list(tmp_path.iterdir()) == []
+
+
+# EXIF orientation: how the stored pixels must be turned for display (EXIF 2.3, tag 0x0112).
+DISPLAY = {
+    1: lambda a: a,
+    2: np.fliplr,  # mirrored left-right
+    3: lambda a: np.rot90(a, 2),  # upside down
+    4: np.flipud,  # mirrored top-bottom
+    5: lambda a: np.rot90(np.fliplr(a), 1),  # mirrored, then turned 90 degrees anticlockwise
+    6: lambda a: np.rot90(a, -1),  # turned 90 degrees clockwise (a phone held upright)
+    7: lambda a: np.rot90(np.fliplr(a), -1),  # mirrored, then turned 90 degrees clockwise
+    8: lambda a: np.rot90(a, 1),  # turned 90 degrees anticlockwise
+}
+
+
+def exif_bytes(orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+@pytest.mark.parametrize("orientation", sorted(DISPLAY))
+def test_load_applies_exif_orientation(tmp_path, orientation):
+    pixels = RNG.integers(0, 256, (3, 5, 3), dtype=np.uint8)  # not square: the shape turns too
+    Image.fromarray(pixels).save(tmp_path / "o.png", exif=exif_bytes(orientation))
+    np.testing.assert_array_equal(to_uint8(load_image(tmp_path / "o.png")),
+                                  DISPLAY[orientation](pixels))
+
+
+@pytest.mark.parametrize("orientation", [3, 6, 7])
+def test_load_applies_exif_orientation_to_16bit_rgb_png(tmp_path, orientation):
+    samples = RNG.integers(0, 65536, (3, 5, 3)).astype(np.uint16)
+    write_png16(tmp_path / "o48.png", samples, 2, exif=exif_bytes(orientation)[6:])  # no "Exif\0\0"
+    with pytest.warns(UserWarning, match="16-bit"):
+        img = load_image(tmp_path / "o48.png")
+    np.testing.assert_allclose(img, DISPLAY[orientation](samples) / 65535, rtol=1e-6)
+
+
+def test_load_exif_orientation_of_a_jpeg(tmp_path):
+    pixels = np.zeros((16, 32, 3), np.uint8)
+    pixels[:, :16] = 255  # left half white
+    Image.fromarray(pixels).save(tmp_path / "phone.jpg", exif=exif_bytes(6), quality=95)
+    img = load_image(tmp_path / "phone.jpg")
+    assert img.shape == (32, 16, 3)  # turned clockwise: the white half is now on top
+    assert img[:14].min() > 0.9 and img[18:].max() < 0.1
+
+
+def test_load_32bit_integer_tiff_keeps_its_range(tmp_path):
+    samples = np.array([[0, 1, 65535], [65536, 100000, 2**31 - 1]], np.int32)
+    Image.fromarray(samples).save(tmp_path / "i32.tif")
+    with pytest.warns(UserWarning, match=r"i32\.tif: 32-bit image converted to float") as w:
+        img = load_image(tmp_path / "i32.tif")
+    assert not any("16-bit" in str(x.message) for x in w)
+    np.testing.assert_allclose(img[..., 0], samples / (2**32 - 1), rtol=1e-6)
+    assert len(np.unique(img[1, :, 0])) == 3  # 65536, 100000 and 2**31 - 1 are not all one value
+
+
+def test_load_32bit_integer_tiff_with_negative_samples_is_refused(tmp_path):
+    Image.fromarray(np.array([[-5, 7]], np.int32)).save(tmp_path / "neg.tif")
+    with pytest.raises(ImageError, match=r"neg\.tif: 32-bit integer samples range over \[-5, 7\]"):
+        load_image(tmp_path / "neg.tif")
+
+
+def test_load_float_tiff_as_is(tmp_path):
+    samples = np.array([[0.0, 0.25, 1 / 3], [0.5, 0.123456, 1.0]], np.float32)
+    Image.fromarray(samples).save(tmp_path / "f32.tif")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "16-bit" or other warning
+        img = load_image(tmp_path / "f32.tif")
+    assert img.shape == (2, 3, 3)
+    np.testing.assert_array_equal(img[..., 2], samples)
+
+
+def test_load_float_tiff_out_of_range_names_file_and_range(tmp_path):
+    Image.fromarray(np.array([[-0.5, 2.5]], np.float32)).save(tmp_path / "hdr.tif")
+    with pytest.raises(ImageError, match=r"hdr\.tif: floating-point samples range over \[-0.5, 2.5\]"):
+        load_image(tmp_path / "hdr.tif")
+
+
+def test_save_format_follows_extension(tmp_path):
+    img = smooth_image(32, 48)
+    for name, fmt in [("a.png", "PNG"), ("b.jpg", "JPEG"), ("c.JPEG", "JPEG")]:
+        save_image(tmp_path / name, img)
+        with Image.open(tmp_path / name) as im:
+            assert im.format == fmt, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.jpg", "c.JPEG"]
+
+
+def test_save_jpeg_quality(tmp_path):
+    img = smooth_image(64, 64)
+    save_image(tmp_path / "low.jpg", img, quality=10)
+    save_image(tmp_path / "high.jpg", img, quality=95)
+    err = {q: np.abs(load_image(tmp_path / f"{q}.jpg") - round_8bit(img)).mean()
+           for q in ("low", "high")}
+    assert err["high"] < err["low"] / 2, err
+    assert (tmp_path / "high.jpg").stat().st_size > (tmp_path / "low.jpg").stat().st_size
+    for bad in (0, 101, "high", 9.5, True):
+        with pytest.raises(ImageError, match=rf"q\.jpg: quality={bad!r}"):
+            save_image(tmp_path / "q.jpg", img, quality=bad)
+    assert not (tmp_path / "q.jpg").exists()
+
+
+@pytest.mark.parametrize("name", ["x.bmp", "x.tif", "x.txt", "noext"])
+def test_save_unknown_extension_names_file_and_supported(tmp_path, name):
+    with pytest.raises(ImageError) as e:
+        save_image(tmp_path / name, np.zeros((2, 2, 3)))
+    assert str(tmp_path / name) in str(e.value)
+    assert all(ext in str(e.value) for ext in SAVE_FORMATS)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_output_path_refuses_an_input(tmp_path):
+    src = tmp_path / "in.png"
+    Image.new("RGB", (4, 4), (1, 2, 3)).save(src)
+    os.symlink(src, tmp_path / "link.png")
+    os.link(src, tmp_path / "hard.png")
+    for out in [src, tmp_path / "link.png", tmp_path / "hard.png", tmp_path / "sub" / ".." / "in.png"]:
+        with pytest.raises(ImageError, match=rf"{out}: is the input {src}; .*another output"):
+            check_output_path(out, [tmp_path / "other.png", src])
+    assert check_output_path(tmp_path / "out.png", [src]) == tmp_path / "out.png"
+    assert check_output_path(tmp_path / "out.png", str(src)) == tmp_path / "out.png"
+    (tmp_path / "sub").mkdir()
+    before = src.read_bytes()
+    with pytest.raises(ImageError, match="is the input"):
+        save_image(tmp_path / "link.png", np.zeros((4, 4, 3)), inputs=[src])
+    assert src.read_bytes() == before
+    save_image(tmp_path / "out.png", np.zeros((4, 4, 3)), inputs=[src])
 
 
 def test_to_uint8_and_to_float():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -29,11 +31,91 @@ def atomic_path(path):
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
+        # mkstemp creates 0600; give the mode a plain open() would: the old file's, else 0666 & ~umask
+        os.chmod(tmp, _mode_of(path, 0o666))
         yield Path(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask():
+    """The process umask (from /proc when it can, so that no thread sees it changed)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_of(path, default):
+    """Permission bits of the existing ``path``, else ``default & ~umask``."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return default & ~_umask()
+
+
+MARKER = ".workbench-folder"  # written into every folder atomic_dir creates
+
+
+class FolderNotReplaceable(FileExistsError):
+    """atomic_dir would replace a folder it did not write; the message names the folder."""
+
+
+@contextlib.contextmanager
+def atomic_dir(path, force=False):
+    """Yield an empty folder beside ``path`` to fill; on success it takes the place of ``path``.
+
+    The new folder gets a marker file (``MARKER``) saying the workbench wrote it. An existing
+    ``path`` is replaced only if it is empty, carries that marker, or ``force`` is true; otherwise
+    ``FolderNotReplaceable`` is raised before anything is written. If the body raises (or the
+    process dies) the old folder stays as it was; the staging folder is removed (or, after a
+    kill, left as a hidden ``.<name>.*.partial`` folder beside it).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _check_replaceable(path, force)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    old = None
+    try:
+        os.chmod(staging, _mode_of(path, 0o777))  # mkdtemp creates 0700
+        yield staging
+        (staging / MARKER).write_text(
+            "This folder was written by the workbench; it may replace it with a new copy.\n")
+        _check_replaceable(path, force)  # it may have appeared while we worked
+        if path.exists() or path.is_symlink():
+            old = path.with_name(f"{staging.name[:-len('.partial')]}.old")
+            os.rename(path, old)
+        try:
+            os.rename(staging, path)
+        except BaseException:
+            if old is not None:
+                os.rename(old, path)
+                old = None
+            raise
+    finally:
+        for p in (staging, old):
+            if p is not None and p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p is not None and (p.exists() or p.is_symlink()):
+                p.unlink()
+
+
+def _check_replaceable(path, force):
+    if force or not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_dir() or path.is_symlink():
+        raise FolderNotReplaceable(f"{path}: exists and is not a folder; move it away first")
+    if any(path.iterdir()) and not (path / MARKER).is_file():
+        raise FolderNotReplaceable(
+            f"{path}: folder is not empty and was not written by the workbench (no {MARKER});"
+            " move it away, or pass force=True to replace it")
 
 
 def write_json(path, obj):

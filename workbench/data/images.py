@@ -7,11 +7,12 @@ Conventions, unless a docstring says otherwise:
   papers) or "full" (JPEG/JFIF, Y = 0.299R + 0.587G + 0.114B) range.
 """
 
+import os
 import warnings
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from workbench.files import atomic_path
 
@@ -27,7 +28,9 @@ def load_image(path):
     """Read an image file as float32 HxWx3 RGB in [0, 1].
 
     Greyscale is replicated to 3 channels, palettes are expanded, transparency is composited on
-    white (with a warning), 16-bit images are divided by 65535 (with a warning).
+    white (with a warning), 16-bit images are divided by 65535 and 32-bit integer ones by
+    2**32 - 1 (with a warning); 32-bit float images are read as they are, and must lie in [0, 1].
+    The EXIF orientation (a camera's "rotate 90") is applied, as image viewers do.
     """
     path = Path(path)
     if not path.is_file():
@@ -36,17 +39,21 @@ def load_image(path):
         with Image.open(path) as im:
             if im.format == "PNG" and im.mode in ("RGB", "RGBA", "LA") and ";16" in im.tile[0][3]:
                 # Pillow keeps only the high byte of 16-bit colour or grey+alpha PNG samples.
-                pixels, bits = _read_png16(path), 16
+                pixels, bits = _orient(_read_png16(path), im.getexif().get(ORIENTATION)), 16
             else:
                 im.load()  # decode now, so that a truncated file raises here
-                pixels, bits = _pil_pixels(im, path)
+                pixels, bits = _pil_pixels(ImageOps.exif_transpose(im), path, im.format)
     except (ImageError, FileNotFoundError):
         raise
     except Exception as e:  # Pillow and pypng raise OSError, SyntaxError, ValueError, their own...
         raise ImageError(f"{path}: not a readable image ({type(e).__name__}: {e})") from e
-    if bits == 16:
-        warnings.warn(f"{path}: 16-bit image converted to float (divided by 65535)", stacklevel=2)
-    img = pixels.astype(np.float32) / np.float32(2**bits - 1)
+    if bits in (16, 32):
+        warnings.warn(f"{path}: {bits}-bit image converted to float (divided by {2**bits - 1})",
+                      stacklevel=2)
+    if bits == "float":
+        img = pixels.astype(np.float32)
+    else:
+        img = (pixels.astype(np.float64) / (2**bits - 1)).astype(np.float32)
     if img.shape[2] in (2, 4):  # grey+alpha or RGB+alpha
         img, alpha = img[..., :-1], img[..., -1:]
         if np.any(alpha < 1):
@@ -57,12 +64,44 @@ def load_image(path):
     return np.ascontiguousarray(img, dtype=np.float32)
 
 
-def _pil_pixels(im, path):
-    """(HxWxC integer array with C in 1..4, bits per sample) of a loaded Pillow image."""
-    if im.mode.startswith("I;16") or im.mode == "I":  # 16-bit greyscale (PNG, TIFF)
+ORIENTATION = 0x0112  # the EXIF orientation tag
+# numpy equivalents of the transposes ImageOps.exif_transpose applies, by EXIF orientation
+_ORIENT = {
+    2: lambda a: a[:, ::-1],
+    3: lambda a: a[::-1, ::-1],
+    4: lambda a: a[::-1],
+    5: lambda a: a.swapaxes(0, 1),
+    6: lambda a: np.rot90(a, -1),
+    7: lambda a: a[::-1, ::-1].swapaxes(0, 1),
+    8: lambda a: np.rot90(a, 1),
+}
+
+
+def _orient(pixels, orientation):
+    """HxWxC pixels turned as EXIF orientation 1..8 says (None or 1: as they are)."""
+    return np.ascontiguousarray(_ORIENT[orientation](pixels)) if orientation in _ORIENT else pixels
+
+
+def _pil_pixels(im, path, fmt=None):
+    """(HxWxC array with C in 1..4, bits per sample or "float") of a loaded Pillow image."""
+    if im.mode.startswith("I;16"):  # 16-bit greyscale (PNG, TIFF)
         return np.clip(np.asarray(im), 0, 65535).astype(np.uint16)[..., None], 16
-    if im.mode == "F":
-        raise ImageError(f"{path}: floating-point images (mode F) are not supported")
+    if im.mode == "I":  # 32-bit signed integer samples (TIFF), or 16-bit PNG in old Pillow
+        pixels = np.asarray(im, dtype=np.int64)[..., None]
+        bits = 16 if fmt == "PNG" else 32
+        if pixels.size and (pixels.min() < 0 or pixels.max() > 2**bits - 1):
+            raise ImageError(
+                f"{path}: {bits}-bit integer samples range over [{pixels.min()}, {pixels.max()}],"
+                f" outside 0..{2**bits - 1}; convert the image to 8 or 16 bits")
+        return pixels, bits
+    if im.mode == "F":  # 32-bit float samples (TIFF): taken as they are, on the [0, 1] scale
+        pixels = np.asarray(im, dtype=np.float32)[..., None]
+        lo, hi = (float(pixels.min()), float(pixels.max())) if pixels.size else (0.0, 0.0)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo >= 0 and hi <= 1):
+            raise ImageError(
+                f"{path}: floating-point samples range over [{lo:g}, {hi:g}], want [0, 1];"
+                " scale the image to [0, 1] (or save it as 8 or 16 bits)")
+        return pixels, "float"
     transparent = "A" in im.mode or "transparency" in im.info
     im = im.convert("RGBA" if transparent else "RGB")
     return np.asarray(im), 8
@@ -78,17 +117,45 @@ def _read_png16(path):
     return pixels.reshape(height, width, info["planes"])
 
 
-def save_image(path, img):
-    """Write HxW or HxWx3 float [0, 1] (rounded to 8 bits) or uint8 to a PNG file, atomically.
+SAVE_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
 
-    Parent folders are created; the file appears complete or not at all.
+
+def save_image(path, img, quality=95, inputs=()):
+    """Write HxW or HxWx3 float [0, 1] (rounded to 8 bits) or uint8 to an image file, atomically.
+
+    The format follows the extension (see SAVE_FORMATS): PNG, or JPEG at `quality` (1..100; 95
+    keeps fine detail). `inputs`: files the image was made from; writing over one of them raises
+    (see check_output_path). Parent folders are created; the file appears complete or not at all.
     """
     path = Path(path)
+    fmt = SAVE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ImageError(f"{path}: cannot save as {path.suffix or 'a file without extension'!r};"
+                         f" supported extensions: {', '.join(SAVE_FORMATS)}")
+    if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)) or not (
+            1 <= quality <= 100):
+        raise ImageError(f"{path}: quality={quality!r}, want an integer in 1..100")
+    check_output_path(path, inputs)
     img = np.asarray(img)
     if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
         raise ImageError(f"{path}: cannot save an image of shape {img.shape}, want HxW or HxWx3")
+    options = {"quality": int(quality)} if fmt == "JPEG" else {}
     with atomic_path(path) as tmp:
-        Image.fromarray(to_uint8(img)).save(tmp, format="PNG")
+        Image.fromarray(to_uint8(img)).save(tmp, format=fmt, **options)
+
+
+def check_output_path(out, inputs):
+    """Raise ImageError if writing `out` would overwrite one of `inputs` (the same path, or the
+    same file through a link: os.path.samefile); returns out as a Path."""
+    out = Path(out)
+    for src in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
+        src = Path(src)
+        same = (os.path.samefile(out, src) if out.exists() and src.exists()
+                else os.path.abspath(out) == os.path.abspath(src))
+        if same:
+            raise ImageError(f"{out}: is the input {src}; writing it would overwrite the input,"
+                             " choose another output path")
+    return out
 
 
 def to_uint8(img):

@@ -1,0 +1,112 @@
+import os
+import stat
+
+import pytest
+
+from workbench.files import (
+    MARKER,
+    FolderNotReplaceable,
+    atomic_dir,
+    atomic_path,
+    write_text,
+)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.fixture
+def umask():
+    """Run the test under umask 022 and give it back; returns a setter for other masks."""
+    old = os.umask(0o022)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_atomic_path_new_file_gets_the_mode_open_would_give(tmp_path, umask, mask):
+    umask(mask)
+    with open(tmp_path / "plain.txt", "w") as f:
+        f.write("x")
+    write_text(tmp_path / "atomic.txt", "x")
+    assert mode(tmp_path / "atomic.txt") == mode(tmp_path / "plain.txt") == 0o666 & ~mask
+
+
+def test_atomic_path_keeps_the_mode_of_the_file_it_replaces(tmp_path, umask):
+    path = tmp_path / "shared.txt"
+    path.write_text("old")
+    os.chmod(path, 0o640)
+    write_text(path, "new")
+    assert path.read_text() == "new" and mode(path) == 0o640
+
+
+def test_atomic_path_failure_leaves_old_file(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(path) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("interrupted")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_atomic_dir_creates_folder_with_marker_and_umask_mode(tmp_path, umask):
+    umask(0o027)
+    target = tmp_path / "sub" / "set"
+    with atomic_dir(target) as stage:
+        assert stage.parent == target.parent and stage != target and not target.exists()
+        (stage / "a.png").write_bytes(b"a")
+    assert sorted(p.name for p in target.iterdir()) == sorted([MARKER, "a.png"])
+    assert mode(target) == 0o777 & ~0o027
+    assert os.listdir(target.parent) == ["set"]  # no staging folder left
+
+
+def test_atomic_dir_replaces_its_own_folder(tmp_path):
+    target = tmp_path / "set"
+    with atomic_dir(target) as stage:
+        (stage / "old.png").write_bytes(b"old")
+    with atomic_dir(target) as stage:
+        (stage / "new.png").write_bytes(b"new")
+    assert sorted(p.name for p in target.iterdir()) == sorted([MARKER, "new.png"])
+    assert os.listdir(tmp_path) == ["set"]
+
+
+def test_atomic_dir_refuses_a_users_folder_unless_forced(tmp_path):
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("precious")
+    with pytest.raises(FolderNotReplaceable, match=f"{target}.*not written by the workbench.*force"):
+        with atomic_dir(target) as stage:
+            (stage / "x").write_text("x")
+    assert os.listdir(target) == ["notes.txt"] and os.listdir(tmp_path) == ["mine"]
+    with atomic_dir(target, force=True) as stage:
+        (stage / "x").write_text("x")
+    assert sorted(os.listdir(target)) == sorted([MARKER, "x"])
+
+
+def test_atomic_dir_fills_an_empty_existing_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with atomic_dir(tmp_path / "empty") as stage:
+        (stage / "x").write_text("x")
+    assert (tmp_path / "empty" / "x").read_text() == "x"
+
+
+def test_atomic_dir_refuses_a_file(tmp_path):
+    (tmp_path / "f").write_text("file")
+    with pytest.raises(FolderNotReplaceable, match="not a folder"):
+        with atomic_dir(tmp_path / "f"):
+            pass
+    assert (tmp_path / "f").read_text() == "file"
+
+
+def test_atomic_dir_interrupted_write_leaves_old_folder(tmp_path):
+    target = tmp_path / "set"
+    with atomic_dir(target) as stage:
+        (stage / "good.png").write_bytes(b"good")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(target) as stage:
+            (stage / "half.png").write_bytes(b"ha")
+            raise KeyboardInterrupt
+    assert sorted(os.listdir(target)) == sorted([MARKER, "good.png"])
+    assert os.listdir(tmp_path) == ["set"]
