@@ -1,7 +1,7 @@
 """Where the data lives, the SR benchmark sets, and SR training patches.
 
 Images are float32 HxWx3 RGB in [0, 1] (see workbench.data.images); luma for training is full-range
-BT.601 Y (0.299R + 0.587G + 0.114B), as the x2 SR net of DESIGN.md section 1a sees it.
+BT.601 Y (0.299R + 0.587G + 0.114B), as the x2 SR net of docs/design.md, "The x2 SR net" sees it.
 """
 
 import os

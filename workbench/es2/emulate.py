@@ -145,17 +145,26 @@ def dense(op: ir.Dense, x):
     return rows[0]
 
 
+def _apply_conv(op: ir.Conv, tensors):
+    res = tensors[op.residual] if op.residual else None
+    return quantize(conv(op, tensors[op.input], res))
+
+
+def _apply_depth_to_space(op: ir.DepthToSpace, tensors):
+    chroma = tensors[op.chroma_from] if op.chroma_from else None
+    return quantize(depth_to_space(op, tensors[op.input], chroma))
+
+
+# One entry per IR op: ``op type -> stored output(op, tensors)``.
+APPLY = {ir.Conv: _apply_conv, ir.DepthToSpace: _apply_depth_to_space,
+         ir.Dense: lambda op, tensors: dense(op, tensors[op.input])}
+
+
 def apply(op, tensors):
     """The stored (quantized) output of ``op`` given the float tensors it reads."""
-    if isinstance(op, ir.Conv):
-        res = tensors[op.residual] if op.residual else None
-        return quantize(conv(op, tensors[op.input], res))
-    if isinstance(op, ir.DepthToSpace):
-        chroma = tensors[op.chroma_from] if op.chroma_from else None
-        return quantize(depth_to_space(op, tensors[op.input], chroma))
-    if isinstance(op, ir.Dense):
-        return dense(op, tensors[op.input])
-    raise TypeError(f"op {op.name!r}: the emulator has no {type(op).__name__}")
+    if type(op) not in APPLY:
+        raise TypeError(f"op {op.name!r}: the emulator has no {type(op).__name__}")
+    return APPLY[type(op)](op, tensors)
 
 
 def run(graph: ir.Graph, image, keep=False):

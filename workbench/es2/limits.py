@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.es2 import fixed16
 from workbench.ir import PACK, Conv, Dense, DepthToSpace
 from workbench.nets import activations
 
@@ -39,25 +40,7 @@ def check(graph, limits: Limits = ES2):
     """Raise :class:`LimitError` for the first op of ``graph`` that breaks a limit."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     for op in graph.ops:
-        if isinstance(op, Conv):
-            _check_conv(op, limits)
-        elif isinstance(op, Dense):
-            _fits(op.name, "texture units", op.block + 1, limits.texture_units)
-            _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes),
-                  limits.fetches_per_fragment)
-            if op.number == "fixed16":
-                from workbench.es2 import fixed16
-                fixed16.check(op.bias, op.name, "the bias")
-            continue
-        elif isinstance(op, DepthToSpace):
-            for pack in range(op.out_packs(shapes)):
-                _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes, pack),
-                      limits.fetches_per_fragment)
-        rng = activations.get(getattr(op, "activation", "bounded_relu")).output_range
-        if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
-            raise LimitError(f"layer {op.name!r}: activation {op.activation!r} does not keep the "
-                             f"output in {limits.storage_range}, the range of {limits.storage} "
-                             "storage; add a bounded activation")
+        CHECKS[type(op)](op, shapes, limits)
 
 
 def _fits(layer, limit, value, maximum):
@@ -65,7 +48,29 @@ def _fits(layer, limit, value, maximum):
         raise LimitError(f"layer {layer!r}: {limit} = {value} exceeds the ES 2.0 limit of {maximum}")
 
 
-def _check_conv(op, limits):
+def _check_storage(op, limits):
+    rng = activations.get(op.activation).output_range
+    if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
+        raise LimitError(f"layer {op.name!r}: activation {op.activation!r} does not keep the "
+                         f"output in {limits.storage_range}, the range of {limits.storage} "
+                         "storage; add a bounded activation")
+
+
+def _check_dense(op, shapes, limits):
+    _fits(op.name, "texture units", op.block + 1, limits.texture_units)
+    _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes),
+          limits.fetches_per_fragment)
+    if op.number == "fixed16":
+        fixed16.check(op.bias, op.name, "the bias")
+
+
+def _check_depth_to_space(op, shapes, limits):
+    for pack in range(op.out_packs(shapes)):
+        _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes, pack),
+              limits.fetches_per_fragment)
+
+
+def _check_conv(op, shapes, limits):
     cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
     _fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program)
     if op.groups > 1 and (cin_g % PACK or cout_g % PACK):
@@ -77,6 +82,11 @@ def _check_conv(op, limits):
         _fits(op.name, "texture units", units, limits.texture_units)
         _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(pack),
               limits.fetches_per_fragment)
+    _check_storage(op, limits)
+
+
+# One entry per IR op: ``op type -> check(op, shapes, limits)`` (raises LimitError).
+CHECKS = {Conv: _check_conv, DepthToSpace: _check_depth_to_space, Dense: _check_dense}
 
 
 def dense_block(op: Dense, shapes, limits: Limits = ES2) -> int:

@@ -1,4 +1,4 @@
-"""Image classification with the dogs-classifier family (DESIGN.md §1b).
+"""Image classification with the dogs-classifier family (docs/design.md, "The dogs classifier").
 
 Conventions: images are float32 RGB in [0, 1], (N, H, W, 3); labels are int class indices;
 models output logits (softmax on the CPU); top-1 accuracy is a fraction in [0, 1].

@@ -1,6 +1,6 @@
 """Model builders.
 
-:func:`sr_x2` -- the reference x2 super-resolution net on luma (DESIGN.md §1a):
+:func:`sr_x2` -- the reference x2 super-resolution net on luma (docs/design.md, "The x2 SR net"):
 
 =====  =======================================  ==========  ========
 layer  op                                       in -> out   programs
@@ -48,7 +48,7 @@ def sr_x2(widths=SR_WIDTHS, kernels=SR_KERNELS, groups=SR_GROUPS,
     return keras.Model(inputs, outputs, name=name)
 
 
-# --- the dogs classifier (DESIGN.md §1b) and smaller nets built from the same units -------
+# --- the dogs classifier (docs/design.md, "The dogs classifier") and smaller nets built from the same units -------
 from workbench.nets.layers import FastBatchNorm, Quantize8, Shuffle  # noqa: E402
 
 # stem: (kernel, stride, padding); stages: (regular units, channels); each stage is followed

@@ -3,7 +3,7 @@
 Conventions: images are HxWx3 RGB float32 in [0, 1].  The net sees full-range luma
 (``Y = 0.299R + 0.587G + 0.114B``); chroma is upsampled bilinearly, as the GPU demux
 shader does.  Outputs are rounded to 8 bits, as a saved PNG (or an RGBA8 texture) is.
-Evaluation follows DESIGN.md §5: PSNR/SSIM on studio-range Y with ``crop_border = scale``
+Evaluation follows docs/design.md, "Evaluation convention": PSNR/SSIM on studio-range Y with ``crop_border = scale``
 (the published convention), plus PSNR on full-range Y (the articles' own figures).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The deterministic channel shuffle of the dogs classifier (DESIGN.md §1b): its texture binding
+"""The deterministic channel shuffle of the dogs classifier (docs/design.md, "The dogs classifier"): its texture binding
 order, and how fast it mixes information across the 32-channel groups of the 1x1 convolutions.
 
 Conventions.  Channels come in packs of 4 (one RGBA texture each); ``d = C / 4`` textures.

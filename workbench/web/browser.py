@@ -16,7 +16,7 @@ import shutil
 import threading
 from pathlib import Path
 
-# Flags from DESIGN.md §2: software WebGL (SwiftShader through ANGLE), nothing that reaches the network.
+# Flags from docs/design.md, "The machine": software WebGL (SwiftShader through ANGLE), nothing that reaches the network.
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--use-angle=swiftshader",
