@@ -364,7 +364,7 @@ def cifar10_python(files, stage):
     batches.meta) as image folders: stage/train/<class>/NNNN.png (data_batch_1..5) and
     stage/test/<class>/NNNN.png (test_batch), numbered per class in archive order. The class
     folders are the archive's label_names (airplane ... truck, already sorted, so the labels
-    workbench.datasets reads from the folders equal CIFAR-10's)."""
+    workbench.data.datasets reads from the folders equal CIFAR-10's)."""
     from PIL import Image
 
     (archive,) = files

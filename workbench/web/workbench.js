@@ -1,8 +1,8 @@
-/* Runs a net exported by workbench.webgl with WebGL 1.0 (= OpenGL ES 2.0, GLSL ES 1.00).
+/* Runs a net exported by workbench.web with WebGL 1.0 (= OpenGL ES 2.0, GLSL ES 1.00).
  *
  * Reads net.save's manifest.json (passes, bindings, uniforms, constant textures) and shaders,
- * and webgl.json (each op's shape rule; see workbench/webgl.py).  Conventions as
- * workbench/gl.py and gl_worker.py: one RGBA8 texture per pack of 4 channels (channel c is
+ * and webgl.json (each op's shape rule; see workbench/web/page.py).  Conventions as
+ * workbench/es2/runner.py and gl/fragment.py: one RGBA8 texture per pack of 4 channels (channel c is
  * component c % 4 of pack c / 4), texture row r = tensor row r = image row r counted from the
  * top, CLAMP_TO_EDGE, NEAREST unless a binding says "linear"; a fullscreen quad per pass into
  * the pass's output texture (whole texture, or the pass's viewport); uniforms u_in_size /
@@ -39,7 +39,7 @@ async function fetchFile(url, as) {
       : "";
     throw new Error(`could not fetch ${url} (${error.message}).${hint}`);
   }
-  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}; is this folder an export of workbench.webgl?`);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}; is this folder an export of workbench.web?`);
   return response[as]();
 }
 
@@ -176,7 +176,7 @@ function checkNetLimits(net, limits) {
   if (float && missing.length) {
     throw new LimitError(`layer ${float.name} computes in float textures (RGBA32F), but this browser lacks `
       + `${missing.join(" and ")}${limits.floatNote}. Export the net with the 16-bit fixed-point dense layer `
-      + "(glsl.compile(model, dense=\"fixed16\")).");
+      + "(es2.compile(model, dense=\"fixed16\")).");
   }
 }
 
@@ -192,7 +192,7 @@ function checkSizeLimits(textures, limits) {
   }
 }
 
-// --- the runner (as workbench/gl_worker.py) ---------------------------------------------------
+// --- the runner (as workbench/gl/fragment.py) -------------------------------------------------
 
 function compileShader(gl, type, source, name) {
   const shader = gl.createShader(type);
@@ -206,7 +206,7 @@ function compileShader(gl, type, source, name) {
 
 class Runner {
   /** Compiles and links every program and draws each once into a 1x1 target (drivers such
-   *  as SwiftShader translate a shader at its first draw), as gl_worker.compile does. */
+   *  as SwiftShader translate a shader at its first draw), as gl/fragment.py compile does. */
   constructor(gl, net) {
     this.gl = gl;
     this.net = net;
@@ -404,7 +404,7 @@ function cubic(x) {
 }
 
 /** Taps and weights of MATLAB imresize's bicubic upscaling by ``scale`` along one axis
- *  (as workbench.images._imresize_matrix: mirrored edges, weights summing to 1). */
+ *  (as workbench.data.images._imresize_matrix: mirrored edges, weights summing to 1). */
 function upscaleTaps(n, scale) {
   const taps = [];
   for (let i = 0; i < n * scale; i++) {
