@@ -212,7 +212,7 @@ def shuffle_visualiser(channels=128, step=8, iterations=3,
         c, n, k = controls["channels"].value, controls["step"].value, controls["iterations"].value
         if n not in steps_for(c):
             return
-        fig = Figure(figsize=(1.6 + 1.7 * k, 0.8 + 0.19 * shuffle.packs(c)))
+        fig = Figure(figsize=(1.6 + 1.7 * k, 0.8 + 0.19 * shuffle.whole_packs(c)))
         shuffle.binding_diagram(c, n, k, ax=fig.subplots())
         _show(image, fig)
         text.value = shuffle_text(c, n, k)
