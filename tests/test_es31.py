@@ -21,6 +21,7 @@ import pytest
 
 from workbench import es31, ir
 from workbench.data import images
+from workbench.es2 import plan
 from workbench.ir import cost
 from workbench.nets import classify
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
@@ -63,7 +64,7 @@ def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
     costs = net.cost(image.shape[:2])
     assert {k: c.texel_fetches for k, c in costs.items()} == _loads_by_op(net)
     # no op reads more than its ES 2.0 shaders (L5, one output pack of a 1x1 conv: as many)
-    es2 = ir.from_keras(sr_model).cost(image.shape[:2])
+    es2 = plan.cost(ir.from_keras(sr_model), image.shape[:2])
     for name, c in costs.items():
         assert c.texel_fetches <= es2[name].texel_fetches, name
         assert c.multiply_adds == es2[name].multiply_adds, name
@@ -72,7 +73,7 @@ def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
 def test_sr_cost_at_256_is_less_than_half_of_es2(sr_model):
     net = es31.compile(sr_model)
     loads = cost.total(net.cost((256, 256)).values()).texel_fetches
-    fetches = cost.total(ir.from_keras(sr_model).cost((256, 256)).values()).texel_fetches
+    fetches = cost.total(plan.cost(ir.from_keras(sr_model), (256, 256)).values()).texel_fetches
     assert loads <= 0.5 * fetches
     assert len(net.kernels) == 6  # one program per op instead of 32
 
@@ -138,7 +139,7 @@ def test_classifier_tiny_matches_tf(tiny):
 def test_dogs120_loads_at_most_half_of_es2_fetches():
     graph = ir.from_keras(dogs_classifier("dogs120"), dense="float")
     loads = cost.total(es31.from_graph(graph).cost((385, 385)).values()).texel_fetches
-    fetches = cost.total(graph.cost((385, 385)).values()).texel_fetches
+    fetches = cost.total(plan.cost(graph, (385, 385)).values()).texel_fetches
     assert loads <= 0.5 * fetches
     assert 3e6 < loads < 6e6 and abs(fetches / 27.9e6 - 1) < 0.01
 

@@ -14,14 +14,7 @@ from PIL import Image
 
 from workbench.data import fetch as fetch_mod
 from workbench.data.datasets import image_folder_files, sr_images
-from workbench.data.fetch import (
-    FetchError,
-    fetch,
-    load_manifest,
-    missing,
-    require,
-    verify,
-)
+from workbench.data.fetch import FetchError, fetch, load_manifest, missing, require, verify
 from workbench.data.images import load_image
 from workbench.files import MARKER
 from workbench.run.cli import main

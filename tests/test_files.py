@@ -3,13 +3,7 @@ import stat
 
 import pytest
 
-from workbench.files import (
-    MARKER,
-    FolderNotReplaceable,
-    atomic_dir,
-    atomic_path,
-    write_text,
-)
+from workbench.files import MARKER, FolderNotReplaceable, atomic_dir, atomic_path, write_text
 
 
 def mode(path):

@@ -81,7 +81,7 @@ def test_sr_page_matches_tf_and_llvmpipe(sr):
                                       list(hw))
             assert {k: tuple(v) for k, v in plan["shapes"].items()} == net.graph.shapes(hw)
             assert {(t["tensor"], t["index"]): (t["width"], t["height"], "f1")
-                    for t in plan["textures"].values()} == net.graph.textures(hw)
+                    for t in plan["textures"].values()} == plan.textures(net.graph, hw)
     assert np.array_equal(result["input"][..., :3], images.to_uint8(lr)), "PNG decoded differently"
     page_out = result["output"][..., :3]
     assert page_out.shape == (2 * lr.shape[0], 2 * lr.shape[1], 3)

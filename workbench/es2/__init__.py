@@ -3,14 +3,7 @@ compiled net (:mod:`.net`), its GL runner (:mod:`.runner`), the limits it must f
 (:mod:`.limits`), the byte-exact numpy emulator (:mod:`.emulate`), 16-bit fixed point
 (:mod:`.fixed16`) and the glslangValidator check (:mod:`.glslang`)."""
 from workbench.es2.net import CONVENTIONS, Net, compile, load, load_net, output_values
-from workbench.es2.shaders import (
-           PASSES,
-           PRECISIONS,
-           VERTEX_SHADER,
-           Binding,
-           Pass,
-           generate,
-)
+from workbench.es2.shaders import PASSES, PRECISIONS, VERTEX_SHADER, Binding, Pass, generate
 
 __all__ = ["CONVENTIONS", "Net", "compile", "load", "load_net", "output_values", "PASSES",
            "PRECISIONS", "VERTEX_SHADER", "Binding", "Pass", "generate"]

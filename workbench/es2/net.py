@@ -15,15 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import emulate, fixed16, limits
+from workbench.es2 import emulate, fixed16, limits, plan
 from workbench.es2.runner import Runner
-from workbench.es2.shaders import (
-    VERTEX_SHADER,
-    Binding,
-    Pass,
-    constant_textures,
-    generate,
-)
+from workbench.es2.shaders import VERTEX_SHADER, Binding, Pass, constant_textures, generate
 from workbench.files import atomic_path, write_json
 
 CONVENTIONS = (
@@ -88,7 +82,12 @@ class Net:
 
     def cost(self, hw) -> dict[str, ir.Cost]:
         """Cost of every op for an input of ``hw = (height, width)``."""
-        return self.graph.cost(hw)
+        return plan.cost(self.graph, hw)
+
+    def peak_texture_bytes(self, hw) -> int:
+        """Texture memory at the busiest moment of a run (each texture freed after its last
+        reader) for an input of ``hw = (height, width)``."""
+        return plan.peak_texture_bytes(self.graph, hw)
 
     def save(self, directory):
         """Write ``<pass>.glsl`` files, ``vertex.glsl``, ``weights.npz`` and ``manifest.json``."""
@@ -132,7 +131,7 @@ class Net:
             "textures_for_input": {"height": hw[0], "width": hw[1], "textures": [
                 {"tensor": k[0], "index": k[1], "width": w, "height": h,
                  "format": "RGBA8" if dtype == "f1" else "RGBA32F"}
-                for k, (w, h, dtype) in self.graph.textures(hw).items()]},
+                for k, (w, h, dtype) in plan.textures(self.graph, hw).items()]},
             "constant_textures": constants,
             "ops": ops,
             "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",

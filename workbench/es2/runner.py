@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import gl, ir
+from workbench.es2 import plan
 from workbench.es2.shaders import uniform_values
 
 
@@ -30,7 +31,7 @@ class Runner:
     def _allocate(self, hw):
         if self._hw == hw:
             return
-        self.textures = self.graph.textures(hw)
+        self.textures = plan.textures(self.graph, hw)
         limit = self.worker.info["GL_MAX_TEXTURE_SIZE"]
         for (name, _), (w, h, _) in self.textures.items():
             if max(h, w) > limit:

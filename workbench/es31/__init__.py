@@ -28,14 +28,7 @@ keep their weights in shader constants, which are not counted either).  Loads ou
 input (zero padding) are skipped, not made.  ``texture_bytes`` is the op's output image.
 """
 from workbench.es31.kernels import OPS, STORAGES, Kernel, Options
-from workbench.es31.net import (
-           Net,
-           compile,
-           from_graph,
-           generate,
-           image_specs,
-           output_values,
-)
+from workbench.es31.net import Net, compile, from_graph, generate, image_specs, output_values
 
 __all__ = ["OPS", "STORAGES", "Kernel", "Options", "Net", "compile", "from_graph", "generate",
            "image_specs", "output_values"]

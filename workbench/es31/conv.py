@@ -28,14 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench import gl, ir
-from workbench.es31.kernels import (
-    INSIDE,
-    Options,
-    conv_kernel,
-    conv_plan,
-    conv_weights,
-    header,
-)
+from workbench.es31.kernels import INSIDE, Options, conv_kernel, conv_plan, conv_weights, header
 from workbench.glsl_text import glsl_float
 
 ALGORITHMS = ("direct", "direct_tiled", "im2col_gemm", "winograd")

@@ -1,5 +1,6 @@
 """The intermediate representation: a list of ops with numpy weights (:mod:`.graph`), lowered
-from Keras (:mod:`.lower`); what an op costs is counted by each back end (:mod:`.cost`)."""
+from Keras (:mod:`.lower`); the record of what an op costs (:mod:`.cost`), which each back end
+counts for its own programs."""
 from workbench.ir.cost import Cost
 from workbench.ir.graph import (
                                 LUMA,
@@ -12,11 +13,9 @@ from workbench.ir.graph import (
                                 conv_out_hw,
                                 conv_pads,
                                 packs,
-                                texture_bytes,
                                 uniform_values,
 )
 from workbench.ir.lower import LoweringError, from_keras
 
 __all__ = ["Cost", "LUMA", "PACK", "Conv", "Dense", "DepthToSpace", "Graph", "Input", "packs",
-           "texture_bytes", "conv_out_hw", "conv_pads", "uniform_values",
-           "LoweringError", "from_keras"]
+           "conv_out_hw", "conv_pads", "uniform_values", "LoweringError", "from_keras"]

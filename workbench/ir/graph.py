@@ -27,19 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.ir.cost import Cost
-
 PACK = 4
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)
 
 
 def packs(channels: int) -> int:
     return -(-channels // PACK)
-
-
-def texture_bytes(width, height, dtype) -> int:
-    """Memory of an RGBA texture: 4 bytes a texel for RGBA8 ("f1"), 16 for RGBA32F ("f4")."""
-    return width * height * (4 if dtype == "f1" else 16)
 
 
 def conv_out_hw(hw, size, stride, padding):
@@ -141,14 +134,6 @@ class Conv:
     def fetches_per_fragment(self, pack):
         return self.size ** 2 * len(self.input_packs(pack)) + (1 if self.residual else 0)
 
-    def cost(self, shapes):
-        h, w, _ = shapes[self.name]
-        pixels = h * w
-        fetches = sum(self.fetches_per_fragment(p) for p in range(self.out_packs()))
-        return Cost(multiply_adds=pixels * self.kernel.size,
-                    texel_fetches=pixels * fetches,
-                    texture_bytes=pixels * 4 * self.out_packs(),
-                    programs=self.out_packs())
 
 
 @dataclass
@@ -182,11 +167,6 @@ class DepthToSpace:
     def fetches_per_fragment(self, shapes, pack):
         return len(self.source_packs(shapes, pack)) + (4 if self.chroma_from else 0)
 
-    def cost(self, shapes):
-        h, w, _ = shapes[self.name]
-        n = self.out_packs(shapes)
-        fetches = sum(self.fetches_per_fragment(shapes, p) for p in range(n))
-        return Cost(texel_fetches=h * w * fetches, texture_bytes=h * w * 4 * n, programs=n)
 
 
 FIXED16_RANGE = (-128.0, 128.0)   # 8 integer bits (sign included), 8 fractional bits
@@ -260,24 +240,6 @@ class Dense:
         """Of the multiply stage (weights + input texels), the heaviest stage."""
         return max(4 * len(b) + len(b) * self.pixels(shapes) for b in self.blocks())
 
-    def textures(self, shapes):
-        """Textures of this op: ``{(name, index): (width, height, dtype)}``."""
-        dtype = "f1" if self.number == "fixed16" else "f4"
-        rows = self.reductions()
-        out = {(f"{self.name}/weights", 0): (self.pairs, self.cin + 1, dtype)}
-        for k, r in enumerate(rows[:-1]):
-            out[(f"{self.name}/partial{k}", 0)] = (self.pairs, r, dtype)
-        out[(self.name, 0)] = (self.pairs, 1, dtype)
-        return out
-
-    def cost(self, shapes):
-        rows = self.reductions()
-        fetches = self.pairs * sum(4 * len(b) + len(b) * self.pixels(shapes) for b in self.blocks())
-        fetches += self.pairs * sum(r * min(self.reduce, prev) + (1 if r == 1 else 0)
-                                    for prev, r in zip(rows, rows[1:]))
-        nbytes = sum(texture_bytes(*t) for t in self.textures(shapes).values())
-        return Cost(multiply_adds=self.cin * self.cout, texel_fetches=fetches, texture_bytes=nbytes,
-                    programs=len(self.blocks()) + len(rows) - 1)
 
 
 @dataclass
@@ -316,36 +278,3 @@ class Graph:
     def channels(self, name) -> int:
         """Channels of tensor ``name`` (they do not depend on the input size)."""
         return self.shapes(self.input_size or (1024, 1024))[name][2]
-
-    def textures(self, hw) -> dict[tuple[str, int], tuple[int, int, str]]:
-        """Every texture the net needs for input size ``hw``: ``(tensor, index) -> (width,
-        height, dtype)``; dtype ``"f1"`` is RGBA8, ``"f4"`` RGBA32F."""
-        shapes = self.shapes(hw)
-        out = {}
-        for op in [self.input] + self.ops:
-            if hasattr(op, "textures"):
-                out.update(op.textures(shapes))
-            else:
-                h, w, c = shapes[op.name]
-                out.update({(op.name, p): (w, h, "f1") for p in range(packs(c))})
-        return out
-
-    def peak_texture_bytes(self, hw) -> int:
-        """Texture memory when each texture is freed after its last reader (the input and the
-        output are kept): the most that is alive at once while the ops run in order."""
-        nbytes = {}
-        for (name, _), texture in self.textures(hw).items():
-            owner = name.split("/")[0]
-            nbytes[owner] = nbytes.get(owner, 0) + texture_bytes(*texture)
-        last = {self.input.name: len(self.ops), self.output: len(self.ops)}
-        for i, op in enumerate(self.ops):
-            for name in (op.input, getattr(op, "residual", None), getattr(op, "chroma_from", None)):
-                if name:
-                    last[name] = max(last.get(name, i), i)
-        born = {self.input.name: -1, **{op.name: i for i, op in enumerate(self.ops)}}
-        return max(sum(b for name, b in nbytes.items() if born[name] <= i <= last.get(name, born[name]))
-                   for i in range(len(self.ops)))
-
-    def cost(self, hw) -> dict[str, Cost]:
-        shapes = self.shapes(hw)
-        return {op.name: op.cost(shapes) for op in self.ops}

@@ -14,8 +14,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import tables
+from workbench import references, tables
 from workbench.data import datasets, images, metrics
+from workbench.files import read_json, write_json, write_text
 from workbench.nets import training
 from workbench.nets.models import sr_x2
 
@@ -147,3 +148,38 @@ def markdown_table(summary):
     columns = {"set": "set", "kernel": "kernel"}
     columns.update({f"{m}/{key}": f"{m}: {h}" for m in methods for key, h in headers.items()})
     return tables.markdown(list(rows.values()), columns)
+
+
+# --- results and the report --------------------------------------------------------------------
+
+RESULT = "sr_eval.json"
+NOTEBOOK = "sr_eval"
+
+
+def save_results(directory, models: dict, sr_sets, summary, records):
+    """``sr_eval.json`` (every record and the summary) and ``sr_eval.md`` (the table)."""
+    directory = Path(directory)
+    write_json(directory / RESULT, {"models": {k: str(v) for k, v in models.items()},
+                                    "sets": [s.name for s in sr_sets],
+                                    "summary": summary, "records": records})
+    write_text(directory / "sr_eval.md", markdown_table(summary) + "\n")
+
+
+def report_section(directory) -> str | None:
+    """PSNR/SSIM per set, kernel and method, with the published values beside ours."""
+    results = read_json(Path(directory) / RESULT)
+    if not results:
+        return None
+    rows = []
+    for r in results["summary"]:
+        published = references.SR_PUBLISHED.get(r["method"], {}).get(r["set"]) \
+            if r["kernel"] == "bicubic_aa" else None
+        rows.append({"set": r["set"], "kernel": r["kernel"], "method": r["method"],
+                     "PSNR Y601": r["psnr_y_studio"], "SSIM Y601": f"{r['ssim_y_studio']:.4f}",
+                     "PSNR Yfull": r["psnr_y_full"], "published": published or ""})
+    published = ", ".join(f"{name} ({p['parameters']:,} parameters) {p['Set5']:.2f} / "
+                          f"{p['Set14']:.2f}" for name, p in references.SR_PUBLISHED.items())
+    return (tables.markdown(rows) + f"\n\nPublished x2 `bicubic_aa` Set5 / Set14 dB: {published}.")
+
+
+

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench import tables
 from workbench.data import datasets
 from workbench.es2.emulate import quantize
 from workbench.figures import plt
@@ -128,9 +129,12 @@ def training_figure(records):
     return fig
 
 
-def save_results(path, records, summary, parameters):
-    """``activations.json``: every run, the summary table and the verdict."""
-    write_json(path, {"parameters": parameters, "runs": records,
+RESULT, NOTEBOOK = "activations.json", "activations"
+
+
+def save_results(directory, records, summary, parameters):
+    """``activations.json`` in ``directory``: every run, the summary table and the verdict."""
+    write_json(Path(directory) / RESULT, {"parameters": parameters, "runs": records,
                       "summary": [{k: v for k, v in row.items()
                                    if k not in ("mean", "spread", "mean_8bit")} for row in summary],
                       "verdict": verdict(summary)})
@@ -179,3 +183,14 @@ def levels_figure(names=STUDY_ACTIVATIONS, low=-8.0, high=8.0, points=4001):
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def report_section(directory) -> str | None:
+    results = read_json(Path(directory) / RESULT)
+    if not results:
+        return None
+    p = results["parameters"]
+    return (tables.markdown(results["summary"], digits=3) + f"\n\n{results['verdict']}\n\n"
+            f"Preset `{p['preset']}`, {p['epochs']} epochs, {p['limit'] or 'all'} images per class, "
+            f"seeds {p['seeds']}; mean ± sample standard deviation over seeds. The `article` column "
+            "is the reference article's finding for its deeper net.")

@@ -8,8 +8,11 @@ kernels of :mod:`workbench.es31.conv`.
 """
 from __future__ import annotations
 
-from workbench import references
+from pathlib import Path
+
+from workbench import references, tables
 from workbench.es31.conv import ALGORITHMS, Layer, time_conv
+from workbench.files import read_json, write_json
 
 STUDY_SIZES = [(32, 32), (224, 224), (640, 480), (800, 600), (1280, 1024), (1600, 1200)]  # (w, h)
 # the study's Tegra K1 times (the two ends it reports)
@@ -94,3 +97,38 @@ def plot(records, title="3x3 convolution, 3 -> 16 channels"):
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+# --- results and the report --------------------------------------------------------------------
+
+RESULT, NOTEBOOK = "conv_algorithms.json", "conv_algorithms"
+
+
+def save_results(directory, renderer, repeat, records, found, shape, net_size, net_layers_,
+                 net_records):
+    """``conv_algorithms.json``: every timed point, the crossovers and the direct/ConvMM ratios
+    beside the Tegra K1 study's, and the timings at our nets' channel counts."""
+    write_json(Path(directory) / RESULT, {
+        "renderer": renderer, "repeat": repeat, "records": records, "crossovers": found,
+        "shape": shape, "study_ms": {f"{w}x{h}": v for (w, h), v in STUDY_MS.items()},
+        "net_size": net_size, "net_layers": net_layers_, "net_records": net_records})
+
+
+def report_section(directory) -> str | None:
+    results = read_json(Path(directory) / RESULT)
+    if not results:
+        return None
+    sizes = dict.fromkeys(f"{r['width']}x{r['height']}" for r in results["records"])
+    times = {(f"{r['width']}x{r['height']}", r["algorithm"]): r["ms"] for r in results["records"]}
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in results["records"]))
+    rows = [{"input": size, **{f"{a} ms": times.get((size, a), "") for a in algorithms}}
+            for size in sizes]
+    shape = [{"input": r["size"], "direct / ConvMM here": r["direct / im2col_gemm here"],
+              "direct / ConvMM Tegra K1": r.get("direct / im2col_gemm Tegra K1", "")}
+             for r in results["shape"]]
+    crossings = "; ".join(f"{pair}: " + (", ".join(f"{c['faster_before']} -> {c['faster_after']} "
+                                                    f"between {' and '.join(c['between'])}"
+                                                    for c in found) or "none")
+                          for pair, found in results["crossovers"].items())
+    return (f"3x3 conv, 3 -> 16 channels, ES 3.1 compute shaders on {results['renderer']}:\n\n"
+            + tables.markdown(rows) + "\n\n" + tables.markdown(shape) + f"\n\nCrossovers: {crossings}.")

@@ -7,12 +7,17 @@ on luma with bilinear chroma, rounded to 8 bits; PSNR vs ground truth on studio-
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 
-from workbench import es2, references
+from workbench import es2, references, tables
 from workbench.data import datasets, images, metrics
 from workbench.es2 import emulate
+from workbench.files import read_json, write_json
+from workbench.ir import cost
+from workbench.ir.cost import Cost
 from workbench.nets import superres
 
 
@@ -137,7 +142,7 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "GPU s/image": result["gpu_seconds_per_image"],
             "multiply-adds M": total.multiply_adds / 1e6, "reference M": references.DOGS120_MULTIPLY_ADDS_M,
             "texel fetches M": total.texel_fetches / 1e6, "reference fetches M": references.DOGS120_TEXEL_FETCHES_M,
-            "peak texture MB": net.graph.peak_texture_bytes((385, 385)) / 1e6,
+            "peak texture MB": net.peak_texture_bytes((385, 385)) / 1e6,
             "all textures MB": total.texture_bytes / 1e6}
 
 
@@ -148,3 +153,84 @@ def upscale_file(source, target, model_path, precision="highp"):
     out = net.run(image)
     images.save_image(target, out)
     return out.shape, sum(net.timings.values())
+
+
+# --- results and the report --------------------------------------------------------------------
+
+SR_RESULT, SR_NOTEBOOK = "glsl_deploy.json", "glsl_deploy"
+CLASSIFIER_RESULT, CLASSIFIER_NOTEBOOK = "classifier_deploy.json", "classifier_deploy"
+COST_SIZE = (256, 256)   # the SR net's cost is reported for this input
+
+
+def save_sr_results(directory, net, records, summary, **about):
+    """``glsl_deploy.json``: the comparison records and summary, compile and pass times, and
+    the net's cost per op at :data:`COST_SIZE`; ``about``: model path, precision, kernel..."""
+    write_json(Path(directory) / SR_RESULT, {
+        **about, "compile_seconds": net.compile_seconds, "pass_seconds": net.timings,
+        "cost": {k: vars(v) for k, v in net.cost(COST_SIZE).items()},
+        "summary": summary, "records": records})
+
+
+def save_classifier_results(directory, net, result, size, dogs120=None, **about):
+    """``classifier_deploy.json``: :func:`compare_classifier`'s result, compile and pass times,
+    the cost per op for a ``size`` x ``size`` input, and the dogs120 check if it ran."""
+    write_json(Path(directory) / CLASSIFIER_RESULT, {
+        **about, "programs": len(net.passes), "compile_seconds": net.compile_seconds,
+        "result": result, "cost": {k: vars(v) for k, v in net.cost((size, size)).items()},
+        "peak_texture_bytes": net.peak_texture_bytes((size, size)),
+        "pass_seconds": net.timings, "dogs120": dogs120})
+
+
+def sr_section(directory) -> str | None:
+    results = read_json(Path(directory) / SR_RESULT)
+    if not results:
+        return None
+    low, high = references.SR_PI3_COMPILE_S
+    return (tables.markdown(results["summary"]) + f"\n\nCompile + link of "
+            f"{len(results['pass_seconds'])} programs: {results['compile_seconds']:.2f} s here "
+            f"(reference: {low}-{high} s on a Pi 3). Reference: outputs of a Pi, a phone and a "
+            f"desktop GPU within {references.SR_DEVICES_PSNR_DB} dB of each other.")
+
+
+def classifier_section(directory) -> str | None:
+    deployed = read_json(Path(directory) / CLASSIFIER_RESULT)
+    if not deployed:
+        return None
+    r = deployed["result"]
+    rows = [{"": "top-1 %", "TF": 100 * r["top1_TF"], "GPU": 100 * r["top1_GPU"],
+             "reference TF": references.DOGS120_TOP1_TF,
+             "reference GPU": references.DOGS120_TOP1_GPU},
+            {"": "GPU top-1 = TF top-1 %", "GPU": 100 * r["gpu_top1_equals_tf"]},
+            {"": "largest logit difference GPU - TF", "GPU": r["max_logit_diff_gpu_tf"]},
+            {"": "GPU ms per image", "GPU": 1000 * r["gpu_seconds_per_image"]}]
+    text = tables.markdown(rows, digits=3) + f"\n\n{r['images']} test images."
+    if deployed.get("dogs120"):
+        text += "\n\ndogs120 at 385x385 (random weights, BatchNorm calibrated):\n\n" + \
+            tables.markdown([deployed["dogs120"]], digits=3)
+    return text
+
+
+def cost_section(directory) -> str | None:
+    """Cost per op of both deployed nets, as :func:`workbench.ir.cost.table` prints it."""
+    parts = []
+    for title, name in ((f"x2 SR at {COST_SIZE[1]}x{COST_SIZE[0]}", SR_RESULT),
+                        ("classifier", CLASSIFIER_RESULT)):
+        results = read_json(Path(directory) / name)
+        if results:
+            costs = {op: Cost(**c) for op, c in results["cost"].items()}
+            parts.append(f"**{title}**\n\n" + cost.table(costs))
+    return "\n\n".join(parts) or None
+
+
+def timings_section(directory) -> str | None:
+    rows = []
+    for title, name in (("x2 SR (last image)", SR_RESULT),
+                        ("classifier (last image)", CLASSIFIER_RESULT)):
+        results = read_json(Path(directory) / name)
+        if results and results.get("pass_seconds"):
+            seconds = results["pass_seconds"].values()
+            rows.append({"net": title, "programs": len(seconds),
+                         "all passes ms": 1000 * sum(seconds),
+                         "slowest pass ms": 1000 * max(seconds),
+                         "compile s": results["compile_seconds"]})
+    return tables.markdown(rows) if rows else None

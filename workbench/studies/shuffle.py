@@ -17,9 +17,14 @@ groups never mix.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from workbench import tables
+from workbench.files import read_json, write_json
 from workbench.nets.layers import shuffle_order
+from workbench.nets.models import CLASSIFIER_PRESETS, SHUFFLE_STEP
 
 PACK = 4             # channels per RGBA texture
 GROUP_CHANNELS = 32  # channels per group of the 1x1 convolutions (models.dogs_classifier)
@@ -81,8 +86,6 @@ def order_table(channels: int, step: int, iterations: int, width: int | None = N
 
 def markdown_table(channels: int, step: int, iterations: int) -> str:
     """The order table in markdown: one row per position, one column per iteration."""
-    from workbench import tables
-
     rows = order_rows(channels, step, iterations)
     columns = {"position": "position", **{f"after {k}": f"texture after {k}"
                                           for k in range(1, iterations + 1)}}
@@ -201,8 +204,6 @@ def stage_layout(preset: str = "dogs120") -> list[dict]:
     """The shuffles of a classifier preset, per stage, as ``models.dogs_classifier`` builds them:
     a unit is shuffled when it is not the stage's first and the stage has more than 32 channels.
     With the unit at which the stage's output first depends on all of its input channels."""
-    from workbench.nets.models import CLASSIFIER_PRESETS, SHUFFLE_STEP
-
     rows = []
     for s, (units, c) in enumerate(CLASSIFIER_PRESETS[preset]["stages"], start=1):
         shuffled = [u for u in range(1, units + 1) if c > 32 and u > 1]
@@ -323,3 +324,34 @@ def mixing_figure(rows: list[dict], reference_step: int = 8):
     axes[0][0].set_ylabel("output-input channel pairs connected")
     fig.tight_layout()
     return fig
+
+
+# --- results and the report --------------------------------------------------------------------
+
+RESULT, NOTEBOOK = "shuffle.json", "shuffle"
+
+
+def save_results(directory, preset, channels, step, iterations, mixing):
+    """``shuffle.json``: the preset's stages, the order table of ``channels`` at ``step`` over
+    ``iterations`` shuffles, the mixing table and its verdict."""
+    write_json(Path(directory) / RESULT, {
+        "preset": preset, "reference_step": step, "stages": stage_layout(preset),
+        "order_table": {"channels": channels, "step": step,
+                        "orders": cumulative_orders(channels, step, iterations)},
+        "mixing": mixing, "verdict": verdict(mixing, step)})
+
+
+def report_section(directory) -> str | None:
+    results = read_json(Path(directory) / RESULT)
+    if not results:
+        return None
+    table = results["order_table"]
+    rows = [{"after": f"{i + 1} shuffle(s)", "texture order": ", ".join(map(str, order[:12])) + ", ..."}
+            for i, order in enumerate(table["orders"])]
+    mixing = [{"channels": r["channels"], "step": r["step"],
+               "units until every output depends on every input":
+                   r["units_to_mix"] if r["units_to_mix"] is not None else "never"}
+              for r in results["mixing"] if r["channels"] == table["channels"]]
+    return (f"{table['channels']} channels, step {table['step']} (reference: texture orders 0, 8, "
+            "16, 24, 1, 9, ... / 0, 2, 4, 6, ...):\n\n" + tables.markdown(rows) + "\n\n"
+            + tables.markdown(mixing) + "\n\n" + results["verdict"].replace("\n", " "))

@@ -45,6 +45,7 @@ from PIL import Image
 
 from workbench import ir
 from workbench.data.images import to_uint8
+from workbench.es2 import plan
 from workbench.files import write_json
 from workbench.web import browser
 
@@ -74,7 +75,7 @@ def page_spec(net, labels=None) -> dict:
             rule.update(kind="dense", textures=[
                 {"tensor": k[0], "index": k[1], "width": w, "height": h,
                  "format": "RGBA8" if dtype == "f1" else "RGBA32F"}
-                for k, (w, h, dtype) in op.textures(shapes).items()])
+                for k, (w, h, dtype) in plan.dense_textures(op, shapes).items()])
         else:
             raise TypeError(f"op {op.name!r}: no WebGL plan for {type(op).__name__}")
         ops.append(rule)

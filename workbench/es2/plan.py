@@ -1,0 +1,91 @@
+"""What an ES 2.0 net needs for one input size: the textures of every tensor and the cost of
+every op (the counting convention is :mod:`workbench.ir.cost`'s).  :data:`COSTS` is the op
+table: one function per IR op type."""
+from __future__ import annotations
+
+from workbench import ir
+from workbench.ir.cost import Cost
+
+
+def texture_bytes(width, height, dtype) -> int:
+    """Memory of an RGBA texture: 4 bytes a texel for RGBA8 ("f1"), 16 for RGBA32F ("f4")."""
+    return width * height * (4 if dtype == "f1" else 16)
+
+
+def conv_cost(op: ir.Conv, shapes) -> Cost:
+    h, w, _ = shapes[op.name]
+    pixels = h * w
+    fetches = sum(op.fetches_per_fragment(p) for p in range(op.out_packs()))
+    return Cost(multiply_adds=pixels * op.kernel.size,
+                texel_fetches=pixels * fetches,
+                texture_bytes=pixels * 4 * op.out_packs(),
+                programs=op.out_packs())
+
+
+def depth_to_space_cost(op: ir.DepthToSpace, shapes) -> Cost:
+    h, w, _ = shapes[op.name]
+    n = op.out_packs(shapes)
+    fetches = sum(op.fetches_per_fragment(shapes, p) for p in range(n))
+    return Cost(texel_fetches=h * w * fetches, texture_bytes=h * w * 4 * n, programs=n)
+
+
+def dense_textures(op: ir.Dense, shapes) -> dict:
+    """Textures of this op: ``{(name, index): (width, height, dtype)}``."""
+    dtype = "f1" if op.number == "fixed16" else "f4"
+    rows = op.reductions()
+    out = {(f"{op.name}/weights", 0): (op.pairs, op.cin + 1, dtype)}
+    for k, r in enumerate(rows[:-1]):
+        out[(f"{op.name}/partial{k}", 0)] = (op.pairs, r, dtype)
+    out[(op.name, 0)] = (op.pairs, 1, dtype)
+    return out
+
+
+def dense_cost(op: ir.Dense, shapes) -> Cost:
+    rows = op.reductions()
+    fetches = op.pairs * sum(4 * len(b) + len(b) * op.pixels(shapes) for b in op.blocks())
+    fetches += op.pairs * sum(r * min(op.reduce, prev) + (1 if r == 1 else 0)
+                                for prev, r in zip(rows, rows[1:]))
+    nbytes = sum(texture_bytes(*t) for t in dense_textures(op, shapes).values())
+    return Cost(multiply_adds=op.cin * op.cout, texel_fetches=fetches, texture_bytes=nbytes,
+                programs=len(op.blocks()) + len(rows) - 1)
+
+
+# One entry per IR op: ``op type -> cost(op, shapes)``.
+COSTS = {ir.Conv: conv_cost, ir.DepthToSpace: depth_to_space_cost, ir.Dense: dense_cost}
+
+
+def cost(graph: ir.Graph, hw) -> dict[str, Cost]:
+    """Cost of every op for an input of ``hw = (height, width)``."""
+    shapes = graph.shapes(hw)
+    return {op.name: COSTS[type(op)](op, shapes) for op in graph.ops}
+
+
+def textures(graph: ir.Graph, hw) -> dict[tuple[str, int], tuple[int, int, str]]:
+    """Every texture the net needs for input size ``hw``: ``(tensor, index) -> (width,
+    height, dtype)``; dtype ``"f1"`` is RGBA8, ``"f4"`` RGBA32F."""
+    shapes = graph.shapes(hw)
+    out = {}
+    for op in [graph.input] + graph.ops:
+        if isinstance(op, ir.Dense):
+            out.update(dense_textures(op, shapes))
+        else:
+            h, w, c = shapes[op.name]
+            out.update({(op.name, p): (w, h, "f1") for p in range(ir.packs(c))})
+    return out
+
+
+def peak_texture_bytes(graph: ir.Graph, hw) -> int:
+    """Texture memory when each texture is freed after its last reader (the input and the
+    output are kept): the most that is alive at once while the ops run in order."""
+    nbytes = {}
+    for (name, _), texture in textures(graph, hw).items():
+        owner = name.split("/")[0]
+        nbytes[owner] = nbytes.get(owner, 0) + texture_bytes(*texture)
+    last = {graph.input.name: len(graph.ops), graph.output: len(graph.ops)}
+    for i, op in enumerate(graph.ops):
+        for name in (op.input, getattr(op, "residual", None), getattr(op, "chroma_from", None)):
+            if name:
+                last[name] = max(last.get(name, i), i)
+    born = {graph.input.name: -1, **{op.name: i for i, op in enumerate(graph.ops)}}
+    return max(sum(b for name, b in nbytes.items() if born[name] <= i <= last.get(name, born[name]))
+               for i in range(len(graph.ops)))
