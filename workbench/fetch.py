@@ -88,12 +88,13 @@ class Check:
     checked: int = 0
     bad: list = field(default_factory=list)  # relative paths: missing or with another sha256
     source: str = ""  # the checksum list(s) used
+    command: str = ""  # what fetches it (state "missing")
 
     def line(self):
         if self.state == "ok":
             return f"{self.name}: {self.folder} verified, {self.checked} files match {self.source}"
         if self.state == "missing":
-            return f"{self.name}: {self.folder} missing; fetch it with: {COMMAND} {self.name}"
+            return f"{self.name}: {self.folder} missing; fetch it with: {self.command}"
         if self.state == "unverified":
             return (f"{self.name}: {self.folder} present, but there is no checksum list to"
                     f" verify it against ({SUMS})")
@@ -166,7 +167,7 @@ def _sha256(path):
 def _check(name, entry, root):
     folder = Path(root) / entry["target"]
     if not _present(folder):
-        return Check(name, folder, "missing")
+        return Check(name, folder, "missing", command=_command([name], root))
     expected, source = _expected(entry, folder, root)
     if not expected:
         return Check(name, folder, "unverified")
@@ -198,10 +199,14 @@ def missing(names, root=None, manifest=None):
     manifest = _entries(names, manifest)
     root = Path(root) if root is not None else default_root()
     absent = [n for n in names if not _present(root / manifest[n]["target"])]
-    if not absent:
-        return [], None
+    return (absent, _command(absent, root)) if absent else ([], None)
+
+
+def _command(names, root):
+    """The fetch-data command line for names under root (--root only when not the default)."""
+    root = Path(root)
     where = "" if root.resolve() == default_root().resolve() else f" --root {shlex.quote(str(root))}"
-    return absent, f"{COMMAND}{where} {' '.join(absent)}"
+    return f"{COMMAND}{where} {' '.join(names)}"
 
 
 def require(names, root=None, manifest=None):
