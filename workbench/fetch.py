@@ -147,11 +147,8 @@ def _expected(entry, folder, root):
     if not entry.get("convert"):
         single = {_basename(f["url"]): f["sha256"] for f in entry["files"]
                   if f.get("sha256") and not _is_archive(_basename(f["url"]))}
-        clash = [k for k, v in single.items() if expected.get(k, v) != v]
-        if clash:
-            raise FetchError(f"{folder}: {sources[0]} disagrees with the manifest about {clash}")
         if single:
-            expected.update(single)
+            expected.update(single)  # the manifest wins where a list disagrees (it was updated)
             sources.append("the manifest")
     return expected, " and ".join(sources)
 
