@@ -286,7 +286,9 @@ def test_cli_verify_reports_without_fetching(tmp_path, toy_zip, monkeypatch, cap
     monkeypatch.setattr(fetch_mod, "MANIFEST", manifest_path)
     root = tmp_path / "data"
     assert main(["fetch-data", "--root", str(root), "--verify"]) == 1
-    assert "Toy" in capsys.readouterr().out and not root.exists()
+    assert capsys.readouterr().out == (f"Toy: {root / 'sr' / 'Toy'} missing; fetch it with:"
+                                       f" python -m workbench fetch-data --root {root} Toy\n")
+    assert not root.exists()
     assert main(["fetch-data", "--root", str(root)]) == 0
     assert main(["fetch-data", "--root", str(root), "--verify"]) == 0
     assert "verified, 2 files match SHA256SUMS" in capsys.readouterr().out
