@@ -74,6 +74,17 @@ def test_activation_study_summary_and_verdict():
     swapped = [dict(r, activation={"bounded_relu": "sigmoid_like", "sigmoid_like": "bounded_relu"}
                     .get(r["activation"], r["activation"])) for r in records]
     assert "does not hold" in activation_study.verdict(activation_study.summarize(swapped))
+    # overlapping seeds: the pair is not called either way
+    close = [dict(r, top1={"bounded_relu": 0.20, "relu6_scaled": 0.22}.get(r["activation"], r["top1"])
+                  + 0.02 * r["seed"]) for r in records]
+    text = activation_study.verdict(activation_study.summarize(close))
+    assert text.startswith("Partly told apart") and "relu6_scaled vs bounded_relu" in text
+    assert "cannot tell" in text and "sigmoid_like beats relu6_scaled" in text
+    # a study at chance level says so, whatever the order
+    chance = [dict(r, top1=0.10 + 0.001 * r["seed"] + 0.01 * (r["activation"] == "sigmoid_like"))
+              for r in records]
+    assert activation_study.verdict(activation_study.summarize(chance), chance=10).startswith(
+        "Cannot tell: every activation is within 5 points of chance")
 
 
 def test_activation_figures_draw_every_candidate(tmp_path):

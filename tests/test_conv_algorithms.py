@@ -66,7 +66,8 @@ def test_winograd_filter_transform():
 def test_timing_and_crossovers():
     records = ca.sweep([(16, 16), (24, 24)], algorithms=("direct", "im2col_gemm"), repeat=1)
     assert [r["algorithm"] for r in records] == ["direct", "im2col_gemm"] * 2
-    assert all(r["ms"] > 0 for r in records)
+    assert all(r["ms"] > 0 and len(r["runs_ms"]) >= 5 for r in records)  # never one run
+    assert all(r["ms"] == pytest.approx(np.median(r["runs_ms"])) for r in records)
     fake = [{"width": w, "height": w, "pixels": w * w, "algorithm": a, "ms": ms}
             for w, a, ms in [(32, "direct", 1), (32, "im2col_gemm", 2), (64, "direct", 5),
                              (64, "im2col_gemm", 4), (128, "direct", 9), (128, "im2col_gemm", 8)]]
@@ -75,3 +76,39 @@ def test_timing_and_crossovers():
     table = ca.ratio_table(fake + [{"width": 1600, "height": 1200, "pixels": 1920000,
                                     "algorithm": a, "ms": 1.0} for a in ("direct", "im2col_gemm")])
     assert table[-1]["direct / im2col_gemm Tegra K1"] == pytest.approx(2404 / 1696)
+
+
+def test_a_crossover_needs_the_order_to_hold_beyond_the_spread():
+    def rec(w, algorithm, runs):
+        return {"width": w, "height": w, "pixels": w * w, "algorithm": algorithm,
+                "ms": float(np.median(runs)), "runs_ms": runs}
+
+    clear_a = [rec(32, "direct", [1.0, 1.1, 1.0, 1.2, 1.1]), rec(32, "im2col_gemm", [2.0, 2.1, 2.2, 2.0, 2.1])]
+    # medians flip at 64, but the runs overlap: a tie, not a crossover
+    noisy = [rec(64, "direct", [3.0, 5.0, 4.1, 3.5, 4.6]), rec(64, "im2col_gemm", [3.2, 4.8, 4.0, 3.6, 4.4])]
+    clear_a_again = [rec(128, "direct", [5.0, 5.1, 5.0, 5.2, 5.1]), rec(128, "im2col_gemm", [8.0, 8.1, 8.2, 8.0, 8.1])]
+    records = clear_a + noisy + clear_a_again
+    assert ca.crossovers(records) == []
+    table = ca.ratio_table(records)
+    assert [r["faster"] for r in table] == ["direct", "tie", "direct"]
+    clear_b = [rec(256, "direct", [9.0, 9.1, 9.2, 9.0, 9.1]), rec(256, "im2col_gemm", [4.0, 4.1, 4.2, 4.0, 4.1])]
+    assert ca.crossovers(records + clear_b) == [{"between": ("128x128", "256x256"),
+                                                 "faster_before": "direct",
+                                                 "faster_after": "im2col_gemm"}]
+
+
+def test_fastest_and_trend_say_only_what_the_spread_supports():
+    def rec(w, algorithm, runs):
+        return {"width": w, "height": w, "pixels": w * w, "algorithm": algorithm,
+                "ms": float(np.median(runs)), "runs_ms": runs}
+
+    point = [rec(32, "direct", [1.0, 1.1, 1.2, 1.0, 1.1]), rec(32, "im2col_gemm", [1.05, 1.15, 1.1, 1.2, 1.0]),
+             rec(32, "winograd", [3.0, 3.1, 3.2, 3.0, 3.1])]
+    assert ca.fastest(point) == "tie: direct, im2col_gemm"
+    assert ca.fastest([point[0], point[2]]) == "direct"
+    small = [rec(32, "direct", [1.0] * 5), rec(32, "im2col_gemm", [2.0] * 5)]     # ratio 0.5
+    large = [rec(256, "direct", [4.0] * 5), rec(256, "im2col_gemm", [2.0] * 5)]   # ratio 2
+    assert ca.trend(small + large).startswith("im2col_gemm gains on direct as images grow")
+    wobbly = [rec(256, "direct", [1.5, 2.5, 2.0, 1.8, 2.2]), rec(256, "im2col_gemm", [2.0, 3.0, 2.5, 2.2, 2.8])]
+    small_noisy = [rec(32, "direct", [0.8, 1.2, 1.0, 0.9, 1.1]), rec(32, "im2col_gemm", [1.0, 1.4, 1.2, 1.1, 1.3])]
+    assert ca.trend(small_noisy + wobbly).startswith("no trend beyond the spread")

@@ -22,7 +22,7 @@ from workbench.es2.emulate import quantize
 from workbench.figures import plt
 from workbench.files import read_json, write_json
 from workbench.nets import activations, classify
-from workbench.nets.models import dogs_classifier
+from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier
 
 ARTICLE = {"bounded_relu": "did not learn", "relu6_scaled": "fell short", "sigmoid_like": "won"}
 
@@ -88,23 +88,38 @@ def summarize(records) -> list[dict]:
     return rows
 
 
-def verdict(summary) -> str:
-    """Whether the article's ranking (sigmoid-like > ReLU6/6 > bounded ReLU) holds here, with the
-    margins in points of top-1 against the seed spread."""
+def verdict(summary, chance=None) -> str:
+    """What the numbers say about the article's ranking (sigmoid-like > ReLU6/6 > bounded ReLU):
+    each pair is called only where its means differ by more than the two seed spreads added;
+    ``chance`` (top-1 % of guessing) flags a study too short to learn anything."""
     row = {r["activation"]: r for r in summary}
     if not set(ARTICLE) <= set(row):
         return "The article's three activations were not all trained: no verdict."
-    s, r6, b = (row[k] for k in ("sigmoid_like", "relu6_scaled", "bounded_relu"))
-    noise = max(s["spread"], r6["spread"], b["spread"], 0.1)
-    margins = (f"sigmoid-like {s['mean']:.1f} %, ReLU6/6 {r6['mean']:.1f} %, bounded ReLU "
-               f"{b['mean']:.1f} %; largest seed spread {noise:.1f} points")
-    if s["mean"] - r6["mean"] > noise and r6["mean"] - b["mean"] > noise:
-        return f"The article's finding holds at this scale: {margins}."
-    if s["mean"] > max(r6["mean"], b["mean"]) + noise:
-        return (f"Partly: the sigmoid-like activation wins, but ReLU6/6 vs bounded ReLU does "
-                f"not order as in the article: {margins}.")
-    return (f"The article's finding does not hold at this scale (the nets here are shallower "
-            f"and trained far shorter): {margins}.")
+    means = ", ".join(f"{k} {row[k]['mean']:.1f} ± {row[k]['spread']:.1f} %" for k in ARTICLE)
+    if any(r["seeds"] < 2 for r in row.values()):
+        return f"One seed per activation: no seed spread, no verdict ({means})."
+    if chance is not None and max(row[k]["mean"] for k in ARTICLE) < chance + 5:
+        return (f"Cannot tell: every activation is within 5 points of chance ({chance:.0f} %); "
+                f"the study needs more training ({means}).")
+    calls = []
+    for better, worse in (("sigmoid_like", "relu6_scaled"), ("relu6_scaled", "bounded_relu"),
+                          ("sigmoid_like", "bounded_relu")):
+        a, b = row[better], row[worse]
+        gap, noise = a["mean"] - b["mean"], a["spread"] + b["spread"]
+        if gap > noise:
+            calls.append((True, f"{better} beats {worse} by {gap:.1f} points (spreads {noise:.1f})"))
+        elif -gap > noise:
+            calls.append((False, f"{worse} beats {better} by {-gap:.1f} points, against the article"))
+        else:
+            calls.append((None, f"{better} vs {worse}: {gap:+.1f} points, within the spreads "
+                                f"({noise:.1f}): cannot tell"))
+    if all(ok for ok, _ in calls):
+        head = "The article's finding holds at this scale"
+    elif any(ok is False for ok, _ in calls):
+        head = "The article's finding does not hold at this scale"
+    else:
+        head = "Partly told apart"
+    return f"{head}: " + "; ".join(text for _, text in calls) + f". ({means})"
 
 
 def training_figure(records):
@@ -133,11 +148,13 @@ RESULT, NOTEBOOK = "activations.json", "activations"
 
 
 def save_results(directory, records, summary, parameters):
-    """``activations.json`` in ``directory``: every run, the summary table and the verdict."""
+    """``activations.json`` in ``directory``: every run, the summary table and the verdict
+    (``parameters["preset"]`` gives the chance level)."""
+    classes = CLASSIFIER_PRESETS[parameters["preset"]]["classes"]
     write_json(Path(directory) / RESULT, {"parameters": parameters, "runs": records,
                       "summary": [{k: v for k, v in row.items()
                                    if k not in ("mean", "spread", "mean_8bit")} for row in summary],
-                      "verdict": verdict(summary)})
+                      "verdict": verdict(summary, chance=100 / classes)})
 
 
 # The activations of the reference article's experiment, and the true sigmoid beside them.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from workbench import references, tables
 from workbench.es31.conv import ALGORITHMS, Layer, time_conv
 from workbench.files import read_json, write_json
@@ -19,9 +21,11 @@ STUDY_SIZES = [(32, 32), (224, 224), (640, 480), (800, 600), (1280, 1024), (1600
 STUDY_MS = references.CONV_STUDY_MS
 
 
-def sweep(sizes, cin=3, cout=16, k=3, algorithms=ALGORITHMS, repeat=3, groups=1, progress=None):
-    """Time each algorithm for each ``(width, height)`` in ``sizes``; a list of records
-    ``{"width", "height", "pixels", "cin", "cout", "k", "groups", "algorithm", "ms"}``."""
+def sweep(sizes, cin=3, cout=16, k=3, algorithms=ALGORITHMS, repeat=5, groups=1, progress=None):
+    """Time each algorithm for each ``(width, height)`` in ``sizes`` (the median of at least
+    5 runs, however small ``repeat``); a list of records ``{"width", "height", "pixels", "cin",
+    "cout", "k", "groups", "algorithm", "ms", "runs_ms"}``."""
+    repeat = max(repeat, 5)
     layer = Layer.random(cin, cout, k, groups=groups)
     records = []
     for w, h in sizes:
@@ -35,32 +39,74 @@ def sweep(sizes, cin=3, cout=16, k=3, algorithms=ALGORITHMS, repeat=3, groups=1,
     return records
 
 
-def crossovers(records, a="direct", b="im2col_gemm"):
-    """Where ``a`` and ``b`` change places along the size axis of ``records`` (one
-    (cin, cout, k) series): a list of ``{"between": (size, size), "faster_before",
-    "faster_after"}``; sizes as ``"WxH"``.  Empty when one wins everywhere."""
-    times = {}
+def _by_size(records):
+    """``{(pixels, "WxH"): {algorithm: record}}``."""
+    out = {}
     for r in records:
-        times.setdefault((r["pixels"], f"{r['width']}x{r['height']}"), {})[r["algorithm"]] = r["ms"]
-    series = [(label, t[a] < t[b]) for (_, label), t in sorted(times.items()) if a in t and b in t]
-    out = []
-    for (l0, f0), (l1, f1) in zip(series, series[1:]):
-        if f0 != f1:
-            out.append({"between": (l0, l1), "faster_before": a if f0 else b,
-                        "faster_after": a if f1 else b})
+        out.setdefault((r["pixels"], f"{r['width']}x{r['height']}"), {})[r["algorithm"]] = r
     return out
 
 
+def faster(ra, rb):
+    """``"a"`` or ``"b"`` where one record's runs are faster beyond the spread (its 75th
+    percentile below the other's 25th), else None: a tie the timings cannot split."""
+    qa, qb = (np.percentile(r.get("runs_ms") or [r["ms"]], (25, 75)) for r in (ra, rb))
+    if qa[1] < qb[0]:
+        return "a"
+    if qb[1] < qa[0]:
+        return "b"
+    return None
+
+
+def fastest(records) -> str:
+    """Of the records of one point (one per algorithm), the algorithm faster than every other
+    beyond the spread (:func:`faster`), else ``"tie: a, b"`` naming those it cannot split."""
+    best = min(records, key=lambda r: r["ms"])
+    ties = [r["algorithm"] for r in records if r is not best and faster(best, r) != "a"]
+    return best["algorithm"] if not ties else "tie: " + ", ".join([best["algorithm"]] + ties)
+
+
+def trend(records, a="direct", b="im2col_gemm") -> str:
+    """Whether ``b`` gains on ``a`` from the smallest to the largest size, said only where the
+    two ends' ratio ranges (from the runs' quartiles) do not overlap."""
+    table = [r for r in ratio_table(records, a, b) if "range" in r]
+    if len(table) < 2:
+        return "one size: no trend"
+    (lo0, hi0), (lo1, hi1) = (map(float, r["range"].split("-")) for r in (table[0], table[-1]))
+    ends = (f"{a} / {b} {table[0][f'{a} / {b} here']:.2f} ({table[0]['range']}) at "
+            f"{table[0]['size']} -> {table[-1][f'{a} / {b} here']:.2f} ({table[-1]['range']}) "
+            f"at {table[-1]['size']}")
+    if lo1 > hi0:
+        return f"{b} gains on {a} as images grow, beyond the spread: {ends}"
+    if hi1 < lo0:
+        return f"{a} gains on {b} as images grow, beyond the spread: {ends}"
+    return f"no trend beyond the spread: {ends}"
+
+
+def crossovers(records, a="direct", b="im2col_gemm"):
+    """Where ``a`` and ``b`` change places along the size axis of ``records`` (one
+    (cin, cout, k) series), counting only sizes where one is faster beyond the spread of the
+    runs (:func:`faster`): a list of ``{"between": (size, size), "faster_before",
+    "faster_after"}``; sizes as ``"WxH"``.  Empty when one wins everywhere it is told apart."""
+    series = [(label, faster(t[a], t[b])) for (_, label), t in sorted(_by_size(records).items())
+              if a in t and b in t]
+    called = [(label, a if w == "a" else b) for label, w in series if w]
+    return [{"between": (l0, l1), "faster_before": w0, "faster_after": w1}
+            for (l0, w0), (l1, w1) in zip(called, called[1:]) if w0 != w1]
+
+
 def ratio_table(records, a="direct", b="im2col_gemm"):
-    """Per size: ms of ``a`` and ``b`` and ``a / b`` here, with the study's where it has them."""
-    rows = {}
-    for r in records:
-        rows.setdefault((r["pixels"], r["width"], r["height"]), {})[r["algorithm"]] = r["ms"]
+    """Per size: median ms of each algorithm, ``a / b`` here with its range from the runs'
+    quartiles, who is faster beyond the spread, and the study's ratio where it has one."""
     out = []
-    for (_, w, h), t in sorted(rows.items()):
-        row = {"size": f"{w}x{h}", **{f"{k} ms": v for k, v in t.items()}}
+    for (_, label), t in sorted(_by_size(records).items()):
+        w, h = map(int, label.split("x"))
+        row = {"size": label, **{f"{k} ms": r["ms"] for k, r in t.items()}}
         if a in t and b in t:
-            row[f"{a} / {b} here"] = t[a] / t[b]
+            qa, qb = (np.percentile(t[k].get("runs_ms") or [t[k]["ms"]], (25, 75)) for k in (a, b))
+            row[f"{a} / {b} here"] = t[a]["ms"] / t[b]["ms"]
+            row["range"] = f"{qa[0] / qb[1]:.2f}-{qa[1] / qb[0]:.2f}"
+            row["faster"] = {"a": a, "b": b, None: "tie"}[faster(t[a], t[b])]
         study = STUDY_MS.get((w, h))
         if study:
             row[f"{a} / {b} Tegra K1"] = study[a] / study[b]
@@ -124,11 +170,14 @@ def report_section(directory) -> str | None:
     rows = [{"input": size, **{f"{a} ms": times.get((size, a), "") for a in algorithms}}
             for size in sizes]
     shape = [{"input": r["size"], "direct / ConvMM here": r["direct / im2col_gemm here"],
+              "range (quartiles)": r.get("range", ""), "faster beyond the spread": r.get("faster", ""),
               "direct / ConvMM Tegra K1": r.get("direct / im2col_gemm Tegra K1", "")}
              for r in results["shape"]]
     crossings = "; ".join(f"{pair}: " + (", ".join(f"{c['faster_before']} -> {c['faster_after']} "
                                                     f"between {' and '.join(c['between'])}"
                                                     for c in found) or "none")
                           for pair, found in results["crossovers"].items())
-    return (f"3x3 conv, 3 -> 16 channels, ES 3.1 compute shaders on {results['renderer']}:\n\n"
-            + tables.markdown(rows) + "\n\n" + tables.markdown(shape) + f"\n\nCrossovers: {crossings}.")
+    return (f"3x3 conv, 3 -> 16 channels, ES 3.1 compute shaders on {results['renderer']}, "
+            f"median of {max(results['repeat'], 5)}+ runs per point:\n\n"
+            + tables.markdown(rows) + "\n\n" + tables.markdown(shape) + f"\n\nCrossovers "
+            f"(only where the order holds beyond the runs' quartiles): {crossings}.")
