@@ -134,3 +134,28 @@ def test_cli_reports_a_bad_run_in_one_line(capsys):
     assert main(["run", "--profile", "ci", "--only", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --only nosuch: not a notebook of profile 'ci'") and err.count("\n") == 1
+
+
+def test_missing_data_is_fetched_first_or_named_in_one_line(project, tmp_path):
+    import zipfile
+
+    from PIL import Image
+
+    root, log, run = project
+    pics = tmp_path / "pics"
+    pics.mkdir()
+    Image.new("RGB", (4, 4), (9, 9, 9)).save(pics / "one.png")
+    archive = tmp_path / "toy.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(pics / "one.png", "pics/one.png")
+    entry = {"url": archive.as_uri(), "sha256": None, "subdir": "pics"}
+    manifest = {"Toy": {"about": "test", "target": "sr/Toy", "default": False, "files": [entry]}}
+    data_root = tmp_path / "data"
+    with pytest.raises(ValueError, match=r"^the run needs Toy, which could not be fetched \(.*\); "
+                                         r"fetch with: python -m workbench fetch-data --root .* Toy$"):
+        run(only=["d"], data={"d": ["Toy"]}, data_root=data_root,
+            manifest={"Toy": {**manifest["Toy"], "files": [{**entry, "url": (tmp_path / "gone.zip").as_uri()}]}})
+    assert not log.exists()  # nothing ran
+    entry["sha256"] = __import__("hashlib").sha256(archive.read_bytes()).hexdigest()
+    assert run(only=["d"], data={"d": ["Toy"]}, data_root=data_root, manifest=manifest) == {"d": "ok"}
+    assert (data_root / "sr" / "Toy" / "one.png").exists() and log.read_text().split() == ["d"]

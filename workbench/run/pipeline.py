@@ -31,6 +31,31 @@ DEPENDENCIES = {
     "conv_algorithms": [],
     "figures": [],  # last: the report of whatever the run produced
 }
+# notebook -> the data sets it reads (names of workbench/data/data_manifest.json); fetched
+# before the run when missing
+DATA = {
+    "sr_train": ["train"], "sr_eval": ["Set5", "Set14"], "glsl_deploy": ["Set5", "Set14"],
+    "classifier_train": ["cifar10"], "classifier_deploy": ["cifar10"], "activations": ["cifar10"],
+}
+
+
+def ensure_data(notebooks, data=None, root=None, manifest=None):
+    """Fetch the data sets ``notebooks`` read that are missing under ``root`` (default: the
+    data root); raises ValueError in one line naming what to fetch, and how, when that fails
+    (offline)."""
+    from workbench.data import fetch
+
+    data = DATA if data is None else data
+    needed = list(dict.fromkeys(d for n in notebooks for d in data.get(n, ())))
+    absent, command = fetch.missing(needed, root, manifest) if needed else ([], None)
+    if absent:
+        print(f"fetching the data the run needs: {', '.join(absent)}", flush=True)
+        try:
+            fetch.fetch(absent, root if root is not None else fetch.default_root(), manifest)
+        except (fetch.FetchError, OSError) as err:
+            first = str(err).splitlines()[0]
+            raise ValueError(f"the run needs {', '.join(absent)}, which could not be fetched "
+                             f"({first}); fetch with: {command}") from None
 
 
 def load_profile(name, path=PROFILES, dependencies=None) -> dict:
@@ -99,10 +124,12 @@ def scope_overrides(overrides: dict, parameters: dict[str, set]) -> dict[str, di
 
 
 def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
-        force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None):
+        force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None, data=None,
+        data_root=None, manifest=None):
     """Execute the profile's notebooks (or those in ``only``) in dependency order; returns
     ``{name: status}``.  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
-    :func:`scope_overrides`).
+    :func:`scope_overrides`).  Missing data is fetched first (:func:`ensure_data`; ``data``,
+    ``data_root`` and ``manifest`` replace :data:`DATA`, the data root and the manifest).
 
     Statuses: ``ok``, ``unchanged`` (notebook, parameters and upstream steps as at its last
     successful run: skipped unless ``force``), ``failed in cell N: ...`` (the executed copy
@@ -131,6 +158,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     selected = [n for n in dependencies if n in params and (not only or n in only)]
     overrides = scope_overrides(overrides, {n: notebook_parameters(notebooks_dir / f"{n}.ipynb")
                                             for n in selected})
+    ensure_data(selected, data, data_root, manifest)
     runs_dir.mkdir(parents=True, exist_ok=True)
     status, prints = {}, {}
     for notebook, needs in dependencies.items():
