@@ -113,7 +113,7 @@ function plan(spec, height, width) {
   return { shapes, textures };
 }
 
-/** The uniform values of a pass, as workbench.gl.Runner._plan computes them. */
+/** The uniform values of a pass, as workbench.ir.uniform_values computes them. */
 function passUniforms(pass, op, shapes) {
   const size = (tensor) => (shapes[tensor] ? [shapes[tensor][1], shapes[tensor][0]] : null);
   const values = { u_in_size: size(pass.inputs[0].tensor), u_out_size: size(pass.output.tensor) };
