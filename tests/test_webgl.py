@@ -77,11 +77,11 @@ def test_sr_page_matches_tf_and_llvmpipe(sr):
         assert np.array_equal(page.result()["output"], result["output"])
         # the page's plan (shapes, textures) is the IR's, also for odd sizes
         for hw in [(17, 23), (6, 5)]:
-            plan = page.page.evaluate("([h, w]) => workbench.plan(workbench.spec(), h, w)",
-                                      list(hw))
-            assert {k: tuple(v) for k, v in plan["shapes"].items()} == net.graph.shapes(hw)
+            page_plan = page.page.evaluate("([h, w]) => workbench.plan(workbench.spec(), h, w)",
+                                           list(hw))
+            assert {k: tuple(v) for k, v in page_plan["shapes"].items()} == net.graph.shapes(hw)
             assert {(t["tensor"], t["index"]): (t["width"], t["height"], "f1")
-                    for t in plan["textures"].values()} == plan.textures(net.graph, hw)
+                    for t in page_plan["textures"].values()} == plan.textures(net.graph, hw)
     assert np.array_equal(result["input"][..., :3], images.to_uint8(lr)), "PNG decoded differently"
     page_out = result["output"][..., :3]
     assert page_out.shape == (2 * lr.shape[0], 2 * lr.shape[1], 3)
