@@ -37,7 +37,8 @@ def _sweep(args):
 
 def _upscale(args):
     from workbench.studies import deploy
-    shape, seconds = deploy.upscale_file(args.input, args.output, args.model, args.precision)
+    shape, seconds = deploy.upscale_file(args.input, args.output, args.model, args.precision,
+                                         args.quality)
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU")
     return 0
 
@@ -102,9 +103,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("upscale", help="x2 upscale an image with the SR shaders on the GPU")
     p.add_argument("input")
-    p.add_argument("output", help="PNG file to write")
+    p.add_argument("output", help="image file to write: .png, or .jpg / .jpeg (see --quality); "
+                   "never the input")
     p.add_argument("--model", required=True, help=".keras model or saved shader folder")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    p.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100 (default 95)")
     p.set_defaults(func=_upscale)
 
     p = commands.add_parser("export-web", help="write a static web page that runs the net "
