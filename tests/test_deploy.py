@@ -100,3 +100,13 @@ def test_upscale_output_format_follows_the_extension(tmp_path, model_path, capsy
         with Image.open(tmp_path / f"q{quality}.jpg") as im:
             assert im.format == "JPEG" and im.size == (12, 16)
     assert (tmp_path / "q10.jpg").stat().st_size < (tmp_path / "q95.jpg").stat().st_size
+
+
+def test_corrupt_model_is_reported_as_corrupt(tmp_path, model_path, capsys):
+    (tmp_path / "bad.keras").write_bytes(model_path.read_bytes()[:1000])
+    _photo(tmp_path / "in.png")
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+                 "--model", str(tmp_path / "bad.keras")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path / 'bad.keras'}: corrupt or truncated .keras model (not a zip archive)\n"
+    assert not (tmp_path / "out.png").exists()

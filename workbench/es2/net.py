@@ -169,14 +169,14 @@ def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2,
 def load_net(path, precision="highp"):
     """A compiled net from a ``.keras`` model or from a folder written by :meth:`Net.save`.
     Returns ``(net, keras_model_or_None)``."""
-    import keras
+    from workbench.nets.models import load_model
 
     path = Path(path)
     if path.is_dir():
         return load(path), None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
-    model = keras.models.load_model(path)
+    model = load_model(path)
     return compile(model, precision=precision), model
 
 

@@ -61,8 +61,8 @@ def _export_web(args):
 def _bench(args):
     from workbench.studies import bench
     if args.what == "sr":
-        import keras
-        model = keras.models.load_model(args.model) if args.model else None
+        from workbench.nets.models import load_model
+        model = load_model(args.model) if args.model else None
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
