@@ -27,9 +27,9 @@ def test_a_second_training_on_a_busy_run_folder_stops_naming_it(tmp_path):
     before = {p.name: p.read_bytes() for p in run.iterdir()}
     # another process holds the lock, as a training running there does
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys\n"
+        [sys.executable, "-c", ("import fcntl, sys\n"
          f"f = open({str(run / training.LOCK)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "print('locked', flush=True); sys.stdin.read()"],
+         "print('locked', flush=True); sys.stdin.read()")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "locked\n"

@@ -52,7 +52,7 @@ def _export_web(args):
         labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     net, _ = es2.load_net(args.model, args.precision)
-    index = web.export(net, args.out, labels)
+    index = web.export(net, args.out, labels, force=args.force)
     print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
           f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
     return 0
@@ -113,7 +113,10 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("export-web", help="write a static web page that runs the net "
                             "with WebGL 1.0 (serve the folder over HTTP to open it)")
     p.add_argument("--model", required=True, help=".keras model or saved shader folder")
-    p.add_argument("--out", required=True, help="folder to write the page into")
+    p.add_argument("--out", required=True, help="folder to write the page into (replaced "
+                   "whole; a non-empty folder the workbench did not write needs --force)")
+    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
+                   "did not write it")
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
