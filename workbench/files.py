@@ -138,7 +138,7 @@ def write_folder(path, contents: dict, force=False) -> Path:
             elif isinstance(content, bytes):
                 target.write_bytes(content)
             elif target.suffix == ".json":
-                target.write_text(json.dumps(content, indent=2, default=_to_builtin) + "\n")
+                target.write_text(_json_text(content))
             elif target.suffix == ".npy":
                 np.save(target, content)
             elif target.suffix == ".npz":
@@ -158,7 +158,11 @@ def _saved_net(path):
 
 def write_json(path, obj):
     """Write ``obj`` as indented JSON, atomically."""
-    write_text(path, json.dumps(obj, indent=2, default=_to_builtin) + "\n")
+    write_text(path, _json_text(obj))
+
+
+def _json_text(obj):
+    return json.dumps(obj, indent=2, default=_to_builtin) + "\n"
 
 
 def read_json(path, default=None):

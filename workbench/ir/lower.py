@@ -190,4 +190,3 @@ def _check_demux_size(op, shapes):
             f"layer {op.name!r}: a luma net's depth-to-space must read a tensor of the input "
             f"image's size, but {op.input!r} is {have[1]}x{have[0]} for a {want[1]}x{want[0]} "
             "input (a stride or 'valid' padding before it); use stride 1 and 'same' padding")
-
