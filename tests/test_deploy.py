@@ -61,3 +61,52 @@ def test_missing_model_is_named(tmp_path, capsys):
     assert "nope.keras" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="nope.keras"):  # --debug: the traceback
         main(["--debug", "upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")])
+
+
+def _photo(path, size=(8, 6)):
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (*size, 3), np.uint8)).save(path)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("output", ["same", "dot", "link"])
+def test_upscale_refuses_to_overwrite_its_input(tmp_path, model_path, capsys, monkeypatch, output):
+    photo = tmp_path / "photo.png"
+    before = _photo(photo)
+    if output == "link":
+        (tmp_path / "link.png").symlink_to(photo)
+    monkeypatch.chdir(tmp_path)
+    target = {"same": str(photo), "dot": "./photo.png", "link": "link.png"}[output]
+    assert main(["upscale", str(photo), target, "--model", str(model_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "overwrite the input" in err
+    assert photo.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["photo.png"] + (["link.png"] if output == "link" else []))
+
+
+def test_upscale_output_format_follows_the_extension(tmp_path, model_path, capsys):
+    _photo(tmp_path / "in.png")
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.bmp"),
+                 "--model", str(model_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out.bmp: cannot save as '.bmp'" in err
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.jpg"),
+                 "--model", str(model_path), "--quality", "0"]) == 2
+    assert "quality=0" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.png"]
+    for quality in (10, 95):
+        assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / f"q{quality}.jpg"),
+                     "--model", str(model_path), "--quality", str(quality)]) == 0
+        with Image.open(tmp_path / f"q{quality}.jpg") as im:
+            assert im.format == "JPEG" and im.size == (12, 16)
+    assert (tmp_path / "q10.jpg").stat().st_size < (tmp_path / "q95.jpg").stat().st_size
+
+
+def test_corrupt_model_is_reported_as_corrupt(tmp_path, model_path, capsys):
+    (tmp_path / "bad.keras").write_bytes(model_path.read_bytes()[:1000])
+    _photo(tmp_path / "in.png")
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+                 "--model", str(tmp_path / "bad.keras")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path / 'bad.keras'}: corrupt or truncated .keras model (not a zip archive)\n"
+    assert not (tmp_path / "out.png").exists()

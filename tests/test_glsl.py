@@ -305,3 +305,46 @@ def test_classifier_save_and_load_round_trip(tmp_path):
     assert manifest["input_size"] == [5, 5]
     weights = np.load(tmp_path / next(iter(manifest["constant_textures"].values())))
     assert weights.shape == (49, 4, 4) and weights.dtype == np.uint8
+
+
+def _set(layer, index, where, value):
+    weights = layer.get_weights()
+    weights[index][where] = value
+    layer.set_weights(weights)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("conv kernel", r"layer 'c': kernel has 1 NaN or infinite values"),
+    ("conv bias", r"layer 'c': bias has 2 NaN or infinite values"),
+    ("batchnorm", r"layer 'bn': moving_variance has 1 NaN or infinite values"),
+    ("batchnorm zero", r"layer 'bn': the folded kernel has \d+ NaN or infinite values"),
+    ("dense", r"layer 'logits': kernel has 1 NaN or infinite values"),
+])
+def test_nan_or_inf_weights_are_refused_naming_the_layer(where, message):
+    """Before: ``nan`` / ``inf`` literals in the GLSL, a cryptic driver error at first run."""
+    x = inputs = keras.Input((4, 4, 4))
+    conv, bn = GroupConv2D(8, 3, name="c"), keras.layers.BatchNormalization(epsilon=0.0, name="bn")
+    x = Act("sigmoid")(bn(conv(x)))
+    dense = keras.layers.Dense(3, name="logits")
+    model = keras.Model(inputs, dense(keras.layers.GlobalAveragePooling2D()(x)))
+    {"conv kernel": lambda: _set(conv, 0, (0, 0, 0, 0), np.nan),
+     "conv bias": lambda: _set(conv, 1, slice(0, 2), np.inf),
+     "batchnorm": lambda: _set(bn, 3, 0, np.nan),
+     "batchnorm zero": lambda: _set(bn, 3, 0, 0.0),
+     "dense": lambda: _set(dense, 0, (0, 0), -np.inf)}[where]()
+    with pytest.raises(ir.LoweringError, match=message) as err:
+        es2.compile(model)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("conv", [GroupConv2D(4, 3, strides=2), GroupConv2D(4, 3, padding="valid")])
+def test_sr_demux_after_a_size_change_is_refused(conv):
+    """Before: compiled, and the GPU returned a same-size image (the demux assumes its input
+    has the input image's size)."""
+    model = _model(1, conv, Act("bounded_relu"), DepthToSpace(2, name="d2s"))
+    with pytest.raises(ir.LoweringError, match=r"layer 'd2s': .* depth-to-space must read a "
+                       r"tensor of the input image's size, but '.*' is (32x32|62x62) for a 64x64"):
+        es2.compile(model)
+    with pytest.raises(ir.LoweringError, match="layer 'd2s'"):
+        ir.from_keras(model)  # the ES 3.1 back end lowers through the same check
+    es2.compile(_model(1, GroupConv2D(4, 3), Act("bounded_relu"), DepthToSpace(2)))  # fits

@@ -1,11 +1,15 @@
-"""Layers against Keras' own implementations and numpy; the SR net's exact size."""
+"""Layers against Keras' own implementations and numpy; the SR net's exact size; loading a
+saved model."""
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from workbench.nets.layers import DepthToSpace, GroupConv2D, grouped_conv2d
-from workbench.nets.models import sr_x2
+from workbench.nets.models import ModelFileError, load_model, sr_x2
 
 
 @pytest.mark.parametrize("kernel, groups, strides, padding",
@@ -89,3 +93,44 @@ def test_sr_x2_widths_are_options():
     model = sr_x2(widths=(24, 16, 12, 8), groups=(1, 2, 1, 2), activation="relu6_scaled")
     assert model(np.zeros((1, 8, 8, 1), np.float32)).shape == (1, 16, 16, 1)
     assert model.get_layer("L1_act").activation == "relu6_scaled"
+
+
+def test_workbench_load_model_in_a_fresh_python(tmp_path):
+    """``workbench.load_model`` reads a model with the workbench's layers without importing
+    them first; ``import workbench`` alone does not load TensorFlow."""
+    model = sr_x2()
+    model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(4).random((1, 6, 5, 1), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    probe = ("import sys, numpy as np, workbench\n"
+             "assert not {'tensorflow', 'keras'} & set(sys.modules), 'import workbench loaded TF'\n"
+             f"m = workbench.load_model({str(tmp_path / 'm.keras')!r})\n"
+             "print(type(m.get_layer('L2')).__name__)\n"
+             f"np.save({str(tmp_path / 'y.npy')!r}, m(np.load({str(tmp_path / 'x.npy')!r})))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["GroupConv2D"]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), model(x).numpy())
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_corrupt_model_file_is_named_as_corrupt(tmp_path, damage):
+    sr_x2().save(tmp_path / "good.keras")
+    data = (tmp_path / "good.keras").read_bytes()
+    bad = tmp_path / "bad.keras"
+    bad.write_bytes({"garbage": b"not a model", "truncated": data[:len(data) // 2],
+                     "empty": b""}[damage])
+    with pytest.raises(ModelFileError, match=r"bad\.keras: corrupt or truncated \.keras model"):
+        load_model(bad)
+    with pytest.raises(FileNotFoundError, match="nope.keras: no such model file"):
+        load_model(tmp_path / "nope.keras")
+
+
+def test_a_zip_that_is_not_a_model_is_named(tmp_path):
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "other.keras", "w") as z:
+        z.writestr("notes.txt", "not a model")
+    with pytest.raises(ModelFileError, match=r"other\.keras: not a readable Keras model \(") as err:
+        load_model(tmp_path / "other.keras")
+    assert "\n" not in str(err.value)

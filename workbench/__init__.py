@@ -1,7 +1,8 @@
 """workbench: design, train, and deploy neural nets as OpenGL ES 2.0 shaders.
 
 Modules: ``activations``, ``layers``, ``models``, ``images``, ``datasets``, ``metrics``,
-``training``, ``evaluation``, ``figures``, ``fetch``.
+``training``, ``evaluation``, ``figures``, ``fetch``.  :func:`load_model` reads any model the
+workbench saved.  Importing the package does not import TensorFlow (the GL workers import it).
 """
 import os
 
@@ -12,3 +13,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 __version__ = "0.1.0"
+
+
+def load_model(path):
+    """Load a ``.keras`` model the workbench saved, its custom layers registered (TensorFlow is
+    imported here, on first use); see :func:`workbench.nets.models.load_model`."""
+    from workbench.nets.models import load_model
+    return load_model(path)

@@ -265,17 +265,15 @@ def load_sr_model(path=None):
     :func:`workbench.nets.models.sr_x2` (its output is noise; the label says so)."""
     from pathlib import Path
 
-    import keras
-
     from workbench.files import project_root
-    from workbench.nets.models import sr_x2
+    from workbench.nets.models import load_model, sr_x2
 
     if path:
-        return keras.models.load_model(path), str(path)
+        return load_model(path), str(path)
     for profile in ("quick", "full"):
         found = project_root() / "runs" / "artifacts" / profile / "sr" / "finetune" / "model.keras"
         if Path(found).exists():
-            return keras.models.load_model(found), str(found)
+            return load_model(found), str(found)
     return sr_x2(), "untrained sr_x2 (random weights: pass model_path)"
 
 

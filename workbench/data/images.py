@@ -128,6 +128,18 @@ def save_image(path, img, quality=95, inputs=()):
     (see check_output_path). Parent folders are created; the file appears complete or not at all.
     """
     path = Path(path)
+    fmt, options = check_save_path(path, quality, inputs)
+    img = np.asarray(img)
+    if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
+        raise ImageError(f"{path}: cannot save an image of shape {img.shape}, want HxW or HxWx3")
+    with atomic_path(path) as tmp:
+        Image.fromarray(to_uint8(img)).save(tmp, format=fmt, **options)
+
+
+def check_save_path(path, quality=95, inputs=()):
+    """What save_image checks before writing (extension, quality, not one of `inputs`), so that
+    a caller can check before computing the image; returns (Pillow format, save options)."""
+    path = Path(path)
     fmt = SAVE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ImageError(f"{path}: cannot save as {path.suffix or 'a file without extension'!r};"
@@ -136,12 +148,7 @@ def save_image(path, img, quality=95, inputs=()):
             1 <= quality <= 100):
         raise ImageError(f"{path}: quality={quality!r}, want an integer in 1..100")
     check_output_path(path, inputs)
-    img = np.asarray(img)
-    if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
-        raise ImageError(f"{path}: cannot save an image of shape {img.shape}, want HxW or HxWx3")
-    options = {"quality": int(quality)} if fmt == "JPEG" else {}
-    with atomic_path(path) as tmp:
-        Image.fromarray(to_uint8(img)).save(tmp, format=fmt, **options)
+    return fmt, ({"quality": int(quality)} if fmt == "JPEG" else {})
 
 
 def check_output_path(out, inputs):

@@ -18,7 +18,7 @@ from workbench import ir
 from workbench.es2 import emulate, fixed16, limits, plan
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import VERTEX_SHADER, Binding, Pass, constant_textures, generate
-from workbench.files import atomic_path, write_json
+from workbench.files import write_folder
 
 CONVENTIONS = (
     "One RGBA8 texture per 4 channels (channel c = component c % 4 of pack c // 4); texture row "
@@ -89,15 +89,17 @@ class Net:
         reader) for an input of ``hw = (height, width)``."""
         return plan.peak_texture_bytes(self.graph, hw)
 
-    def save(self, directory):
-        """Write ``<pass>.glsl`` files, ``vertex.glsl``, ``weights.npz`` and ``manifest.json``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        for p in self.passes:
-            with atomic_path(directory / f"{p.name}.glsl") as tmp:
-                tmp.write_text(p.source)
-        with atomic_path(directory / "vertex.glsl") as tmp:
-            tmp.write_text(VERTEX_SHADER)
+    def save(self, directory, force=False):
+        """Write :meth:`files` into the folder ``directory`` at once (a save interrupted over
+        an older one leaves that intact); a folder the workbench did not write is replaced
+        only with ``force`` (see :func:`workbench.files.write_folder`)."""
+        return write_folder(directory, self.files(), force)
+
+    def files(self) -> dict:
+        """The saved net, ``{file name: content}``: ``<pass>.glsl``, ``vertex.glsl``,
+        ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``."""
+        files = {f"{p.name}.glsl": p.source for p in self.passes}
+        files["vertex.glsl"] = VERTEX_SHADER
         weights, ops = {}, []
         for op in self.graph.ops:
             desc = {"type": type(op).__name__}
@@ -107,17 +109,13 @@ class Net:
                 else:
                     desc[key] = value
             ops.append(desc)
-        with atomic_path(directory / "weights.npz") as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, **weights)
+        files["weights.npz"] = weights
         constants = {}
         for key, data in constant_textures(self.graph).items():  # as uploaded (HxWx4)
             constants[key] = f"{key.replace('/', '.')}.npy"
-            with atomic_path(directory / constants[key]) as tmp:
-                with open(tmp, "wb") as f:
-                    np.save(f, data)
+            files[constants[key]] = data
         hw = self.graph.input_size or (256, 256)
-        write_json(directory / "manifest.json", {
+        files["manifest.json"] = {
             "format": "workbench-es2/1",
             "name": self.graph.name,
             "precision": self.precision,
@@ -139,7 +137,8 @@ class Net:
                         "output": {"tensor": p.output[0], "pack": p.output[1]},
                         "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
                         "viewport": p.viewport} for p in self.passes],
-        })
+        }
+        return files
 
 
 def output_values(graph: ir.Graph, stored):
@@ -169,14 +168,14 @@ def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2,
 def load_net(path, precision="highp"):
     """A compiled net from a ``.keras`` model or from a folder written by :meth:`Net.save`.
     Returns ``(net, keras_model_or_None)``."""
-    import keras
+    from workbench.nets.models import load_model
 
     path = Path(path)
     if path.is_dir():
         return load(path), None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
-    model = keras.models.load_model(path)
+    model = load_model(path)
     return compile(model, precision=precision), model
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
@@ -15,7 +14,7 @@ from workbench.es31.kernels import (
     rules,
     tensor_images,
 )
-from workbench.files import atomic_path, write_json
+from workbench.files import write_folder
 from workbench.ir.cost import Cost
 
 
@@ -128,21 +127,19 @@ class Net:
         shapes = self.graph.shapes(hw)
         return {op.name: rules(op).cost(op, shapes, self.options) for op in self.graph.ops}
 
-    def save(self, directory):
-        """Write ``<kernel>.comp`` files, ``weights.npz`` (the storage buffers as uploaded,
-        float32) and ``manifest.json``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        for k in self.kernels:
-            with atomic_path(directory / f"{k.name}.comp") as tmp:
-                tmp.write_text(k.source)
-        buffers = weight_buffers(self.graph, self.options)
-        with atomic_path(directory / "weights.npz") as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, **buffers)
+    def save(self, directory, force=False):
+        """Write :meth:`files` into the folder ``directory`` at once, as
+        :meth:`workbench.es2.Net.save` does."""
+        return write_folder(directory, self.files(), force)
+
+    def files(self) -> dict:
+        """The saved net, ``{file name: content}``: ``<kernel>.comp``, ``weights.npz`` (the
+        storage buffers as uploaded, float32) and ``manifest.json``."""
+        files = {f"{k.name}.comp": k.source for k in self.kernels}
+        files["weights.npz"] = weight_buffers(self.graph, self.options)
         hw = self.graph.input_size or (256, 256)
         lx, ly = self.options.local_size
-        write_json(directory / "manifest.json", {
+        files["manifest.json"] = {
             "format": "workbench-es31/1",
             "name": self.graph.name,
             "options": asdict(self.options),
@@ -166,7 +163,8 @@ class Net:
                          "weights": k.weights, "uniforms": list(k.uniforms),
                          "uniform_values": k.uniforms, "grid": k.grid,
                          "jobs": k.jobs} for k in self.kernels],
-        })
+        }
+        return files
 
 
 def output_values(graph: ir.Graph, stored):

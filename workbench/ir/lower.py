@@ -26,6 +26,16 @@ def _keras_activation(layer):
                         f"GLSL form; use workbench.nets.layers.Act with one of {activations.names()}")
 
 
+def _check_finite(layer, arrays):
+    """Refuse NaN or infinite weights, ``{what: values}`` of ``layer`` (in the shaders they
+    would become ``nan`` literals that fail to compile)."""
+    for what, values in arrays.items():
+        bad = int(np.size(values) - np.isfinite(values).sum())
+        if bad:
+            raise LoweringError(f"layer {layer.name!r}: {what} has {bad} NaN or infinite "
+                                "values (diverged training?); fix or retrain the weights")
+
+
 def _conv_from(layer, source):
     if isinstance(layer, GroupConv2D):
         stride, padding, groups, act = layer.strides, layer.padding, layer.groups, "linear"
@@ -39,6 +49,7 @@ def _conv_from(layer, source):
     if kernel.shape[0] != kernel.shape[1]:
         raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
     bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
+    _check_finite(layer, {"kernel": kernel, "bias": bias})
     return Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups, act)
 
 
@@ -46,9 +57,13 @@ def _fold_batchnorm(conv, layer):
     gamma, beta, mean, var = (layer.gamma.numpy() if layer.scale else 1.0,
                               layer.beta.numpy() if layer.center else 0.0,
                               layer.moving_mean.numpy(), layer.moving_variance.numpy())
-    k = gamma / np.sqrt(var + layer.epsilon)
-    conv.kernel = (conv.kernel * k).astype(np.float32)
-    conv.bias = ((conv.bias - mean) * k + beta).astype(np.float32)
+    _check_finite(layer, {"gamma": gamma, "beta": beta, "moving_mean": mean,
+                          "moving_variance": var})
+    with np.errstate(divide="ignore", invalid="ignore"):  # checked just below
+        k = gamma / np.sqrt(np.maximum(var + layer.epsilon, 0))
+        conv.kernel = (conv.kernel * k).astype(np.float32)
+        conv.bias = ((conv.bias - mean) * k + beta).astype(np.float32)
+    _check_finite(layer, {"the folded kernel": conv.kernel, "the folded bias": conv.bias})
 
 
 def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
@@ -139,6 +154,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                 raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
                                     "without activation (logits; softmax on the CPU)")
             weight, bias = (w.astype(np.float32) for w in layer.get_weights())
+            _check_finite(layer, {"kernel": weight, "bias": bias})
             op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense)
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
@@ -158,6 +174,19 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     if dense and graph.input_size is None:
         raise LoweringError(f"layer {dense.name!r}: a net with a Dense layer needs a fixed "
                             "input size (keras.Input((height, width, channels)))")
-    graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
+    shapes = graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
+    for op in ops:
+        if isinstance(op, DepthToSpace) and op.chroma_from:
+            _check_demux_size(op, shapes)
     return graph
 
+
+def _check_demux_size(op, shapes):
+    """The SR demux samples the chroma of the input image at its own input's pixels: the two
+    must have one size (no stride or 'valid' padding on the way)."""
+    have, want = shapes[op.input][:2], shapes[op.chroma_from][:2]
+    if have != want:
+        raise LoweringError(
+            f"layer {op.name!r}: a luma net's depth-to-space must read a tensor of the input "
+            f"image's size, but {op.input!r} is {have[1]}x{have[0]} for a {want[1]}x{want[0]} "
+            "input (a stride or 'valid' padding before it); use stride 1 and 'same' padding")

@@ -22,7 +22,7 @@ import tensorflow as tf
 from workbench.data import datasets
 from workbench.files import read_json
 from workbench.nets import training
-from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier
+from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier, load_model
 
 BEST_DIR = "best"
 OPTIMIZERS = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop}
@@ -93,10 +93,10 @@ def average_checkpoints(paths):
     by its mean over the ``.keras`` checkpoints ``paths`` (same architecture)."""
     if not paths:
         raise ValueError("average_checkpoints: no checkpoints given")
-    model = keras.models.load_model(paths[0])
+    model = load_model(paths[0])
     sums = [w.astype(np.float64) for w in model.get_weights()]
     for path in paths[1:]:
-        for total, w in zip(sums, keras.models.load_model(path).get_weights()):
+        for total, w in zip(sums, load_model(path).get_weights()):
             total += w
     model.set_weights([(s / len(paths)).astype(w.dtype)
                        for s, w in zip(sums, model.get_weights())])
@@ -229,8 +229,8 @@ def final_models(run_dir):
     training checkpoint; the others come from the k best epochs by validation top-1)."""
     run_dir = Path(run_dir)
     best = best_checkpoints(run_dir)
-    return {"last": keras.models.load_model(run_dir / training.CHECKPOINT),
-            "best": keras.models.load_model(best[0]),
+    return {"last": load_model(run_dir / training.CHECKPOINT),
+            "best": load_model(best[0]),
             f"average of {len(best)} best": average_checkpoints(best)}
 
 

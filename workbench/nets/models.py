@@ -1,4 +1,4 @@
-"""Model builders.
+"""Model builders, and :func:`load_model` for any model the workbench saved.
 
 :func:`sr_x2` -- the reference x2 super-resolution net on luma (docs/design.md, "The x2 SR net"):
 
@@ -18,9 +18,32 @@ any H and W.  Output: luma of the x2 image, (N, 2H, 2W, 1), in [0, 1].
 """
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import keras
 
-from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
+from workbench.nets.layers import Act, DepthToSpace, GroupConv2D  # registers the custom layers
+
+
+class ModelFileError(ValueError):
+    """A model file that cannot be read (corrupt, truncated, not a model); names the file."""
+
+
+def load_model(path) -> keras.Model:
+    """``keras.models.load_model`` with the workbench's layers registered, and errors that
+    name the file: a missing file, or one that is not a readable model (corrupt, truncated)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    if path.suffix == ".keras" and not zipfile.is_zipfile(path):
+        raise ModelFileError(f"{path}: corrupt or truncated .keras model (not a zip archive)")
+    try:
+        return keras.models.load_model(path)
+    except Exception as e:  # Keras, h5py and zipfile raise many kinds; keep the first line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ModelFileError(f"{path}: not a readable Keras model ({type(e).__name__}: "
+                             f"{first})") from e
 
 SR_WIDTHS = (48, 32, 24, 16)
 SR_KERNELS = (5, 3, 1, 3)

@@ -18,7 +18,7 @@ from workbench import references, tables
 from workbench.data import datasets, images, metrics
 from workbench.files import read_json, write_json, write_text
 from workbench.nets import training
-from workbench.nets.models import sr_x2
+from workbench.nets.models import load_model, sr_x2
 
 SCALE = 2
 MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
@@ -40,7 +40,7 @@ def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, pa
     patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed)
 
     def build():
-        model = keras.models.load_model(init_model) if init_model else sr_x2(scale=SCALE)
+        model = load_model(init_model) if init_model else sr_x2(scale=SCALE)
         return training.adam_l1(model, learning_rate, epochs * steps_per_epoch)
 
     config = {"steps": steps, "kernels": list(kernels), "batch": batch, "patch": patch,
@@ -59,7 +59,7 @@ def load_models(paths: dict):
     if missing:
         raise FileNotFoundError("trained model not found (" + "; ".join(missing) +
                                 "); run notebooks/sr_train.ipynb first, or pass `models`")
-    return {label: keras.models.load_model(path) for label, path in paths.items()}
+    return {label: load_model(path) for label, path in paths.items()}
 
 
 def upscale(model, lr_rgb, scale=SCALE):

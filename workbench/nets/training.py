@@ -3,10 +3,13 @@
 A run lives in one folder: ``checkpoint.keras`` (model and optimizer state, saved
 atomically at the end of every epoch) and ``history.json`` (one entry per finished
 epoch).  Calling :func:`fit` again on the same folder resumes where it stopped; a
-finished run returns at once.
+finished run returns at once.  While :func:`fit` runs it holds a lock on ``<run>/.lock``, so
+that a second training on the same folder stops at once instead of mixing its files in.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import time
 from pathlib import Path
@@ -15,10 +18,30 @@ from typing import Callable
 import keras
 
 from workbench.files import atomic_path, read_json, write_json
+from workbench.nets.models import load_model
 
 CHECKPOINT = "checkpoint.keras"
 HISTORY = "history.json"
 CONFIG = "config.json"
+LOCK = ".lock"
+
+
+class RunFolderBusy(FileExistsError):
+    """Another training holds the run folder's lock; the message names the folder."""
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path):
+    """Hold an exclusive lock on ``run_dir`` (creating it) for the block; raises
+    :class:`RunFolderBusy` at once if another process (or ``fit``) holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunFolderBusy(f"{run_dir}: another training is writing to this run folder; "
+                                "wait for it to finish or choose another folder") from None
+        yield  # closing the file releases the lock, also when the process dies
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):
@@ -57,29 +80,32 @@ def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
     ``run_dir`` holds a checkpoint made with the same ``config`` (a JSON-able dict of the
     run's parameters), training resumes from it (``build`` is not called); a run made with
     other parameters is moved aside to ``<run_dir>.replaced-<time>``, never deleted.
-    Returns ``(model, history)``; ``history[metric]`` has one value per epoch.
+    Returns ``(model, history)``; ``history[metric]`` has one value per epoch.  A folder
+    another training is using raises :class:`RunFolderBusy` before anything is written.
     """
     run_dir = Path(run_dir)
     config = json.loads(json.dumps(config or {}, default=str))
-    if (run_dir / HISTORY).exists() and read_json(run_dir / CONFIG, default={}) != config:
-        aside = run_dir.with_name(f"{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-        run_dir.rename(aside)
-        print(f"{run_dir}: parameters changed; the previous run was moved to {aside}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / CONFIG, config)
-    history = read_json(run_dir / HISTORY, default={})
-    checkpoint = run_dir / CHECKPOINT
-    if checkpoint.exists() and epochs_done(history):
-        model = keras.models.load_model(checkpoint)
-        print(f"resuming {run_dir} at epoch {epochs_done(history)} of {epochs}")
-    else:
-        history = {}
-        model = build()
-    if epochs_done(history) < epochs:
-        callbacks = [AtomicCheckpoint(run_dir, history)] + fit_kwargs.pop("callbacks", [])
-        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                  initial_epoch=epochs_done(history), verbose=verbose,
-                  callbacks=callbacks, **fit_kwargs)
+    with contextlib.ExitStack() as held:
+        held.enter_context(locked(run_dir))
+        if (run_dir / HISTORY).exists() and read_json(run_dir / CONFIG, default={}) != config:
+            aside = run_dir.with_name(f"{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            run_dir.rename(aside)  # its lock goes with it
+            print(f"{run_dir}: parameters changed; the previous run was moved to {aside}")
+            held.enter_context(locked(run_dir))  # the new folder
+        write_json(run_dir / CONFIG, config)
+        history = read_json(run_dir / HISTORY, default={})
+        checkpoint = run_dir / CHECKPOINT
+        if checkpoint.exists() and epochs_done(history):
+            model = load_model(checkpoint)
+            print(f"resuming {run_dir} at epoch {epochs_done(history)} of {epochs}")
+        else:
+            history = {}
+            model = build()
+        if epochs_done(history) < epochs:
+            callbacks = [AtomicCheckpoint(run_dir, history)] + fit_kwargs.pop("callbacks", [])
+            model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                      initial_epoch=epochs_done(history), verbose=verbose,
+                      callbacks=callbacks, **fit_kwargs)
     return model, history
 
 

@@ -37,7 +37,8 @@ def _sweep(args):
 
 def _upscale(args):
     from workbench.studies import deploy
-    shape, seconds = deploy.upscale_file(args.input, args.output, args.model, args.precision)
+    shape, seconds = deploy.upscale_file(args.input, args.output, args.model, args.precision,
+                                         args.quality)
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU")
     return 0
 
@@ -51,7 +52,7 @@ def _export_web(args):
         labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     net, _ = es2.load_net(args.model, args.precision)
-    index = web.export(net, args.out, labels)
+    index = web.export(net, args.out, labels, force=args.force)
     print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
           f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
     return 0
@@ -60,8 +61,8 @@ def _export_web(args):
 def _bench(args):
     from workbench.studies import bench
     if args.what == "sr":
-        import keras
-        model = keras.models.load_model(args.model) if args.model else None
+        from workbench.nets.models import load_model
+        model = load_model(args.model) if args.model else None
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
@@ -102,15 +103,20 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("upscale", help="x2 upscale an image with the SR shaders on the GPU")
     p.add_argument("input")
-    p.add_argument("output", help="PNG file to write")
+    p.add_argument("output", help="image file to write: .png, or .jpg / .jpeg (see --quality); "
+                   "never the input")
     p.add_argument("--model", required=True, help=".keras model or saved shader folder")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    p.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100 (default 95)")
     p.set_defaults(func=_upscale)
 
     p = commands.add_parser("export-web", help="write a static web page that runs the net "
                             "with WebGL 1.0 (serve the folder over HTTP to open it)")
     p.add_argument("--model", required=True, help=".keras model or saved shader folder")
-    p.add_argument("--out", required=True, help="folder to write the page into")
+    p.add_argument("--out", required=True, help="folder to write the page into (replaced "
+                   "whole; a non-empty folder the workbench did not write needs --force)")
+    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
+                   "did not write it")
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))

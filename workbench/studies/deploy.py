@@ -146,12 +146,15 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "all textures MB": total.texture_bytes / 1e6}
 
 
-def upscale_file(source, target, model_path, precision="highp"):
-    """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB."""
+def upscale_file(source, target, model_path, precision="highp", quality=95):
+    """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB.  The
+    output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
+    is the input, or that cannot be saved, is refused before anything runs."""
+    images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
     net, _ = es2.load_net(model_path, precision)
     image = images.load_image(source)
     out = net.run(image)
-    images.save_image(target, out)
+    images.save_image(target, out, quality, inputs=[source])
     return out.shape, sum(net.timings.values())
 
 

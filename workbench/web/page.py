@@ -35,7 +35,6 @@ import base64
 import contextlib
 import io
 import json
-import shutil
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlencode
@@ -46,7 +45,7 @@ from PIL import Image
 from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import plan
-from workbench.files import write_json
+from workbench.files import write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js")
@@ -95,17 +94,15 @@ def page_spec(net, labels=None) -> dict:
             "passes": len(net.passes)}
 
 
-def export(net, directory, labels=None) -> Path:
-    """Write the page for ``net`` into ``directory`` (see the module docstring); returns the
-    path of ``index.html``.  ``labels``: class names of a classifier's outputs."""
-    directory = Path(directory)
-    net.save(directory)
-    write_json(directory / "webgl.json", page_spec(net, labels))
+def export(net, directory, labels=None, force=False) -> Path:
+    """Write the page for ``net`` into the folder ``directory``, all at once (see the module
+    docstring); returns the path of ``index.html``.  ``labels``: class names of a classifier's
+    outputs.  A folder the workbench did not write is replaced only with ``force`` (see
+    :func:`workbench.files.write_folder`)."""
     web = resources.files("workbench") / "web"
-    for name in PAGE_FILES:
-        with resources.as_file(web / name) as source:
-            shutil.copyfile(source, directory / name)
-    return directory / "index.html"
+    page = {name: (web / name).read_bytes() for name in PAGE_FILES}
+    files = {**net.files(), "webgl.json": page_spec(net, labels), **page}
+    return write_folder(directory, files, force) / "index.html"
 
 
 def png_data_url(image) -> str:

@@ -1,0 +1,122 @@
+"""Saving a net (es2, es31) and exporting its page: the folder is written whole or not at all,
+and a folder the user made is never replaced without ``force`` (issue 18)."""
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from workbench import es2, es31, web
+from workbench.__main__ import main
+from workbench.files import MARKER, FolderNotReplaceable, write_folder
+from workbench.nets.models import sr_x2
+
+
+def _sr(seed):
+    keras.utils.set_random_seed(seed)
+    return sr_x2(widths=(8, 8, 8, 8), groups=(1, 2, 1, 2))
+
+
+def _contents(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _interrupt_npz(monkeypatch):
+    """Make the weights' write fail, after the shaders are written (as a full disk would)."""
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(np, "savez", full_disk)
+
+
+def test_interrupted_es2_save_leaves_the_old_net_intact(tmp_path, monkeypatch):
+    old, new = es2.compile(_sr(1)), es2.compile(_sr(2))
+    old.save(tmp_path / "net")
+    before = _contents(tmp_path / "net")
+    _interrupt_npz(monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        new.save(tmp_path / "net")
+    monkeypatch.undo()
+    assert _contents(tmp_path / "net") == before
+    assert [p.name for p in tmp_path.iterdir()] == ["net"]  # no staging folder left
+    loaded = es2.load(tmp_path / "net")
+    assert [p.source for p in loaded.passes] == [p.source for p in old.passes]
+    image = np.random.default_rng(0).random((6, 5, 3), np.float32)
+    np.testing.assert_array_equal(loaded.emulate(image), old.emulate(image))
+    new.save(tmp_path / "net")  # a finished save replaces it
+    assert [p.source for p in es2.load(tmp_path / "net").passes] == [p.source for p in new.passes]
+
+
+def test_interrupted_es31_save_leaves_the_old_net_intact(tmp_path, monkeypatch):
+    old, new = es31.compile(_sr(1)), es31.compile(_sr(2))
+    old.save(tmp_path / "net")
+    before = _contents(tmp_path / "net")
+    assert MARKER in before and "manifest.json" in before
+    _interrupt_npz(monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        new.save(tmp_path / "net")
+    assert _contents(tmp_path / "net") == before
+
+
+def test_save_refuses_a_users_folder_unless_forced(tmp_path):
+    net = es2.compile(_sr(1))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my notes")
+    with pytest.raises(FolderNotReplaceable, match="mine: folder is not empty"):
+        net.save(folder)
+    assert _contents(folder) == {"notes.txt": b"my notes"}
+    net.save(folder, force=True)
+    assert "notes.txt" not in _contents(folder)
+
+
+def test_a_net_saved_before_the_marker_is_replaced(tmp_path):
+    """Folders saved by earlier versions carry a workbench manifest but no marker."""
+    net = es2.compile(_sr(1))
+    net.save(tmp_path / "net")
+    (tmp_path / "net" / MARKER).unlink()
+    net.save(tmp_path / "net")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(FolderNotReplaceable):
+        net.save(tmp_path / "other")
+
+
+def test_export_web_refuses_a_users_folder_unless_forced(tmp_path, capsys):
+    es2.compile(_sr(1)).save(tmp_path / "shaders")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<h1>my page</h1>")
+    args = ["export-web", "--model", str(tmp_path / "shaders"), "--out", str(site)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {site}: folder is not empty") and err.count("\n") == 1
+    assert _contents(site) == {"index.html": b"<h1>my page</h1>"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shaders", "site"]
+    assert main(args + ["--force"]) == 0
+    assert "my page" not in (site / "index.html").read_text()
+    assert {"webgl.json", "workbench.js", "manifest.json", MARKER} <= set(_contents(site))
+    assert main(args) == 0  # its own page: replaced without --force
+
+
+def test_interrupted_export_leaves_the_old_page(tmp_path, monkeypatch):
+    old, new = es2.compile(_sr(1)), es2.compile(_sr(2))
+    web.export(old, tmp_path / "page")
+    before = _contents(tmp_path / "page")
+    _interrupt_npz(monkeypatch)
+    with pytest.raises(OSError):
+        web.export(new, tmp_path / "page")
+    assert _contents(tmp_path / "page") == before
+
+
+def test_write_folder_writes_each_kind(tmp_path):
+    write_folder(tmp_path / "f", {"a.txt": "text", "b.bin": b"\x00\x01", "c.json": {"k": [1]},
+                                  "d.npy": np.arange(3), "e.npz": {"x/y": np.ones(2)}})
+    f = tmp_path / "f"
+    assert (f / "a.txt").read_text() == "text" and (f / "b.bin").read_bytes() == b"\x00\x01"
+    assert json.loads((f / "c.json").read_text()) == {"k": [1]}
+    np.testing.assert_array_equal(np.load(f / "d.npy"), np.arange(3))
+    with np.load(f / "e.npz") as npz:
+        np.testing.assert_array_equal(npz["x/y"], np.ones(2))
+    with pytest.raises(TypeError, match="g.dat"):
+        write_folder(tmp_path / "g", {"g.dat": object()})
+    assert not (tmp_path / "g").exists()
