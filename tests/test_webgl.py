@@ -33,6 +33,7 @@ except browser.BrowserUnavailable as error:
 from workbench import es2, web
 from workbench.__main__ import main  # noqa: E402
 from workbench.data import datasets, images, metrics
+from workbench.es2 import plan
 from workbench.files import atomic_path, figures_dir, project_root  # noqa: E402
 from workbench.nets import classify, superres  # noqa: E402
 from workbench.nets.models import dogs_classifier, sr_x2  # noqa: E402
