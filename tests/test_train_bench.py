@@ -7,7 +7,7 @@ from workbench import activations
 from workbench.layers import grouped_conv2d
 
 
-@pytest.mark.parametrize("formulation", ["split", "dense"])
+@pytest.mark.parametrize("formulation", ["split", "dense", "auto"])
 def test_grouped_formulations_match_grouped_conv(formulation):
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(2, 9, 8, 12)).astype(np.float32))

@@ -8,8 +8,12 @@ start, so :func:`bench_threads` runs each setting in a subprocess (also interlea
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
+import glob
 import json
 import statistics
+import tempfile
 import subprocess
 import sys
 import time
@@ -18,21 +22,30 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import classify, datasets, layers, models, training
+from workbench import activations, classify, datasets, layers, models, training
+
+_FUSED_BOUNDED_RELU = activations.get("bounded_relu")
+# Today's bounded ReLU before this bench: clip_by_value with TF's own gradient.
+_CLIP_BOUNDED_RELU = dataclasses.replace(_FUSED_BOUNDED_RELU,
+                                         tf_fn=lambda x: tf.clip_by_value(x, 0.0, 1.0))
+
+
+def _use(formulation="auto", act="fused"):
+    """Set the grouped-conv formulation and the bounded ReLU's gradient for the next trace."""
+    layers.grouped_formulation = formulation
+    activations.register(_FUSED_BOUNDED_RELU if act == "fused" else _CLIP_BOUNDED_RELU)
 
 
 def _median_spread(xs):
     return statistics.median(xs), min(xs), max(xs)
 
 
-def sr_model(formulation="grouped"):
-    """Compiled ``sr_x2`` traced with ``formulation`` of the grouped convolutions."""
-    layers.grouped_formulation = formulation
+def sr_model():
+    """Compiled ``sr_x2`` (Adam, L1), as :func:`superres.train` trains it."""
     return training.adam_l1(models.sr_x2(), 2e-3, 10_000)
 
 
-def classifier_model(formulation="grouped"):
-    layers.grouped_formulation = formulation
+def classifier_model():
     return classify.compile_classifier(models.dogs_classifier("cifar10"))
 
 
@@ -44,22 +57,19 @@ def _batch(kind, batch, patch, seed=0):
     return rng.random((batch, 32, 32, 3), np.float32), rng.integers(0, 10, batch)
 
 
-def _warm(model, x, y, formulation):
-    layers.grouped_formulation = formulation
-    model.train_on_batch(x, y)  # trace under this formulation
-    layers.grouped_formulation = "grouped"
-
-
 def step_options(options, repeats=5, steps=20):
-    """``options``: ``{label: (kind, formulation, batch, patch)}``.  Returns one row per
-    option: ms per step and samples/s (median, spread) of ``train_on_batch`` on a fixed batch
-    (no input pipeline)."""
+    """``options``: ``{label: (kind, formulation, batch, patch, act)}``, kind "sr" or "cls",
+    act "fused" (the bounded ReLU's one-op gradient) or "clip" (TF's clip_by_value gradient).
+    Returns one row per option: ms per step and samples/s (median, spread) of
+    ``train_on_batch`` on a fixed batch (no input pipeline)."""
     built = {}
-    for label, (kind, form, batch, patch) in options.items():
-        model = sr_model(form) if kind == "sr" else classifier_model(form)
+    for label, (kind, form, batch, patch, act) in options.items():
+        _use(form, act)
+        model = sr_model() if kind == "sr" else classifier_model()
         x, y = _batch(kind, batch, patch)
-        _warm(model, x, y, form)
+        model.train_on_batch(x, y)  # traced with these settings
         built[label] = (model, x, y, [])
+    _use()
     for _ in range(repeats):
         for label, (model, x, y, times) in built.items():
             start = time.perf_counter()
@@ -68,46 +78,13 @@ def step_options(options, repeats=5, steps=20):
             times.append((time.perf_counter() - start) / steps)
     rows = []
     for label, (model, x, y, times) in built.items():
-        kind, form, batch, patch = options[label]
+        kind, form, batch, patch, act = options[label]
         ms, lo, hi = _median_spread([t * 1e3 for t in times])
-        rows.append({"net": kind, "option": label, "formulation": form, "batch": batch,
+        rows.append({"net": kind, "option": label, "formulation": form, "act": act, "batch": batch,
                      "patch": patch, "ms_per_step": ms, "ms_min": lo, "ms_max": hi,
                      "samples_per_s": batch / ms * 1e3,
                      "lr_pixels_per_s": batch * (patch or 32) ** 2 / ms * 1e3})
     return rows
-
-
-def layer_profile(model, x, repeats=5, steps=10):
-    """Forward + backward time of each layer alone (its own input shapes, a fixed output
-    gradient), ms median over ``repeats``; with the whole ``train_on_batch`` step and the
-    share of the conv layers in it.  The rest of the step is the optimizer update, the loss
-    and Keras' per-step overhead."""
-    probe = keras.Model(model.inputs, [l.output for l in model.layers[1:]])
-    outs = dict(zip([l.name for l in model.layers[1:]], probe(x, training=False)))
-    outs[model.layers[0].name] = tf.convert_to_tensor(x)
-    fns = []
-    for layer in model.layers[1:]:
-        srcs = layer.input if isinstance(layer.input, list) else [layer.input]
-        ins = [outs[s._keras_history.operation.name] for s in srcs]
-        dy = tf.ones_like(outs[layer.name])
-
-        @tf.function
-        def fwd_bwd(ins, dy, layer=layer):
-            with tf.GradientTape() as tape:
-                tape.watch(ins)
-                y = layer(ins if len(ins) > 1 else ins[0], training=True)
-            return tape.gradient(y, ins + layer.trainable_weights, output_gradients=dy)
-
-        fwd_bwd(ins, dy)
-        fns.append((layer, fwd_bwd, ins, dy, []))
-    for _ in range(repeats):
-        for layer, fn, ins, dy, times in fns:
-            start = time.perf_counter()
-            for _ in range(steps):
-                fn(ins, dy)
-            times.append((time.perf_counter() - start) / steps * 1e3)
-    return [{"layer": layer.name, "type": type(layer).__name__,
-             "ms": statistics.median(times)} for layer, _, _, _, times in fns]
 
 
 def data_ms(batch=16, patch=48, n=50, train_images=None):
@@ -123,24 +100,67 @@ def data_ms(batch=16, patch=48, n=50, train_images=None):
     return (time.perf_counter() - start) / n * 1e3
 
 
+OP_GROUPS = (("conv", ("Conv2D", "DepthwiseConv")), ("matmul", ("MatMul",)),
+             ("batch norm", ("BatchNorm",)), ("optimizer", ("adam/", "Adam", "Variable")))
+
+
+def op_profile(model, x, y, steps=10):
+    """TensorFlow's profiler over ``steps`` of ``train_on_batch``: ms per step of each op
+    group (``OP_GROUPS``; the rest is "element-wise / other"), summed over TF's compute
+    threads (2 ops can run at once), the top op types and layers, and the wall-clock ms per
+    step."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    model.train_on_batch(x, y)
+    logdir = tempfile.mkdtemp(prefix="train_bench_")
+    start = time.perf_counter()
+    tf.profiler.experimental.start(logdir)
+    for _ in range(steps):
+        model.train_on_batch(x, y)
+    tf.profiler.experimental.stop()
+    wall = (time.perf_counter() - start) / steps * 1e3
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(open(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0], "rb").read())
+    totals, ops, per_layer = collections.Counter(), collections.Counter(), collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" not in name.replace("::", ""):
+                    continue  # executor bookkeeping around the ops
+                group = next((g for g, keys in OP_GROUPS if any(k in name for k in keys)),
+                             "element-wise / other")
+                totals[group] += event.duration_ps / 1e9 / steps
+                ops[name.rsplit(":", 1)[1]] += event.duration_ps / 1e9 / steps
+                scope = name.removeprefix("gradient_tape/").split("/")
+                per_layer[scope[1] if len(scope) > 2 else scope[0]] += event.duration_ps / 1e9 / steps
+    return {"wall_ms": wall, "groups": dict(totals), "top_ops": dict(ops.most_common(8)),
+            "layers": dict(per_layer.most_common(12))}
+
+
 def bench_train(repeats=5, steps=20, sr_sizes=((16, 48), (32, 48), (16, 64), (32, 64), (64, 48)),
                 formulations=layers.GROUPED_FORMULATIONS, profile=True, verbose=True):
-    """Profile and compare; returns ``{"steps": rows, "profile": {net: rows}, "data_ms": ms}``
-    and prints tables.  Step rows: SR at every (batch, patch) of ``sr_sizes`` with
-    ``formulations[0]``, SR (16, 48) and the classifier (batch 64) with every formulation."""
-    options = {f"sr b{b} p{p} {formulations[0]}": ("sr", formulations[0], b, p)
-               for b, p in sr_sizes}
-    options.update({f"sr b16 p48 {f}": ("sr", f, 16, 48) for f in formulations})
-    options.update({f"cls b64 {f}": ("cls", f, 64, None) for f in formulations})
+    """Profile and compare; returns ``{"steps": rows, "profile": {...}, "data_ms": ms}`` and
+    prints tables.  Step rows: "today" (grouped filter, clip_by_value gradient) and every
+    formulation with the fused bounded-ReLU gradient, for SR (batch 16, patch 48) and the
+    CIFAR-10 classifier (batch 64); SR at every (batch, patch) of ``sr_sizes`` (new default)."""
+    options = {"sr b16 p48 today": ("sr", "grouped", 16, 48, "clip")}
+    options.update({f"sr b16 p48 {f}": ("sr", f, 16, 48, "fused") for f in formulations})
+    options.update({f"sr b{b} p{p}": ("sr", "grouped", b, p, "fused")
+                    for b, p in sr_sizes if (b, p) != (16, 48)})
+    options.update({f"cls b64 {f}": ("cls", f, 64, None, "fused") for f in formulations})
     rows = step_options(options, repeats, steps)
     result = {"steps": rows, "profile": {}, "data_ms": data_ms()}
     if profile:
-        for kind in ("sr", "cls"):
-            for form in formulations:
-                model = sr_model(form) if kind == "sr" else classifier_model(form)
-                x, y = _batch(kind, 16 if kind == "sr" else 64, 48)
-                result["profile"][f"{kind} {form}"] = layer_profile(model, x, repeats)
-        layers.grouped_formulation = "grouped"
+        for label in ["sr b16 p48 today"] + [f"{n} {f}" for n in ("sr b16 p48", "cls b64")
+                                             for f in formulations]:
+            kind, form, batch, patch, act = options[label]
+            _use(form, act)
+            model = sr_model() if kind == "sr" else classifier_model()
+            result["profile"][label] = op_profile(model, *_batch(kind, batch, patch))
+        _use()
     if verbose:
         print(format_result(result))
     return result
@@ -151,18 +171,16 @@ def format_result(result):
     for r in result["steps"]:
         lines.append(f"| {r['option']} | {r['ms_per_step']:.1f} ({r['ms_min']:.1f}..{r['ms_max']:.1f})"
                      f" | {r['samples_per_s']:.0f} | {r['lr_pixels_per_s'] / 1e3:.0f}k |")
-    lines.append(f"\nSR data generator: {result['data_ms']:.2f} ms per batch of 16x48x48")
-    step = {r["option"]: r["ms_per_step"] for r in result["steps"]}
+    lines.append(f"\nSR data generator: {result['data_ms']:.2f} ms per batch of 16x48x48 "
+                 "(overlapped with the step by prefetch)")
     for name, prof in result["profile"].items():
-        kind, form = name.split()
-        total = step[f"sr b16 p48 {form}" if kind == "sr" else f"cls b64 {form}"]
-        conv = sum(p["ms"] for p in prof if p["type"] in ("GroupConv2D", "Conv2D", "Dense"))
-        rest = sum(p["ms"] for p in prof) - conv
-        lines.append(f"\n{name}: step {total:.1f} ms; layers alone fwd+bwd: conv {conv:.1f} ms "
-                     f"({conv / total:.0%} of the step), other layers {rest:.1f} ms, "
-                     f"remainder (optimizer, loss, Keras) {total - conv - rest:.1f} ms")
-        lines.append("  " + ", ".join(f"{p['layer']} {p['ms']:.2f}" for p in prof
-                                      if p["ms"] >= 0.05 * total or kind == "sr"))
+        total = sum(prof["groups"].values())
+        lines.append(f"\n{name}: wall {prof['wall_ms']:.1f} ms/step (under the profiler); op time "
+                     f"{total:.1f} ms/step summed over threads: " + ", ".join(
+                         f"{g} {ms:.1f} ({ms / total:.0%})" for g, ms in
+                         sorted(prof["groups"].items(), key=lambda kv: -kv[1])))
+        lines.append("  top ops: " + ", ".join(f"{k} {v:.1f}" for k, v in prof["top_ops"].items()))
+        lines.append("  by layer (fwd+bwd): " + ", ".join(f"{k} {v:.1f}" for k, v in prof["layers"].items()))
     return "\n".join(lines)
 
 
@@ -173,7 +191,7 @@ def bench_threads(settings=((0, 0), (1, 2), (2, 1), (1, 1), (2, 2)), repeats=5, 
             "tf.config.threading.set_inter_op_parallelism_threads(int(sys.argv[1]))\n"
             "tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[2]))\n"
             "from workbench import train_bench as tb\n"
-            "r = tb.step_options({'x': ('sr', 'grouped', 16, 48)}, 1, int(sys.argv[3]))[0]\n"
+            "r = tb.step_options({'x': ('sr', 'grouped', 16, 48, 'fused')}, 1, int(sys.argv[3]))[0]\n"
             "print(json.dumps(r['ms_per_step']))\n")
     times = {s: [] for s in settings}
     for _ in range(repeats):
