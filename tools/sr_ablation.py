@@ -18,7 +18,7 @@ def parse(row):
     for item in filter(None, opts.split(",")):
         key, value = item.split(":")
         out[key] = (int(value) if value.isdigit() else float(value) if value[0].isdigit()
-                    else {"true": True, "false": False}.get(value, value))
+                    else {"true": True, "false": False}.get(value.lower(), value))
     return name, out
 
 

@@ -47,11 +47,11 @@ def export(run_dir, stem="models/sr_x2_reference"):
         "steps_done": steps_done, "finished": steps_done >= config["steps"],
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
         "data": f"{config['train_images']} photos of sr/train (WORKBENCH_DATA), bicubic_aa LR",
-        "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, {platform.python_version()}",
+        "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, Python {platform.python_version()}",
         "psnr_y_studio_crop2_bicubic_aa": {
             "8-bit activations (as deployed)": sr_recipes.psnr_table(model, sets, quantize=True),
             "float activations": sr_recipes.psnr_table(model, sets, quantize=False)},
-        "reproduce": (f"WORKBENCH_DATA=... python tools/sr_reference.py train {run_dir} "
+        "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
                       f"{config['steps']} " + " ".join(f"{k}:{v}" for k, v in options.items()
                                                        if v is not None) +
                       f"; python tools/sr_reference.py export {run_dir}"),
