@@ -107,9 +107,17 @@ def _sigmoid_like_tf(x):
     return _sigmoid_like_forward(x), lambda dy: _sigmoid_like_grad(x, dy)
 
 
+@tf.custom_gradient
+def _bounded_relu_tf(x):
+    # clip_by_value's own gradient is 5 element-wise ops (~30 % of the SR net's training step
+    # here); Relu6Grad passes dy where 0 < 6y < 6, i.e. 0 < x < 1, in one fused op.
+    y = tf.clip_by_value(x, 0.0, 1.0)
+    return y, lambda dy: tf.raw_ops.Relu6Grad(gradients=dy, features=6.0 * y)
+
+
 register(Activation(
     name="bounded_relu",
-    tf_fn=lambda x: tf.clip_by_value(x, 0.0, 1.0),
+    tf_fn=_bounded_relu_tf,
     np_fn=lambda x: np.clip(np.asarray(x, np.float32), 0.0, 1.0),
     glsl="clamp({x}, 0.0, 1.0)",
     description="ReLU bounded to [0, 1] (an RGBA8 target clamps for free)",

@@ -1,7 +1,8 @@
 """Keras layers of the workbench (NHWC tensors, float32).
 
 * :class:`GroupConv2D` -- convolution with groups that trains fast on CPU: it calls
-  ``tf.nn.conv2d`` with a grouped filter of shape ``(kh, kw, cin // groups, cout)``.
+  ``tf.nn.conv2d`` with a grouped filter of shape ``(kh, kw, cin // groups, cout)`` (up to 4
+  groups: one ``tf.nn.conv2d`` per group, see ``grouped_formulation``).
   Keras' own ``Conv2D(groups=...)`` is ~20x slower to train here.  TensorFlow computes the
   gradients of a grouped convolution on the CPU only with oneDNN, which it turns on by itself
   only on CPUs with AVX-512 VNNI (``import workbench`` before TensorFlow asks for it
@@ -33,14 +34,43 @@ def onednn_enabled() -> bool:
         return False
 
 
-def grouped_conv2d(x, kernel, strides, padding, groups, per_group_gradient=None):
+# How grouped_conv2d computes a grouped convolution (read when a model is traced):
+# "grouped" -- one tf.nn.conv2d with the grouped filter; "split" -- one conv per group and a
+# concat; "dense" -- one conv with the block-diagonal dense (kh, kw, cin, cout) filter;
+# "auto" -- "split" up to SPLIT_MAX_GROUPS groups, else "grouped".
+GROUPED_FORMULATIONS = ("grouped", "split", "dense", "auto")
+SPLIT_MAX_GROUPS = 4
+grouped_formulation = "auto"  # fastest for the SR net, neutral for the classifier (NOTES-sr.md)
+
+
+def block_diagonal(kernel, groups):
+    """Grouped kernel (kh, kw, cin // groups, cout) -> dense (kh, kw, cin, cout), zeros
+    outside the groups' blocks."""
+    kh, kw, cin_g, cout = kernel.shape
+    k = tf.reshape(kernel, (kh, kw, cin_g, groups, cout // groups))
+    dense = tf.einsum("hwiGo,gG->hwgiGo", k, tf.eye(groups, dtype=kernel.dtype))
+    return tf.reshape(dense, (kh, kw, groups * cin_g, cout))
+
+
+def grouped_conv2d(x, kernel, strides, padding, groups, per_group_gradient=None,
+                   formulation=None):
     """``tf.nn.conv2d`` with a grouped ``kernel`` (kh, kw, cin // groups, cout).
 
-    The forward pass is TensorFlow's own.  Its gradients run on the CPU only through oneDNN
+    ``formulation`` (default: the module's ``grouped_formulation``) is one of
+    ``GROUPED_FORMULATIONS``; all give the same result.  With ``"grouped"`` the forward pass is
+    TensorFlow's own.  Its gradients run on the CPU only through oneDNN
     ("Gradients for grouped convolutions are not supported on CPU" otherwise), so without it
     (or with ``per_group_gradient=True``) they are computed group by group with the plain
     backprop ops.
     """
+    formulation = formulation or grouped_formulation
+    if formulation == "auto":
+        formulation = "split" if groups <= SPLIT_MAX_GROUPS else "grouped"
+    if groups > 1 and formulation == "split":
+        return tf.concat([tf.nn.conv2d(xg, kg, strides, padding) for xg, kg in
+                          zip(tf.split(x, groups, -1), tf.split(kernel, groups, -1))], -1)
+    if groups > 1 and formulation == "dense":
+        return tf.nn.conv2d(x, block_diagonal(kernel, groups), strides, padding)
     if per_group_gradient is None:
         per_group_gradient = groups > 1 and not onednn_enabled()
     if not per_group_gradient:

@@ -1,0 +1,86 @@
+"""SR training recipes: collapsed nets against the expanded ones and against plain TF ops."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from workbench.layers import Quantize8
+from workbench.models import sr_x2
+from workbench.sr_recipes import (AnchorResidual, CollapsibleConv, anchor_subpixels, charbonnier,
+                                  collapse, sr_x2_recipe)
+
+
+def randomize(model, seed=0):
+    """Give every weight random values (so that zero-initialised parts are exercised)."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.3, w.shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("options", [dict(expand=64), dict(expand=32, init="identity"),
+                                     dict(expand=16, qat=True), dict(init="identity"),
+                                     dict(expand=16, anchor="bilinear", anchor_scale=0.5)])
+def test_collapsed_net_equals_training_net(options):
+    model = sr_x2_recipe(**options)
+    randomize(model)
+    x = np.random.default_rng(1).random((2, 13, 17, 1), np.float32)
+    plain = collapse(model, quantize=options.get("qat", False))
+    np.testing.assert_allclose(plain(x), model(x), atol=1e-5)
+    if "anchor" not in options:
+        assert plain.count_params() == 7340 == sr_x2().count_params()
+        assert [w.shape for w in plain.weights] == [w.shape for w in sr_x2().weights]
+
+
+def test_collapsible_conv_is_wide_conv_then_1x1():
+    # Reference: the two convolutions run one after the other, per group, with tf.nn.conv2d.
+    layer = CollapsibleConv(8, 3, groups=2, expand=20)
+    x = np.random.default_rng(2).normal(size=(2, 9, 7, 12)).astype(np.float32)
+    layer(x)
+    randomize(layer)
+    xs = tf.split(x, 2, -1)
+    wides = tf.split(layer.wide, 2, -1)
+    ref = [tf.nn.conv2d(tf.nn.conv2d(xg, wg, 1, "SAME"), layer.narrow[g][None, None], 1, "SAME")
+           for g, (xg, wg) in enumerate(zip(xs, wides))]
+    np.testing.assert_allclose(layer(x), tf.concat(ref, -1) + layer.bias, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("expand", [None, 32])
+def test_identity_init_is_nearest_upsampling(expand):
+    x = np.random.default_rng(3).random((1, 11, 9, 1), np.float32)
+    y = sr_x2_recipe(expand=expand, init="identity")(x).numpy()
+    np.testing.assert_allclose(y[0, ..., 0], np.kron(x[0, ..., 0], np.ones((2, 2))), atol=1e-6)
+
+
+def test_anchor_starts_at_the_anchor_and_bilinear_matches_tf_resize():
+    x = np.random.default_rng(4).random((2, 10, 7, 1), np.float32)
+    ref = tf.image.resize(x, (20, 14), "bilinear")  # half-pixel centres, edges clamped
+    np.testing.assert_allclose(tf.nn.depth_to_space(anchor_subpixels(x, "bilinear"), 2), ref,
+                               atol=1e-6)
+    np.testing.assert_allclose(sr_x2_recipe(anchor="bilinear")(x), ref, atol=1e-6)
+    q = np.random.default_rng(5).random((2, 10, 7, 4), np.float32)
+    want = np.clip(np.repeat(x, 4, -1) + 0.25 * (q - 0.5), 0, 1)
+    np.testing.assert_allclose(AnchorResidual("nearest", 0.25)([x, q]), want, atol=1e-6)
+
+
+def test_qat_collapse_rounds_every_activation_to_8_bits():
+    model = sr_x2_recipe(expand=16, qat=True)
+    randomize(model, seed=6)
+    plain = collapse(model, quantize=True)
+    assert sum(isinstance(l, Quantize8) for l in plain.layers) == 5
+    acts = keras.Model(plain.inputs, [plain.get_layer(f"L{i}_q8").output for i in range(1, 6)])
+    for a in acts(np.random.default_rng(7).random((1, 8, 8, 1), np.float32)):
+        np.testing.assert_allclose(a * 255, np.round(a * 255), atol=1e-4)
+
+
+def test_charbonnier_against_numpy():
+    rng = np.random.default_rng(8)
+    t, p = rng.random((4, 5)).astype(np.float32), rng.random((4, 5)).astype(np.float32)
+    np.testing.assert_allclose(charbonnier(t, p), np.mean(np.sqrt((p - t) ** 2 + 1e-6)), rtol=1e-5)
+
+
+def test_recipe_model_save_load(tmp_path):
+    model = sr_x2_recipe(expand=16, init="identity", qat=True)
+    randomize(model, seed=9)
+    model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(10).random((1, 6, 5, 1), np.float32)
+    np.testing.assert_array_equal(keras.models.load_model(tmp_path / "m.keras")(x), model(x))

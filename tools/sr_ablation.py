@@ -1,0 +1,50 @@
+"""Run SR recipe rows at one training budget; append one JSON line per (row, seed) to a file.
+
+Usage: python tools/sr_ablation.py OUT.jsonl RUNS_DIR STEPS SEEDS ROW [ROW ...]
+ROW: name=option:value,... e.g. "sesr=expand:256"; rows already in OUT are skipped.
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+import workbench  # noqa: F401  (TF settings first)
+from workbench import datasets, sr_recipes
+
+
+def parse(row):
+    name, _, opts = row.partition("=")
+    out = {}
+    for item in filter(None, opts.split(",")):
+        key, value = item.split(":")
+        out[key] = (int(value) if value.isdigit() else float(value) if value[0].isdigit()
+                    else {"true": True, "false": False}.get(value.lower(), value))
+    return name, out
+
+
+def main(out, runs, steps, seeds, *rows):
+    out, steps = Path(out), int(steps)
+    done = {(r["row"], r["seed"], r["steps"]) for r in map(json.loads, out.read_text().splitlines())} \
+        if out.exists() else set()
+    train = [im for _, im in datasets.sr_images("train").images]
+    sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
+    for seed in map(int, seeds.split(",")):
+        for row in rows:
+            name, opts = parse(row)
+            if (name, seed, steps) in done:
+                continue
+            start = time.time()
+            model, hist = sr_recipes.train_recipe(train, Path(runs) / f"{name}-s{seed}-{steps}",
+                                                  steps=steps, seed=seed, verbose=0, **opts)
+            minutes = hist.get("seconds", time.time() - start) / 60
+            rec = {"row": name, "seed": seed, "steps": steps, "options": opts,
+                   "minutes": round(minutes, 2), "loss": hist["loss"][-1]}
+            rec["float"] = sr_recipes.psnr_table(model, sets, quantize=False)
+            rec["8bit"] = sr_recipes.psnr_table(model, sets, quantize=True)
+            print(json.dumps(rec), flush=True)
+            with out.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

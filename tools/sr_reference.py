@@ -1,0 +1,85 @@
+"""Train the reference x2 SR checkpoint with a recipe, or export one from a (partial) run.
+
+  python tools/sr_reference.py train RUN_DIR STEPS [option:value ...]   (resumable)
+  python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
+
+Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net), ``OUT_STEM.json`` and
+``OUT_STEM.md`` (the card); default OUT_STEM: models/sr_x2_reference.
+"""
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import keras
+
+import workbench  # noqa: F401  (TF settings first)
+from workbench import datasets, sr_recipes, training
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sr_ablation import parse  # noqa: E402
+
+
+def train(run_dir, steps, *opts):
+    _, options = parse("ref=" + ",".join(opts))
+    images = [im for _, im in datasets.sr_images("train").images]
+    sr_recipes.train_recipe(images, run_dir, steps=int(steps), verbose=2, **options)
+
+
+def export(run_dir, stem="models/sr_x2_reference"):
+    run_dir, stem = Path(run_dir), Path(stem)
+    config = json.loads((run_dir / training.CONFIG).read_text())
+    history = json.loads((run_dir / training.HISTORY).read_text())
+    model = keras.models.load_model(run_dir / training.CHECKPOINT)
+    deploy = sr_recipes.collapse(model)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    training.save_model(deploy, stem.with_suffix(".keras"))
+    sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
+    steps_done = len(history["loss"]) * config["steps_per_epoch"]
+    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
+                                      "batch", "patch", "learning_rate", "seed")}
+    card = {
+        "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.models)",
+        "deployed_parameters": deploy.count_params(),
+        "recipe": {"function": "workbench.sr_recipes.train_recipe", **options,
+                   "steps_planned": config["steps"], "optimizer": "Adam, cosine decay to 1 %"},
+        "steps_done": steps_done, "finished": steps_done >= config["steps"],
+        "training_minutes": round(history.get("seconds", 0) / 60, 1),
+        "data": f"{config['train_images']} photos of sr/train (WORKBENCH_DATA), bicubic_aa LR",
+        "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, Python {platform.python_version()}",
+        "psnr_y_studio_crop2_bicubic_aa": {
+            "8-bit activations (as deployed)": sr_recipes.psnr_table(model, sets, quantize=True),
+            "float activations": sr_recipes.psnr_table(model, sets, quantize=False)},
+        "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
+                      f"{config['steps']} " + " ".join(f"{k}:{v}" for k, v in options.items()
+                                                       if v is not None) +
+                      f"; python tools/sr_reference.py export {run_dir}"),
+        "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
+    psnr = card["psnr_y_studio_crop2_bicubic_aa"]
+    rows = "\n".join(f"| {k} | {v['Set5']:.2f} | {v['Set14']:.2f} |" for k, v in psnr.items())
+    stem.with_suffix(".md").write_text(f"""# {stem.name}: x2 SR reference checkpoint
+
+Deployable net: `{card['model']}`, the plain `workbench.models.sr_x2` layers
+({card['deployed_parameters']:,} parameters; same layers and texel fetches as today's net).
+Recipe: `{json.dumps(card['recipe'])}`.
+Steps: {steps_done:,} of {config['steps']:,} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
+{card['training_minutes']} training minutes on {card['machine']}.
+Data: {card['data']}.
+
+PSNR (dB, Y of BT.601 studio range, crop_border 2, antialiased-bicubic LR), from TF:
+
+| activations | Set5 | Set14 |
+|---|---|---|
+{rows}
+| bicubic | 33.68 | 30.33 |
+
+Reproduce: `{card['reproduce']}`
+""")
+    print(json.dumps(card, indent=1))
+
+
+if __name__ == "__main__":
+    {"train": train, "export": export}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,250 @@
+"""Training recipes for the x2 SR net that keep the deployed net :func:`models.sr_x2`.
+
+Options (each a parameter of :func:`sr_x2_recipe` / :func:`train_recipe`):
+
+* ``expand`` -- collapsible linear blocks (SESR, Bhardwaj et al. 2022): every conv is
+  trained as a k x k conv to ``expand`` hidden channels (split evenly over the layer's
+  groups) followed by a 1x1 conv back, with no activation between.  The two are
+  multiplied into one grouped k x k kernel at every step, so the forward pass runs the
+  small net; :func:`collapse` returns the plain ``sr_x2`` model with those kernels.
+* ``qat`` -- a :class:`layers.Quantize8` after every activation (the RGBA8 textures).
+* ``init="identity"`` -- a pass-through path at the start (QuickSRNet-like): channel 0
+  of L1..L4 copies the input luma (bounded ReLU keeps [0, 1] intact), L5 copies channel 0
+  to the 4 sub-pixels with its other weights zero, so the untrained net is nearest
+  upsampling.  In the collapsible blocks the pass-through is a constant added to the
+  collapsed kernel (SESR's residual inside the linear block), so it stays in place.
+* ``loss`` -- ``"l1"``, ``"mse"`` or ``"charbonnier"``.
+* ``anchor`` -- ``"nearest"`` or ``"bilinear"``: output = clip(anchor + s (q - 0.5)), q the
+  8-bit L5 output.  Needs a demux shader change (not in ir/glsl/emulate); Keras only.
+
+Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from workbench import datasets, superres, training
+from workbench.layers import (PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8,
+                              grouped_conv2d)
+from workbench.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
+
+
+def identity_kernel(k, cin_g, cout, groups, outputs=(0,)):
+    """Grouped kernel (k, k, cin // groups, cout) that copies input channel 0 to each
+    output channel in ``outputs`` (centre tap 1, all else 0); channels in group 0."""
+    a = np.zeros((k, k, cin_g, cout), np.float32)
+    for o in outputs:
+        a[k // 2, k // 2, 0, o] = 1.0
+    return a
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class CollapsibleConv(keras.layers.Layer):
+    """A linear block trained over-parameterised, run as one grouped k x k conv (SAME).
+
+    Weights: ``wide`` (k, k, cin/groups, expand) -- group g's k x k conv to its
+    ``expand/groups`` hidden channels; ``narrow`` (groups, expand/groups, filters/groups)
+    -- the 1x1 back; ``bias`` (filters,).  ``offset``: a constant kernel added to the
+    product (identity init), or None.  :meth:`kernel` is the collapsed
+    (k, k, cin/groups, filters) kernel of :class:`layers.GroupConv2D`.
+    """
+
+    def __init__(self, filters, kernel_size, groups=1, expand=256, identity_outputs=(),
+                 zero_narrow=False, **kwargs):
+        super().__init__(**kwargs)
+        self.filters, self.kernel_size, self.groups = int(filters), int(kernel_size), int(groups)
+        self.expand = int(expand)
+        self.identity_outputs = tuple(int(o) for o in identity_outputs)
+        self.zero_narrow = bool(zero_narrow)
+        if self.expand % self.groups or self.filters % self.groups:
+            raise ValueError(f"{self.name}: expand={expand} and filters={filters} must divide "
+                             f"by groups={groups}")
+
+    def build(self, input_shape):
+        cin, k, g = int(input_shape[-1]), self.kernel_size, self.groups
+        cin_g, e_g, out_g = cin // g, self.expand // g, self.filters // g
+        self.wide = self.add_weight(name="wide", shape=(k, k, cin_g, self.expand),
+                                    initializer="he_uniform")
+        # Var(kernel) = e_g Var(wide) Var(narrow): narrow ~ U(+-sqrt(3/e_g)) keeps He's scale.
+        limit = math.sqrt(3.0 / e_g)
+        mask = np.ones((g, e_g, out_g), np.float32)
+        mask[0, :, list(self.identity_outputs)] = 0.0  # pass-through outputs start clean
+        init = (keras.initializers.Zeros() if self.zero_narrow else
+                lambda shape, dtype=None: tf.random.uniform(shape, -limit, limit) * mask)
+        self.narrow = self.add_weight(name="narrow", shape=(g, e_g, out_g), initializer=init)
+        self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros")
+        self.offset = (tf.constant(identity_kernel(k, cin_g, self.filters, g,
+                                                   self.identity_outputs))
+                       if self.identity_outputs else None)
+
+    def kernel(self):
+        k, g = self.kernel_size, self.groups
+        cin_g = self.wide.shape[2]
+        wide = tf.reshape(self.wide, (k, k, cin_g, g, self.expand // g))
+        kern = tf.reshape(tf.einsum("hwige,geo->hwigo", wide, self.narrow),
+                          (k, k, cin_g, self.filters))
+        return kern if self.offset is None else kern + self.offset
+
+    def call(self, x):
+        return grouped_conv2d(x, self.kernel(), 1, "SAME", self.groups) + self.bias
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:3], self.filters)
+
+    def get_config(self):
+        return {**super().get_config(), "filters": self.filters,
+                "kernel_size": self.kernel_size, "groups": self.groups,
+                "expand": self.expand, "identity_outputs": list(self.identity_outputs),
+                "zero_narrow": self.zero_narrow}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class AnchorResidual(keras.layers.Layer):
+    """``[luma (N,H,W,1), q (N,H,W,4)] -> clip(anchor + scale * (q - 0.5), 0, 1)`` with
+    ``anchor`` the LR luma at the 4 sub-pixels (``c = 2 dy + dx``): ``"nearest"`` repeats
+    it, ``"bilinear"`` is x2 bilinear with half-pixel centres and edge replication
+    (0.75 / 0.25 weights per axis)."""
+
+    def __init__(self, mode="nearest", scale=0.5, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("nearest", "bilinear"):
+            raise ValueError(f"anchor mode must be 'nearest' or 'bilinear', not {mode!r}")
+        self.mode, self.scale = mode, float(scale)
+
+    def call(self, inputs):
+        x, q = inputs
+        return tf.clip_by_value(anchor_subpixels(x, self.mode) + self.scale * (q - 0.5), 0.0, 1.0)
+
+    def compute_output_shape(self, input_shapes):
+        return input_shapes[1]
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "scale": self.scale}
+
+
+def anchor_subpixels(x, mode):
+    """LR luma (N,H,W,1) -> its x2 upsampling as 4 sub-pixel channels (N,H,W,4)."""
+    if mode == "nearest":
+        return tf.tile(x, (1, 1, 1, 4))
+    p = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+    near = p[:, 1:-1]
+    rows = (0.75 * near + 0.25 * p[:, :-2], 0.75 * near + 0.25 * p[:, 2:])  # dy = 0, 1
+    return tf.concat([0.75 * r[:, :, 1:-1] + 0.25 * r[:, :, side]
+                      for r in rows for side in (slice(None, -2), slice(2, None))], axis=-1)
+
+
+def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,
+                 widths=SR_WIDTHS, kernels=SR_KERNELS, groups=SR_GROUPS, scale=2):
+    """The training-time x2 SR net.  With no option it is :func:`models.sr_x2`; layer
+    names ``L1``..``L5`` (+ ``_act``, ``_q8``) match it.  See the module docstring."""
+    if init not in ("he", "identity"):
+        raise ValueError(f"init must be 'he' or 'identity', not {init!r}")
+    ident = init == "identity"
+    specs = [(w, k, g) for w, k, g in zip(widths, kernels, groups)] + [(scale * scale, 1, 1)]
+    x = inputs = keras.Input((None, None, 1), name="luma")
+    for i, (w, k, g) in enumerate(specs, start=1):
+        last = i == len(specs)
+        # pass-through outputs; the last layer starts from zero weights (a clean copy of
+        # channel 0 with identity init, the anchor's 0.5 with an anchor)
+        outs = () if not ident or (last and anchor) else tuple(range(w)) if last else (0,)
+        zero = last and (ident or bool(anchor))
+        if expand:
+            x = CollapsibleConv(w, k, g, expand=expand - expand % g, identity_outputs=outs,
+                                zero_narrow=zero, name=f"L{i}")(x)
+        else:
+            conv = GroupConv2D(w, k, groups=g, name=f"L{i}")
+            x = conv(x)
+            if outs or zero:
+                kern = conv.kernel.numpy()
+                kern[..., list(outs)] = 0.0
+                kern *= 0.0 if zero else 1.0
+                conv.kernel.assign(kern + identity_kernel(k, kern.shape[2], w, g, outs))
+        x = Act("bounded_relu", name=f"L{i}_act")(x)
+        if qat:
+            x = Quantize8(name=f"L{i}_q8")(x)
+    if anchor:
+        x = AnchorResidual(anchor, anchor_scale, name="anchor")([inputs, x])
+    outputs = DepthToSpace(scale, name="subpixels")(x)
+    model = keras.Model(inputs, outputs, name="sr_x2_recipe")
+    if anchor:  # start at the anchor: L5 output 0.5 (zero kernel above, bias 0.5)
+        model.get_layer(f"L{len(specs)}").bias.assign(np.full(scale * scale, 0.5, np.float32))
+    return model
+
+
+def collapse(model, quantize=False):
+    """A recipe model -> the deployable net: :func:`models.sr_x2` (or, with an anchor, the
+    same layers + :class:`AnchorResidual`) with each CollapsibleConv's collapsed kernel.
+    ``quantize=True`` keeps a :class:`Quantize8` after every activation (8-bit storage)."""
+    specs = [model.get_layer(f"L{i}") for i in range(1, 6)]
+    widths = tuple(l.filters for l in specs[:4])
+    kernels = tuple(l.kernel_size for l in specs[:4])
+    groups = tuple(l.groups for l in specs[:4])
+    names = {l.name for l in model.layers}
+    anchor = model.get_layer("anchor") if "anchor" in names else None
+    if not quantize and anchor is None:
+        plain = sr_x2(widths, kernels, groups)
+    else:
+        plain = sr_x2_recipe(qat=quantize, widths=widths, kernels=kernels, groups=groups,
+                             anchor=anchor.mode if anchor else None,
+                             anchor_scale=anchor.scale if anchor else 0.5)
+    for layer in specs:
+        kern = layer.kernel() if isinstance(layer, CollapsibleConv) else layer.kernel
+        plain.get_layer(layer.name).set_weights([np.asarray(kern), np.asarray(layer.bias)])
+    return plain
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def charbonnier(y_true, y_pred, eps=1e-3):
+    """Charbonnier loss: mean of sqrt((y - t)^2 + eps^2)."""
+    return tf.reduce_mean(tf.sqrt(tf.square(y_pred - y_true) + eps * eps))
+
+
+LOSSES = {"l1": "mean_absolute_error", "mse": "mean_squared_error", "charbonnier": charbonnier}
+
+
+def train_recipe(train_images, run_dir, *, steps, expand=None, qat=False, init="he",
+                 loss="l1", anchor=None, anchor_scale=0.5, batch=16, patch=48,
+                 learning_rate=2e-3, seed=0, steps_per_epoch=250, verbose=2):
+    """Train :func:`sr_x2_recipe` like :func:`superres.train` (Adam, cosine lr, random
+    48 px LR patches of ``bicubic_aa`` pairs); resumable in ``run_dir``.  Writes
+    ``<run_dir>/model.keras`` (training form) and ``deploy.keras`` (:func:`collapse`d,
+    float).  Returns ``(training model, history)``."""
+    keras.utils.set_random_seed(seed)
+    steps_per_epoch = max(1, min(steps_per_epoch, steps))
+    epochs = math.ceil(steps / steps_per_epoch)
+    pairs = datasets.sr_training_pairs(train_images, superres.SCALE)
+    patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed)
+    options = dict(expand=expand, qat=qat, init=init, anchor=anchor, anchor_scale=anchor_scale)
+
+    def build():
+        model = sr_x2_recipe(**options)
+        schedule = keras.optimizers.schedules.CosineDecay(learning_rate, epochs * steps_per_epoch,
+                                                          alpha=0.01)
+        model.compile(optimizer=keras.optimizers.Adam(schedule), loss=LOSSES[loss])
+        return model
+
+    config = {"steps": steps, "loss": loss, "batch": batch, "patch": patch,
+              "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
+              "train_images": len(train_images), **options}
+    model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
+                                  config=config)
+    training.save_model(model, Path(run_dir) / "model.keras")
+    training.save_model(collapse(model), Path(run_dir) / "deploy.keras")
+    return model, history
+
+
+def psnr_table(model, sr_sets, quantize=None):
+    """``{set name: PSNR}`` (studio Y, crop 2, ``bicubic_aa``) of ``collapse(model)``;
+    with ``quantize`` (default: the model has Quantize8 layers) activations are rounded to 8
+    bits at evaluation."""
+    if quantize is None:
+        quantize = any(isinstance(l, Quantize8) for l in model.layers)
+    records, _ = superres.evaluate({"net": collapse(model, quantize)}, sr_sets,
+                                   kernels=("bicubic_aa",))
+    return {r["set"]: r["psnr_y_studio"] for r in superres.summarize(records)
+            if r["method"] == "net"}
