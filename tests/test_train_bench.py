@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench import activations
-from workbench.layers import grouped_conv2d
+from workbench.nets import activations
+from workbench.nets.layers import grouped_conv2d
 
 
 @pytest.mark.parametrize("formulation", ["split", "dense", "auto"])
@@ -34,3 +34,16 @@ def test_bounded_relu_gradient_is_clip_by_value_gradient():
         grads.append(tape.gradient(y, x).numpy())
     np.testing.assert_array_equal(grads[0], grads[1])
     np.testing.assert_array_equal(activations.get("bounded_relu").tf_fn(x), np.clip(x, 0, 1))
+
+
+def test_bench_train_shows_today_and_the_default_side_by_side(capsys):
+    from workbench.studies import train_bench
+
+    result = train_bench.bench_train(repeats=1, steps=1, sr_sizes=(), formulations=("auto",),
+                                     profile=False)
+    labels = [r["option"] for r in result["steps"]]
+    assert labels == ["sr b16 p48 today", "sr b16 p48 auto", "cls b64 auto"]
+    assert all(r["samples_per_s"] > 0 and r["ms_min"] <= r["ms_per_step"] <= r["ms_max"]
+               for r in result["steps"])
+    out = capsys.readouterr().out
+    assert "| sr b16 p48 today |" in out and "| sr b16 p48 auto |" in out

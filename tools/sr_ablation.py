@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import workbench  # noqa: F401  (TF settings first)
-from workbench import datasets, sr_recipes
+from workbench.data import datasets
+from workbench.nets import sr_recipes
 
 
 def parse(row):

@@ -15,7 +15,8 @@ from pathlib import Path
 import keras
 
 import workbench  # noqa: F401  (TF settings first)
-from workbench import datasets, sr_recipes, training
+from workbench.data import datasets
+from workbench.nets import sr_recipes, training
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sr_ablation import parse  # noqa: E402
@@ -40,9 +41,9 @@ def export(run_dir, stem="models/sr_x2_reference"):
     options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
                                       "batch", "patch", "learning_rate", "seed")}
     card = {
-        "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.models)",
+        "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),
-        "recipe": {"function": "workbench.sr_recipes.train_recipe", **options,
+        "recipe": {"function": "workbench.nets.sr_recipes.train_recipe", **options,
                    "steps_planned": config["steps"], "optimizer": "Adam, cosine decay to 1 %"},
         "steps_done": steps_done, "finished": steps_done >= config["steps"],
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
@@ -62,7 +63,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
     rows = "\n".join(f"| {k} | {v['Set5']:.2f} | {v['Set14']:.2f} |" for k, v in psnr.items())
     stem.with_suffix(".md").write_text(f"""# {stem.name}: x2 SR reference checkpoint
 
-Deployable net: `{card['model']}`, the plain `workbench.models.sr_x2` layers
+Deployable net: `{card['model']}`, the plain `workbench.nets.models.sr_x2` layers
 ({card['deployed_parameters']:,} parameters; same layers and texel fetches as today's net).
 Recipe: `{json.dumps(card['recipe'])}`.
 Steps: {steps_done:,} of {config['steps']:,} ({'finished' if card['finished'] else 'INTERMEDIATE'}),

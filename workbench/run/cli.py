@@ -66,6 +66,9 @@ def _bench(args):
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
+    elif args.what == "train":
+        from workbench.studies import train_bench
+        train_bench.bench_train(repeats=args.repeat, steps=args.steps, profile=not args.no_profile)
     elif args.what == "activation":
         bench.bench_activation(args.preset, args.batch, args.steps)
         bench.bench_batchnorm(args.preset, args.batch, args.steps)
@@ -123,15 +126,18 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_export_web)
 
     p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
-                            "(ES 2.0 vs ES 3.1 on dogs120), activation (training-step cost of "
-                            "the sigmoid-like activation and of the fused batch norm)")
-    p.add_argument("what", choices=["sr", "es31", "activation"])
+                            "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
+                            "steps: samples/s of each option side by side, where the time goes), "
+                            "activation (training-step cost of the sigmoid-like activation and "
+                            "of the fused batch norm)")
+    p.add_argument("what", choices=["sr", "es31", "train", "activation"])
     p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2)")
     p.add_argument("--size", type=int, default=256, help="sr: input size")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
     p.add_argument("--batch", type=int, default=64, help="activation: batch size")
-    p.add_argument("--steps", type=int, default=20, help="activation: steps per round")
+    p.add_argument("--steps", type=int, default=20, help="train, activation: steps per round")
+    p.add_argument("--no-profile", action="store_true", help="train: skip the op profile")
     p.set_defaults(func=_bench)
     return top
 

@@ -28,10 +28,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import datasets, superres, training
-from workbench.layers import (PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8,
-                              grouped_conv2d)
-from workbench.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
+from workbench.data import datasets
+from workbench.nets import superres, training
+from workbench.nets.layers import PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8, grouped_conv2d
+from workbench.nets.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
 
 
 def identity_kernel(k, cin_g, cout, groups, outputs=(0,)):

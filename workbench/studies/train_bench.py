@@ -13,16 +13,16 @@ import dataclasses
 import glob
 import json
 import statistics
-import tempfile
 import subprocess
 import sys
+import tempfile
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import activations, classify, datasets, layers, models, training
+from workbench.data import datasets
+from workbench.nets import activations, classify, layers, models, training
 
 _FUSED_BOUNDED_RELU = activations.get("bounded_relu")
 # Today's bounded ReLU before this bench: clip_by_value with TF's own gradient.
@@ -190,7 +190,7 @@ def bench_threads(settings=((0, 0), (1, 2), (2, 1), (1, 1), (2, 2)), repeats=5, 
     code = ("import sys, json, workbench, tensorflow as tf\n"
             "tf.config.threading.set_inter_op_parallelism_threads(int(sys.argv[1]))\n"
             "tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[2]))\n"
-            "from workbench import train_bench as tb\n"
+            "from workbench.studies import train_bench as tb\n"
             "r = tb.step_options({'x': ('sr', 'grouped', 16, 48, 'fused')}, 1, int(sys.argv[3]))[0]\n"
             "print(json.dumps(r['ms_per_step']))\n")
     times = {s: [] for s in settings}
