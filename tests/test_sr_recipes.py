@@ -90,3 +90,26 @@ def test_recipe_model_save_load(tmp_path):
     model.save(tmp_path / "m.keras")
     x = np.random.default_rng(10).random((1, 6, 5, 1), np.float32)
     np.testing.assert_array_equal(keras.models.load_model(tmp_path / "m.keras")(x), model(x))
+
+
+def test_train_writes_the_plain_deployable_net(tmp_path):
+    """superres.train with collapsible blocks and QAT: model.keras is plain sr_x2 (7,340
+    parameters, no training-only layers) computing what the trained net computes."""
+    import keras
+
+    from workbench.nets import superres
+    from workbench.nets.layers import GroupConv2D
+    from workbench.nets.models import load_model
+
+    rng = np.random.default_rng(0)
+    photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
+    model, history = superres.train(photos, tmp_path / "run", steps=2, batch=2, patch=12,
+                                    expand=16, qat=False, init="identity", verbose=0)
+    saved = load_model(tmp_path / "run" / "model.keras")
+    assert saved.count_params() == 7340 == sr_x2().count_params()
+    assert [type(saved.get_layer(f"L{i}")) for i in range(1, 6)] == [GroupConv2D] * 5
+    assert not any(isinstance(layer, (CollapsibleConv, Quantize8)) for layer in saved.layers)
+    trained = keras.models.load_model(tmp_path / "run" / "checkpoint.keras")
+    x = rng.random((1, 10, 9, 1)).astype(np.float32)
+    np.testing.assert_allclose(saved(x), trained(x), atol=1e-5)
+    assert len(history["loss"]) == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
-from workbench.nets import sr_recipes
+from workbench.nets import superres
 
 
 def parse(row):
@@ -35,13 +35,13 @@ def main(out, runs, steps, seeds, *rows):
             if (name, seed, steps) in done:
                 continue
             start = time.time()
-            model, hist = sr_recipes.train_recipe(train, Path(runs) / f"{name}-s{seed}-{steps}",
-                                                  steps=steps, seed=seed, verbose=0, **opts)
+            model, hist = superres.train(train, Path(runs) / f"{name}-s{seed}-{steps}",
+                                         steps=steps, seed=seed, verbose=0, **opts)
             minutes = hist.get("seconds", time.time() - start) / 60
             rec = {"row": name, "seed": seed, "steps": steps, "options": opts,
                    "minutes": round(minutes, 2), "loss": hist["loss"][-1]}
-            rec["float"] = sr_recipes.psnr_table(model, sets, quantize=False)
-            rec["8bit"] = sr_recipes.psnr_table(model, sets, quantize=True)
+            rec["float"] = superres.psnr_table(model, sets, quantize=False)
+            rec["8bit"] = superres.psnr_table(model, sets, quantize=True)
             print(json.dumps(rec), flush=True)
             with out.open("a") as f:
                 f.write(json.dumps(rec) + "\n")

@@ -16,7 +16,7 @@ import keras
 
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
-from workbench.nets import sr_recipes, training
+from workbench.nets import sr_recipes, superres, training
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sr_ablation import parse  # noqa: E402
@@ -25,7 +25,7 @@ from sr_ablation import parse  # noqa: E402
 def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
     images = [im for _, im in datasets.sr_images("train").images]
-    sr_recipes.train_recipe(images, run_dir, steps=int(steps), verbose=2, **options)
+    superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
 
 
 def export(run_dir, stem="models/sr_x2_reference"):
@@ -38,20 +38,20 @@ def export(run_dir, stem="models/sr_x2_reference"):
     training.save_model(deploy, stem.with_suffix(".keras"))
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
-    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
+    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "loss",
                                       "batch", "patch", "learning_rate", "seed")}
     card = {
         "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),
-        "recipe": {"function": "workbench.nets.sr_recipes.train_recipe", **options,
+        "recipe": {"function": "workbench.nets.superres.train", **options,
                    "steps_planned": config["steps"], "optimizer": "Adam, cosine decay to 1 %"},
         "steps_done": steps_done, "finished": steps_done >= config["steps"],
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
         "data": f"{config['train_images']} photos of sr/train (WORKBENCH_DATA), bicubic_aa LR",
         "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, Python {platform.python_version()}",
         "psnr_y_studio_crop2_bicubic_aa": {
-            "8-bit activations (as deployed)": sr_recipes.psnr_table(model, sets, quantize=True),
-            "float activations": sr_recipes.psnr_table(model, sets, quantize=False)},
+            "8-bit activations (as deployed)": superres.psnr_table(model, sets, quantize=True),
+            "float activations": superres.psnr_table(model, sets, quantize=False)},
         "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
                       f"{config['steps']} " + " ".join(f"{k}:{v}" for k, v in options.items()
                                                        if v is not None) +

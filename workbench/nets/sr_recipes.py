@@ -1,6 +1,6 @@
 """Training recipes for the x2 SR net that keep the deployed net :func:`models.sr_x2`.
 
-Options (each a parameter of :func:`sr_x2_recipe` / :func:`train_recipe`):
+Options (each a parameter of :func:`sr_x2_recipe` and :func:`workbench.nets.superres.train`):
 
 * ``expand`` -- collapsible linear blocks (SESR, Bhardwaj et al. 2022): every conv is
   trained as a k x k conv to ``expand`` hidden channels (split evenly over the layer's
@@ -22,14 +22,11 @@ Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench.data import datasets
-from workbench.nets import superres, training
 from workbench.nets.layers import PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8, grouped_conv2d
 from workbench.nets.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
 
@@ -205,46 +202,3 @@ def charbonnier(y_true, y_pred, eps=1e-3):
 
 
 LOSSES = {"l1": "mean_absolute_error", "mse": "mean_squared_error", "charbonnier": charbonnier}
-
-
-def train_recipe(train_images, run_dir, *, steps, expand=None, qat=False, init="he",
-                 loss="l1", anchor=None, anchor_scale=0.5, batch=16, patch=48,
-                 learning_rate=2e-3, seed=0, steps_per_epoch=250, verbose=2):
-    """Train :func:`sr_x2_recipe` like :func:`superres.train` (Adam, cosine lr, random
-    48 px LR patches of ``bicubic_aa`` pairs); resumable in ``run_dir``.  Writes
-    ``<run_dir>/model.keras`` (training form) and ``deploy.keras`` (:func:`collapse`d,
-    float).  Returns ``(training model, history)``."""
-    keras.utils.set_random_seed(seed)
-    steps_per_epoch = max(1, min(steps_per_epoch, steps))
-    epochs = math.ceil(steps / steps_per_epoch)
-    pairs = datasets.sr_training_pairs(train_images, superres.SCALE)
-    patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed)
-    options = dict(expand=expand, qat=qat, init=init, anchor=anchor, anchor_scale=anchor_scale)
-
-    def build():
-        model = sr_x2_recipe(**options)
-        schedule = keras.optimizers.schedules.CosineDecay(learning_rate, epochs * steps_per_epoch,
-                                                          alpha=0.01)
-        model.compile(optimizer=keras.optimizers.Adam(schedule), loss=LOSSES[loss])
-        return model
-
-    config = {"steps": steps, "loss": loss, "batch": batch, "patch": patch,
-              "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
-              "train_images": len(train_images), **options}
-    model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
-                                  config=config)
-    training.save_model(model, Path(run_dir) / "model.keras")
-    training.save_model(collapse(model), Path(run_dir) / "deploy.keras")
-    return model, history
-
-
-def psnr_table(model, sr_sets, quantize=None):
-    """``{set name: PSNR}`` (studio Y, crop 2, ``bicubic_aa``) of ``collapse(model)``;
-    with ``quantize`` (default: the model has Quantize8 layers) activations are rounded to 8
-    bits at evaluation."""
-    if quantize is None:
-        quantize = any(isinstance(l, Quantize8) for l in model.layers)
-    records, _ = superres.evaluate({"net": collapse(model, quantize)}, sr_sets,
-                                   kernels=("bicubic_aa",))
-    return {r["set"]: r["psnr_y_studio"] for r in superres.summarize(records)
-            if r["method"] == "net"}

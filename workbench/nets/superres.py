@@ -17,38 +17,48 @@ import numpy as np
 from workbench import references, tables
 from workbench.data import datasets, images, metrics
 from workbench.files import read_json, write_json, write_text
-from workbench.nets import training
-from workbench.nets.models import load_model, sr_x2
+from workbench.nets import sr_recipes, training
+from workbench.nets.layers import Quantize8
+from workbench.nets.models import load_model
 
 SCALE = 2
 MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
 
 
 def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, patch=48,
-          learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2):
+          learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
+          init="identity", expand=None, qat=False, loss="l1", anchor=None):
     """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images.  ``kernels``: degradations the LR patches are
     made with (one chosen at random per patch).  ``init_model``: path of a ``.keras`` model
-    to start from (fine-tuning) instead of a fresh :func:`sr_x2`.
-    Returns ``(model, history)`` and writes ``<run_dir>/model.keras``.
+    to start from (fine-tuning) instead of a fresh net.  Recipe options (``init``,
+    ``expand``, ``qat``, ``loss``, ``anchor``): :mod:`workbench.nets.sr_recipes`.
+    Returns ``(model, history)`` and writes ``<run_dir>/model.keras``, the deployable net
+    (:func:`workbench.nets.sr_recipes.collapse` of the trained one: plain ``sr_x2`` layers).
     """
     keras.utils.set_random_seed(seed)
     steps_per_epoch = max(1, min(steps_per_epoch, steps))
     epochs = math.ceil(steps / steps_per_epoch)
     pairs = datasets.sr_training_pairs(train_images, SCALE, kernels)
     patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed)
+    recipe = dict(init=init, expand=expand, qat=qat, anchor=anchor)
 
     def build():
-        model = load_model(init_model) if init_model else sr_x2(scale=SCALE)
-        return training.adam_l1(model, learning_rate, epochs * steps_per_epoch)
+        model = (load_model(init_model) if init_model
+                 else sr_recipes.sr_x2_recipe(scale=SCALE, **recipe))
+        schedule = keras.optimizers.schedules.CosineDecay(learning_rate, epochs * steps_per_epoch,
+                                                          alpha=0.01)
+        model.compile(optimizer=keras.optimizers.Adam(schedule), loss=sr_recipes.LOSSES[loss])
+        return model
 
     config = {"steps": steps, "kernels": list(kernels), "batch": batch, "patch": patch,
               "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
               "init_model": str(init_model) if init_model else None,
-              "train_images": len(train_images)}
+              "train_images": len(train_images), "loss": loss, **recipe}
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
                                   config=config)
+    model = sr_recipes.collapse(model)
     training.save_model(model, Path(run_dir) / "model.keras")
     return model, history
 
@@ -121,6 +131,18 @@ def summarize(records):
     return [{"set": s, "kernel": k, "method": m, "images": len(rs),
              **{key: float(np.mean([r[key] for r in rs])) for key in METRICS}}
             for (s, k, m), rs in groups.items()]
+
+
+def psnr_table(model, sr_sets, quantize=None):
+    """``{set name: PSNR}`` (studio Y, crop 2, ``bicubic_aa``) of ``collapse(model)``;
+    with ``quantize`` (default: the model has Quantize8 layers) activations are rounded to 8
+    bits at evaluation."""
+    if quantize is None:
+        quantize = any(isinstance(l, Quantize8) for l in model.layers)
+    records, _ = evaluate({"net": sr_recipes.collapse(model, quantize)}, sr_sets,
+                                   kernels=("bicubic_aa",))
+    return {r["set"]: r["psnr_y_studio"] for r in summarize(records)
+            if r["method"] == "net"}
 
 
 def verdict(summary, baseline="bicubic", metric="psnr_y_studio"):
