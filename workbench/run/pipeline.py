@@ -24,6 +24,7 @@ DEPENDENCIES = {
     "sr_train": [],
     "sr_eval": ["sr_train"],
     "glsl_deploy": ["sr_train"],
+    "sr_recipes": [],
     "classifier_train": [],
     "classifier_deploy": ["classifier_train"],
     "activations": [],
@@ -35,6 +36,7 @@ DEPENDENCIES = {
 # before the run when missing
 DATA = {
     "sr_train": ["train"], "sr_eval": ["Set5", "Set14"], "glsl_deploy": ["Set5", "Set14"],
+    "sr_recipes": ["train", "Set5", "Set14"],
     "classifier_train": ["cifar10"], "classifier_deploy": ["cifar10"], "activations": ["cifar10"],
 }
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from workbench.files import figures_dir, write_text
 from workbench.nets import superres
-from workbench.studies import activation_study, conv_algorithms, deploy, shuffle
+from workbench.studies import activation_study, conv_algorithms, deploy, shuffle, sr_ablation
 
 # (title, the notebook that writes the results, the study function that reports them)
 SECTIONS = [
     ("x2 super-resolution: Set5 / Set14, each degradation kernel", superres.NOTEBOOK,
      superres.report_section),
+    ("x2 SR recipes (ablation, GPU output)", sr_ablation.NOTEBOOK, sr_ablation.report_section),
     ("Deployment fidelity: ES 2.0 shaders vs TensorFlow", deploy.SR_NOTEBOOK, deploy.sr_section),
     ("Classifier: TensorFlow vs the GPU", deploy.CLASSIFIER_NOTEBOOK, deploy.classifier_section),
     ("Cost per op", deploy.SR_NOTEBOOK, deploy.cost_section),

@@ -1,0 +1,149 @@
+"""The SR recipe ablation: the x2 net trained at one budget with each recipe row, measured on
+the GPU output of its ES 2.0 shaders.
+
+Each row adds one option of :mod:`workbench.nets.sr_recipes` to the one before (the order of
+:data:`ROWS`); every row deploys the same 7,340-parameter net, so the cost per pixel is the
+same unless a row changes the deployed net.  PSNR/SSIM are on Y of BT.601 studio range,
+``crop_border = 2``, low resolution by ``bicubic_aa`` (docs/design.md, "Evaluation
+convention"), computed on the GPU's 8-bit output.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from workbench import es2, references, tables
+from workbench.data import images, metrics
+from workbench.es2 import plan
+from workbench.files import read_json, write_json
+from workbench.ir import cost
+from workbench.nets import superres
+
+# (row, the options it trains with); each adds one thing to the row before it
+ROWS = [
+    ("base", {"init": "he"}),
+    ("+ identity init", {"init": "identity"}),
+    ("+ collapsible blocks", {"init": "identity", "expand": 256, "learning_rate": 5e-4}),
+    ("+ QAT", {"init": "identity", "expand": 256, "learning_rate": 5e-4, "qat": True}),
+]
+RESULT, NOTEBOOK = "sr_ablation.json", "sr_recipes"
+
+
+def gpu_psnr(model, sr_sets, kernel="bicubic_aa", scale=superres.SCALE):
+    """``{set: {"psnr": mean dB, "ssim": mean}}`` of the net's ES 2.0 shaders' output."""
+    net = es2.compile(model)
+    out = {}
+    for sr_set in sr_sets:
+        scores = []
+        for _, hr in sr_set.images:
+            hr = images.modcrop(hr, scale)
+            gpu = net.run(images.degrade(hr, scale, kernel))
+            scores.append((metrics.psnr(hr, gpu, scale, "studio"),
+                           metrics.ssim(hr, gpu, scale, "studio")))
+        out[sr_set.name] = {"psnr": float(np.mean([s[0] for s in scores])),
+                            "ssim": float(np.mean([s[1] for s in scores]))}
+    return out
+
+
+def per_pixel_cost(model):
+    """Multiply-adds and texel fetches per output pixel of the deployed ES 2.0 net."""
+    net = es2.compile(model)
+    total = cost.total(plan.cost(net.graph, (64, 64)).values())
+    pixels = (2 * 64) ** 2
+    return {"multiply_adds_per_pixel": total.multiply_adds / pixels,
+            "texel_fetches_per_pixel": total.texel_fetches / pixels}
+
+
+def run(train_images, sr_sets, out_dir, *, steps, seeds=(0,), rows=ROWS, **train_args):
+    """Train every row for ``steps`` with each seed (resumable in ``out_dir``), then measure
+    it on the GPU; one record per (row, seed)."""
+    records = []
+    for name, options in rows:
+        for seed in seeds:
+            start = time.time()
+            run_dir = Path(out_dir) / f"{name.strip('+ ').replace(' ', '_')}-s{seed}"
+            args = {**train_args, **options, "seed": seed, "steps": steps}
+            model, history = superres.train(train_images, run_dir, verbose=0, **args)
+            records.append({"row": name, "seed": seed, "steps": steps, "options": options,
+                            "minutes": history.get("seconds", time.time() - start) / 60,
+                            "loss": history["loss"][-1], "gpu": gpu_psnr(model, sr_sets),
+                            **per_pixel_cost(model)})
+    return records
+
+
+def summarize(records) -> list[dict]:
+    """One row per recipe row: mean ± spread over seeds of the GPU PSNR of each set."""
+    out = []
+    for name in dict.fromkeys(r["row"] for r in records):
+        rs = [r for r in records if r["row"] == name]
+        row = {"row": name, "seeds": len(rs), "steps": rs[0]["steps"],
+               "minutes": float(np.mean([r["minutes"] for r in rs]))}
+        for s in rs[0]["gpu"]:
+            values = [r["gpu"][s]["psnr"] for r in rs]
+            row[f"{s} PSNR"] = float(np.mean(values))
+            row[f"{s} spread"] = float(np.std(values, ddof=1)) if len(rs) > 1 else None
+            row[f"{s} SSIM"] = float(np.mean([r["gpu"][s]["ssim"] for r in rs]))
+        row["MACs/pixel"] = rs[0]["multiply_adds_per_pixel"]
+        row["fetches/pixel"] = rs[0]["texel_fetches_per_pixel"]
+        out.append(row)
+    return out
+
+
+def verdict(summary, bicubic: dict) -> str:
+    """Which rows gain over the row before beyond the seed spread, and the best row against
+    bicubic (``{set: dB}``) and the published tiny nets."""
+    lines = []
+    for before, after in zip(summary, summary[1:]):
+        calls = []
+        for s in bicubic:
+            gap = after[f"{s} PSNR"] - before[f"{s} PSNR"]
+            spreads = [r[f"{s} spread"] for r in (before, after)]
+            noise = sum(spreads) if None not in spreads else None
+            told = noise is not None and abs(gap) > noise
+            calls.append(f"{s} {gap:+.2f} dB" + ("" if noise is None else
+                                                  " (beyond the seed spread)" if told else
+                                                  " (within the seed spread)"))
+        lines.append(f"{after['row']}: " + ", ".join(calls))
+    best = max(summary, key=lambda r: sum(r[f"{s} PSNR"] for s in bicubic))
+    gains = ", ".join(f"{s} {best[f'{s} PSNR']:.2f} dB ({best[f'{s} PSNR'] - b:+.2f} vs bicubic)"
+                      for s, b in bicubic.items())
+    published = ", ".join(f"{n} {p['Set5']:.2f} / {p['Set14']:.2f}"
+                          for n, p in references.SR_PUBLISHED.items() if n != "bicubic")
+    one_seed = "" if summary[0]["seeds"] > 1 else " One seed per row: gaps are not tested against a spread."
+    return ("\n".join(lines) + f"\nBest: {best['row']} ({gains}). Published (Set5 / Set14): "
+            f"{published}." + one_seed)
+
+
+def save_results(directory, records, summary, verdict_text, parameters):
+    write_json(Path(directory) / RESULT, {"parameters": parameters, "records": records,
+                                          "summary": summary, "verdict": verdict_text})
+
+
+def report_section(directory) -> str | None:
+    results = read_json(Path(directory) / RESULT)
+    if not results:
+        return None
+    p = results["parameters"]
+    return (tables.markdown(results["summary"], digits=2) + f"\n\n{p['steps']:,} steps per row, "
+            f"seeds {p['seeds']}, PSNR/SSIM of the GPU output (ES 2.0 shaders).\n\n"
+            + results["verdict"].replace("\n", "  \n"))
+
+
+def figure(records):
+    """GPU PSNR on each set against training minutes, one point per (row, seed)."""
+    from workbench.figures import plt
+
+    sets = list(records[0]["gpu"])
+    fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 3.6), squeeze=False)
+    for ax, s in zip(axes[0], sets):
+        for name in dict.fromkeys(r["row"] for r in records):
+            rs = [r for r in records if r["row"] == name]
+            ax.plot([r["minutes"] for r in rs], [r["gpu"][s]["psnr"] for r in rs], "o", label=name)
+        ax.set_xlabel("training minutes")
+        ax.set_ylabel(f"{s} PSNR Y601 (dB, GPU output)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
