@@ -85,31 +85,6 @@ def test_failure_stops_dependants_and_keeps_partial_output(project):
     assert "b" not in state and "a" in state
 
 
-def test_sweep_collects_one_table(tmp_path, monkeypatch):
-    from workbench.run import sweep
-    monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
-    books = tmp_path / "notebooks"
-    books.mkdir()
-    nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                  "language": "python"}}
-    params = nbformat.v4.new_code_cell("x = 0\nscale = 1")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell("summary = {'y': scale * x * x, 'note': 'ok'}")]
-    nbformat.write(nb, books / "square.ipynb")
-    profiles = tmp_path / "profiles.yml"
-    profiles.write_text(yaml.safe_dump({"quick": {"square": {"scale": 2}}}))
-    table = sweep.run("square", {"x": [1, 2, 3]}, out_dir=tmp_path / "out",
-                      notebooks_dir=books, profiles=profiles)
-    assert table == [{"x": 1, "y": 2, "note": "ok"}, {"x": 2, "y": 8, "note": "ok"},
-                     {"x": 3, "y": 18, "note": "ok"}]
-    assert (tmp_path / "out" / "sweep.csv").read_text().splitlines()[1:] == ["1,2,ok", "2,8,ok", "3,18,ok"]
-    assert len(list((tmp_path / "out").glob("square-*.ipynb"))) == 3
-    assert (tmp_path / "figures" / "sweep_square.png").exists()
-    assert sweep.grid({"a": [1, 2], "b": ["u", "v"]}) == [
-        {"a": 1, "b": "u"}, {"a": 1, "b": "v"}, {"a": 2, "b": "u"}, {"a": 2, "b": "v"}]
-
-
 def test_overrides_are_scoped_to_one_notebook(project):
     root, log, run = project
     other = root / "other.txt"
