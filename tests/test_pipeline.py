@@ -109,3 +109,24 @@ def test_cli_reports_a_bad_run_in_one_line(capsys):
     assert main(["run", "--profile", "ci", "--only", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --only nosuch: not a notebook of profile 'ci'") and err.count("\n") == 1
+
+
+def test_each_profile_writes_its_own_figures_folder(tmp_path, monkeypatch):
+    """`{figures}` and, inside the notebook, `files.figures_dir()` are figures/<profile>."""
+    monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    _notebook(books / "a.ipynb", "from workbench import files\n"
+              "open(log, 'w').write(f'{results_dir}\\n{files.figures_dir()}')")
+    nb = nbformat.read(books / "a.ipynb", as_version=4)
+    nb.cells[0].source += "\nresults_dir = None"
+    nbformat.write(nb, books / "a.ipynb")
+    profiles = tmp_path / "profiles.yml"
+    profiles.write_text(yaml.safe_dump({p: {"a": {"log": str(tmp_path / f"{p}.txt"),
+                                                  "results_dir": "{figures}"}}
+                                        for p in ("quick", "ci")}))
+    for profile in ("quick", "ci"):
+        pipeline.run(profile, profiles=profiles, notebooks_dir=books, dependencies={"a": []},
+                     artifacts_dir=tmp_path / "artifacts" / profile, runs_dir=tmp_path / "runs")
+        folder = str(tmp_path / "figures" / profile)
+        assert (tmp_path / f"{profile}.txt").read_text().split("\n") == [folder, folder]
