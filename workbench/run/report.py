@@ -1,4 +1,4 @@
-"""The report: the results of the last run gathered into ``figures/report.md`` (and
+"""The report: the results of a run gathered into ``figures/<profile>/report.md`` (and
 ``report.html``), with the reference articles' figures beside ours.
 
 Each section belongs to the study that writes its results file (``save_results`` and
