@@ -58,11 +58,11 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     text = f"{cpu}, {os.cpu_count()} cores"
-    try:
-        from workbench import gl
+    from workbench import gl
 
+    try:
         return f"{text}, GL renderer {gl.info()['GL_RENDERER']}"
-    except Exception:  # no GL context here (no EGL): the report is still worth writing
+    except (gl.GLUnavailable, gl.GLError, OSError):  # no GL here: the report is still worth it
         return text
 
 

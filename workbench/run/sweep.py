@@ -99,15 +99,15 @@ def run(notebook, values: dict[str, list], profile="quick", collect="summary", o
              for point in points]
     where = f"on {dask}" if dask else f"on {workers} processes" if workers > 1 else "serially"
     print(f"sweep of {notebook}: {len(points)} points {where} -> {out_dir}", flush=True)
-    results = {}
+    results = {}  # point index -> (collected, error), as they finish
     with tqdm(total=len(points), desc=notebook, unit="point") as bar:
-        for i, result in _map(calls, workers, dask):
-            results[i] = result
+        for i, (executed, collected, error) in _map(calls, workers, dask):
+            write_text(out_dir / f"{notebook}-{i}.ipynb", nbformat.writes(executed))
+            results[i] = collected, error
             bar.update()
     table, failed = [], []
     for i, point in enumerate(points):
-        executed, collected, error = results[i]
-        nbformat.write(executed, out_dir / f"{notebook}-{i}.ipynb")
+        collected, error = results[i]
         if error:
             failed.append(f"{point} ({error})")
         table += rows(point, collected)
