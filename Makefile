@@ -1,5 +1,5 @@
 # Two commands on a fresh Debian/Ubuntu machine:
-#   make reproduce   train, evaluate and deploy; tables and figures into figures/
+#   make reproduce   train, evaluate and deploy; tables and figures into figures/$(PROFILE)/
 #   make test        the test suite (what CI runs)
 # Each does its own set-up: system libraries (apt, when root), .venv, pip install.
 

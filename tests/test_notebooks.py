@@ -1,6 +1,7 @@
 """Every notebook runs headless through papermill, with the `ci` profile, via the same
 command as `make reproduce`; their results are real numbers, checked here."""
 import json
+import os
 
 import pytest
 
@@ -25,7 +26,7 @@ def ci_run(tmp_path_factory):
     train classifiers are left out and their tests are skipped."""
     root = tmp_path_factory.mktemp("ci_run")
     mp = pytest.MonkeyPatch()
-    mp.setenv("WORKBENCH_FIGURES", str(root / "figures"))
+    mp.setenv("WORKBENCH_FIGURES", str(root / "figures"))  # the run writes to figures/ci/
     only = list(pipeline.DEPENDENCIES) if _have_cifar() else \
         [n for n in pipeline.DEPENDENCIES if n not in NEED_CIFAR]
     status = pipeline.run("ci", only=only, runs_dir=root / "runs", artifacts_dir=root / "artifacts")
@@ -46,9 +47,9 @@ def test_sr_notebooks_outputs(ci_run):
     root = ci_run[0]
     assert (root / "artifacts" / "sr" / "finetune" / "model.keras").exists()
     for name in ("sr_train_loss", "sr_eval_crops"):
-        assert (root / "figures" / f"{name}.png").exists()
-        assert (root / "figures" / f"{name}.svg").exists()
-    results = json.loads((root / "figures" / "sr_eval.json").read_text())
+        assert (root / "figures" / "ci" / f"{name}.png").exists()
+        assert (root / "figures" / "ci" / f"{name}.svg").exists()
+    results = json.loads((root / "figures" / "ci" / "sr_eval.json").read_text())
     methods = {r["method"] for r in results["summary"]}
     assert methods == {"bicubic", "net", "net multi-kernel"}
     kernels = {r["kernel"] for r in results["summary"]}
@@ -74,14 +75,14 @@ def test_sr_recipes_outputs(ci_run):
 @pytest.mark.slow
 def test_glsl_deploy_outputs(ci_run):
     root = ci_run[0]
-    results = json.loads((root / "figures" / "glsl_deploy.json").read_text())
+    results = json.loads((root / "figures" / "ci" / "glsl_deploy.json").read_text())
     for r in results["records"]:
         assert r["psnr_gpu_vs_tf"] >= 45
         assert r["bytes_equal_per_op_worst"] >= 0.9999
         assert r["bytes_equal_gpu_emulator"] >= 0.999  # the issue's target (llvmpipe: all)
     assert len(results["pass_seconds"]) == 32
-    assert (root / "figures" / "glsl_deploy_differences.png").exists()
-    assert (root / "figures" / "sr_x2_shaders" / "manifest.json").exists()
+    assert (root / "figures" / "ci" / "glsl_deploy_differences.png").exists()
+    assert (root / "figures" / "ci" / "sr_x2_shaders" / "manifest.json").exists()
 
 
 @pytest.mark.slow
@@ -89,10 +90,10 @@ def test_classifier_notebooks_outputs(ci_run):
     if not _have_cifar():
         pytest.skip("no CIFAR-10 in the data path (set WORKBENCH_DATA)")
     root = ci_run[0]
-    assert (root / "figures" / "classifier_train_curves.png").exists()
+    assert (root / "figures" / "ci" / "classifier_train_curves.png").exists()
     train = json.loads((root / "artifacts" / "classifier" / "results.json").read_text())
     assert 0 <= train["top1"]["last"] <= 1
-    deploy = json.loads((root / "figures" / "classifier_deploy.json").read_text())
+    deploy = json.loads((root / "figures" / "ci" / "classifier_deploy.json").read_text())
     result = deploy["result"]
     assert result["images"] == 50  # 5 per class
     # a barely trained net, but the GPU must still agree with TF
@@ -104,7 +105,8 @@ def test_classifier_notebooks_outputs(ci_run):
 @pytest.mark.slow
 def test_report(ci_run):
     root = ci_run[0]
-    text = (root / "figures" / "report.md").read_text()
+    text = (root / "figures" / "ci" / "report.md").read_text()
+    assert text.startswith("# Workbench report\n\nProfile **ci**, on ")
     for section in ("x2 super-resolution", "Deployment fidelity", "Cost per op", "Timings",
                     "Channel shuffle"):
         assert f"## {section}" in text
@@ -112,12 +114,14 @@ def test_report(ci_run):
     if _have_cifar():
         assert "| bounded_relu | 2 |" in text and "| sigmoid_like | 2 |" in text
     assert "| 1 shuffle(s) | 0, 8, 16, 24, 1, 9," in text and "| 128 | 8 | 2 |" in text
-    assert (root / "figures" / "report.html").read_text().startswith("<!doctype html>")
+    assert (root / "figures" / "ci" / "report.html").read_text().startswith("<!doctype html>")
 
 
 def test_report_names_missing_results(tmp_path):
     from workbench.run import report
     text = report.build(tmp_path)
+    assert text.startswith("# Workbench report\n\nNo profile (notebooks run by hand), on ")
+    assert f"{os.cpu_count()} cores" in text.splitlines()[2]
     assert "_Not in this run: `notebooks/sr_eval.ipynb` writes it._" in text
     assert "_Not in this run: `notebooks/activations.ipynb` writes it._" in text
 
@@ -127,7 +131,7 @@ def test_activations_notebook_outputs(ci_run):
     if not _have_cifar():
         pytest.skip("no CIFAR-10 in the data path (set WORKBENCH_DATA)")
     root = ci_run[0]
-    results = json.loads((root / "figures" / "activations.json").read_text())
+    results = json.loads((root / "figures" / "ci" / "activations.json").read_text())
     assert [(r["activation"], r["seed"]) for r in results["runs"]] == [
         ("bounded_relu", 0), ("bounded_relu", 1), ("sigmoid_like", 0), ("sigmoid_like", 1)]
     for r in results["runs"]:
@@ -135,30 +139,30 @@ def test_activations_notebook_outputs(ci_run):
     assert [row["seeds"] for row in results["summary"]] == [2, 2]
     assert "verdict" in results
     for name in ("activations", "activation_levels", "activation_study_curves"):
-        assert (root / "figures" / f"{name}.png").exists()
+        assert (root / "figures" / "ci" / f"{name}.png").exists()
 
 
 @pytest.mark.slow
 def test_shuffle_notebook_outputs(ci_run):
     root = ci_run[0]
-    results = json.loads((root / "figures" / "shuffle.json").read_text())
+    results = json.loads((root / "figures" / "ci" / "shuffle.json").read_text())
     assert results["order_table"]["orders"][0][:6] == [0, 8, 16, 24, 1, 9]
     assert results["order_table"]["orders"][1][:4] == [0, 2, 4, 6]
     mixing = {(r["channels"], r["step"]): r["units_to_mix"] for r in results["mixing"]}
     assert mixing[128, 8] == 2 and mixing[128, 1] is None
     for name in ("shuffle_order", "shuffle_mixing"):
-        assert (root / "figures" / f"{name}.png").exists()
-        assert (root / "figures" / f"{name}.svg").exists()
+        assert (root / "figures" / "ci" / f"{name}.png").exists()
+        assert (root / "figures" / "ci" / f"{name}.svg").exists()
 
 
 @pytest.mark.slow
 def test_conv_algorithms_notebook_outputs(ci_run):
     root = ci_run[0]
-    results = json.loads((root / "figures" / "conv_algorithms.json").read_text())
+    results = json.loads((root / "figures" / "ci" / "conv_algorithms.json").read_text())
     sizes = {(r["width"], r["height"]) for r in results["records"]}
     assert sizes == {(32, 32), (64, 64)}
     assert {"direct", "im2col_gemm", "winograd"} <= {r["algorithm"] for r in results["records"]}
     assert all(r["ms"] > 0 for r in results["records"])
-    assert (root / "figures" / "conv_algorithms.png").exists()
-    text = (root / "figures" / "report.md").read_text()
+    assert (root / "figures" / "ci" / "conv_algorithms.png").exists()
+    text = (root / "figures" / "ci" / "report.md").read_text()
     assert "## Convolution algorithms (ES 3.1 compute)" in text and "| 64x64 |" in text

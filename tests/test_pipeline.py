@@ -85,31 +85,6 @@ def test_failure_stops_dependants_and_keeps_partial_output(project):
     assert "b" not in state and "a" in state
 
 
-def test_sweep_collects_one_table(tmp_path, monkeypatch):
-    from workbench.run import sweep
-    monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
-    books = tmp_path / "notebooks"
-    books.mkdir()
-    nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                  "language": "python"}}
-    params = nbformat.v4.new_code_cell("x = 0\nscale = 1")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell("summary = {'y': scale * x * x, 'note': 'ok'}")]
-    nbformat.write(nb, books / "square.ipynb")
-    profiles = tmp_path / "profiles.yml"
-    profiles.write_text(yaml.safe_dump({"quick": {"square": {"scale": 2}}}))
-    table = sweep.run("square", {"x": [1, 2, 3]}, out_dir=tmp_path / "out",
-                      notebooks_dir=books, profiles=profiles)
-    assert table == [{"x": 1, "y": 2, "note": "ok"}, {"x": 2, "y": 8, "note": "ok"},
-                     {"x": 3, "y": 18, "note": "ok"}]
-    assert (tmp_path / "out" / "sweep.csv").read_text().splitlines()[1:] == ["1,2,ok", "2,8,ok", "3,18,ok"]
-    assert len(list((tmp_path / "out").glob("square-*.ipynb"))) == 3
-    assert (tmp_path / "figures" / "sweep_square.png").exists()
-    assert sweep.grid({"a": [1, 2], "b": ["u", "v"]}) == [
-        {"a": 1, "b": "u"}, {"a": 1, "b": "v"}, {"a": 2, "b": "u"}, {"a": 2, "b": "v"}]
-
-
 def test_overrides_are_scoped_to_one_notebook(project):
     root, log, run = project
     other = root / "other.txt"
@@ -159,3 +134,24 @@ def test_missing_data_is_fetched_first_or_named_in_one_line(project, tmp_path):
     entry["sha256"] = __import__("hashlib").sha256(archive.read_bytes()).hexdigest()
     assert run(only=["d"], data={"d": ["Toy"]}, data_root=data_root, manifest=manifest) == {"d": "ok"}
     assert (data_root / "sr" / "Toy" / "one.png").exists() and log.read_text().split() == ["d"]
+
+
+def test_each_profile_writes_its_own_figures_folder(tmp_path, monkeypatch):
+    """`{figures}` and, inside the notebook, `files.figures_dir()` are figures/<profile>."""
+    monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    _notebook(books / "a.ipynb", "from workbench import files\n"
+              "open(log, 'w').write(f'{results_dir}\\n{files.figures_dir()}')")
+    nb = nbformat.read(books / "a.ipynb", as_version=4)
+    nb.cells[0].source += "\nresults_dir = None"
+    nbformat.write(nb, books / "a.ipynb")
+    profiles = tmp_path / "profiles.yml"
+    profiles.write_text(yaml.safe_dump({p: {"a": {"log": str(tmp_path / f"{p}.txt"),
+                                                  "results_dir": "{figures}"}}
+                                        for p in ("quick", "ci")}))
+    for profile in ("quick", "ci"):
+        pipeline.run(profile, profiles=profiles, notebooks_dir=books, dependencies={"a": []},
+                     artifacts_dir=tmp_path / "artifacts" / profile, runs_dir=tmp_path / "runs")
+        folder = str(tmp_path / "figures" / profile)
+        assert (tmp_path / f"{profile}.txt").read_text().split("\n") == [folder, folder]

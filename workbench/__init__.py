@@ -4,10 +4,16 @@ Modules: ``activations``, ``layers``, ``models``, ``images``, ``datasets``, ``me
 ``training``, ``evaluation``, ``figures``, ``fetch``.  :func:`load_model` reads any model the
 workbench saved.  Importing the package does not import TensorFlow (the GL workers import it).
 """
+import glob
 import os
 
-# Keep TensorFlow's C++ start-up chatter out of notebooks and test logs.
+# Keep TensorFlow's C++ start-up chatter out of notebooks and test logs. Set here, before
+# anything imports TensorFlow; the notebooks' kernels inherit them from `python -m workbench`.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# No NVIDIA GPU (no /dev/nvidia* nodes, nor WSL's /dev/dxg): only TensorFlow's CPU device, so
+# that it does not try CUDA and log "failed call to cuInit" (an error-level line) each start.
+if not (glob.glob("/dev/nvidia*") or os.path.exists("/dev/dxg")):
+    os.environ.setdefault("TF_ENABLED_DEVICE_TYPES", "CPU")
 # oneDNN CPU kernels: TensorFlow enables them by itself only on CPUs with AVX-512 VNNI, and
 # only they compute the gradients of grouped convolutions natively (layers.GroupConv2D).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

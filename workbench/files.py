@@ -18,9 +18,16 @@ def project_root() -> Path:
     return here if (here / "pyproject.toml").exists() else Path.cwd()
 
 
-def figures_dir() -> Path:
-    """Where figures go: ``$WORKBENCH_FIGURES`` or ``<project>/figures``."""
-    return Path(os.environ.get("WORKBENCH_FIGURES") or project_root() / "figures")
+PROFILE_ENV = "WORKBENCH_PROFILE"  # set by ``python -m workbench run`` for its notebooks
+
+
+def figures_dir(profile=None) -> Path:
+    """Where figures go: ``<root>/<profile>``, the root being ``$WORKBENCH_FIGURES`` or
+    ``<project>/figures`` and the profile ``profile`` or ``$WORKBENCH_PROFILE``; the root
+    itself when neither names one (a notebook run by hand)."""
+    root = Path(os.environ.get("WORKBENCH_FIGURES") or project_root() / "figures")
+    profile = profile or os.environ.get(PROFILE_ENV)
+    return root / profile if profile else root
 
 
 @contextlib.contextmanager

@@ -31,7 +31,8 @@ def _sweep(args):
 
     from workbench.run import sweep
     values = {k: [yaml.safe_load(v) for v in vs.split(",")] for k, vs in args.p}
-    sweep.run(args.notebook, values, args.profile, args.collect)
+    sweep.run(args.notebook, values, args.profile, args.collect, workers=args.workers,
+              dask=args.dask)
     return 0
 
 
@@ -102,6 +103,11 @@ def parser() -> argparse.ArgumentParser:
                    help="a swept parameter and its comma-separated values (each parsed as YAML)")
     p.add_argument("--profile", default="quick", help="base parameters (default quick)")
     p.add_argument("--collect", default="summary", help="the notebook variable to collect")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="run N points at a time, each in its own process (default 1)")
+    where.add_argument("--dask", metavar="ADDRESS", help="submit the points to the Dask "
+                       "scheduler at ADDRESS (e.g. tcp://host:8786; needs the cluster extra)")
     p.set_defaults(func=_sweep)
 
     p = commands.add_parser("upscale", help="x2 upscale an image with the SR shaders on the GPU")

@@ -7,15 +7,19 @@ steps did not change since its last successful run is skipped (``force`` re-runs
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
+import os
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import yaml
 
-from workbench.files import figures_dir, project_root, read_json, write_json
+from workbench.files import PROFILE_ENV, figures_dir, project_root, read_json, write_json
 
 NOTEBOOKS_DIR = project_root() / "notebooks"
 PROFILES = NOTEBOOKS_DIR / "profiles.yml"
@@ -82,6 +86,32 @@ def expand(value, names):
     return value
 
 
+def kernel_options() -> dict:
+    """papermill's kernel options for one notebook: a fresh ``python3`` kernel talking over
+    IPC sockets (files at a new temporary path) instead of TCP, so that ipykernel has no
+    "running over TCP without encryption" warning to print and concurrent kernels never meet."""
+    from traitlets.config import Config
+
+    ip = Path(tempfile.gettempdir()) / f"workbench-kernel-{uuid.uuid4().hex[:16]}"
+    return {"kernel_name": "python3",
+            "config": Config({"KernelManager": {"transport": "ipc", "ip": str(ip)}})}
+
+
+@contextlib.contextmanager
+def profile_env(profile):
+    """Set ``$WORKBENCH_PROFILE`` for the kernels started inside (``files.figures_dir`` reads
+    it there), restoring the previous value after."""
+    old = os.environ.get(PROFILE_ENV)
+    os.environ[PROFILE_ENV] = profile
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PROFILE_ENV, None)
+        else:
+            os.environ[PROFILE_ENV] = old
+
+
 def fingerprint(notebook_path, parameters, upstream) -> str:
     """What a step's result depends on: the notebook, its parameters, its upstream steps."""
     digest = hashlib.sha256(Path(notebook_path).read_bytes())
@@ -132,6 +162,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     ``{name: status}``.  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
     :func:`scope_overrides`).  Missing data is fetched first (:func:`ensure_data`; ``data``,
     ``data_root`` and ``manifest`` replace :data:`DATA`, the data root and the manifest).
+    Figures go to ``figures/<profile>/`` (``files.figures_dir``).
 
     Statuses: ``ok``, ``unchanged`` (notebook, parameters and upstream steps as at its last
     successful run: skipped unless ``force``), ``failed in cell N: ...`` (the executed copy
@@ -150,7 +181,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     runs_dir = Path(runs_dir or project_root() / "runs" / stamp)
     artifacts = Path(artifacts_dir or project_root() / "runs" / "artifacts" / profile)
-    names = {"artifacts": str(artifacts), "figures": str(figures_dir())}
+    names = {"artifacts": str(artifacts), "figures": str(figures_dir(profile))}
     state_path = artifacts / "pipeline-state.json"
     state = read_json(state_path, default={})
     unknown = sorted(set(only or ()) - set(params))
@@ -163,9 +194,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     ensure_data(selected, data, data_root, manifest)
     runs_dir.mkdir(parents=True, exist_ok=True)
     status, prints = {}, {}
-    for notebook, needs in dependencies.items():
-        if notebook not in params or (only and notebook not in only):
-            continue
+    for step, notebook in enumerate(selected, 1):
+        needs = dependencies[notebook]
         broken = [n for n in needs if status.get(n, "ok") not in ("ok", "unchanged")]
         if broken:
             status[notebook] = f"skipped (needs {', '.join(broken)})"
@@ -181,12 +211,13 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
             print(f"[{notebook}] unchanged since its last run: skipped (force to re-run)")
             continue
         output = runs_dir / f"{notebook}.ipynb"
-        print(f"[{notebook}] running -> {output}", flush=True)
+        print(f"[{notebook}] running ({step}/{len(selected)}) -> {output}", flush=True)
         start = time.time()
         try:
-            papermill.execute_notebook(source, output, parameters=parameters,
-                                       cwd=project_root(), kernel_name="python3",
-                                       progress_bar=False, log_output=True)
+            with profile_env(profile):
+                papermill.execute_notebook(source, output, parameters=parameters,
+                                           cwd=project_root(), progress_bar=False,
+                                           log_output=True, **kernel_options())
             status[notebook] = "ok"
             state[notebook] = prints[notebook]
             write_json(state_path, state)

@@ -1,4 +1,4 @@
-"""The report: the results of the last run gathered into ``figures/report.md`` (and
+"""The report: the results of a run gathered into ``figures/<profile>/report.md`` (and
 ``report.html``), with the reference articles' figures beside ours.
 
 Each section belongs to the study that writes its results file (``save_results`` and
@@ -7,9 +7,11 @@ section whose file is missing says which notebook makes it.
 """
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
-from workbench.files import figures_dir, write_text
+from workbench.files import PROFILE_ENV, figures_dir, write_text
 from workbench.nets import superres
 from workbench.studies import activation_study, conv_algorithms, deploy, shuffle, sr_ablation
 
@@ -29,19 +31,40 @@ SECTIONS = [
 ]
 
 
-def build(directory=None) -> str:
+def build(directory=None, profile=None) -> str:
     """Write ``report.md`` and ``report.html`` in ``directory`` (the figures folder) from
-    the results files there; returns the Markdown."""
-    directory = Path(directory or figures_dir())
+    the results files there; returns the Markdown.  It names the profile (``profile`` or
+    ``$WORKBENCH_PROFILE``) and the machine that made it."""
+    directory = Path(directory or figures_dir(profile))
+    profile = profile or os.environ.get(PROFILE_ENV)
     sections = [(title, section(directory) or
                  f"_Not in this run: `notebooks/{notebook}.ipynb` writes it._")
                 for title, notebook, section in SECTIONS]
     figures = [p.name for p in sorted(directory.glob("*.png"))]
-    text = "# Workbench report\n\n" + "\n\n".join(f"## {t}\n\n{body}" for t, body in sections)
+    made_by = (f"Profile **{profile}**" if profile else "No profile (notebooks run by hand)")
+    text = (f"# Workbench report\n\n{made_by}, on {machine()}.\n\n"
+            + "\n\n".join(f"## {t}\n\n{body}" for t, body in sections))
     text += "\n\n## Figures\n\n" + "\n".join(f"![{f}]({f})" for f in figures) + "\n"
     write_text(directory / "report.md", text)
     write_text(directory / "report.html", _html(text))
     return text
+
+
+def machine() -> str:
+    """This machine in one line: CPU model, cores, and the GL renderer where a context opens."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in
+                   Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    text = f"{cpu}, {os.cpu_count()} cores"
+    from workbench import gl
+
+    try:
+        return f"{text}, GL renderer {gl.info()['GL_RENDERER']}"
+    except (gl.GLUnavailable, gl.GLError, OSError):  # no GL here: the report is still worth it
+        return text
 
 
 def _html(markdown_text):
