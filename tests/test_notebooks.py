@@ -27,8 +27,8 @@ def ci_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("ci_run")
     mp = pytest.MonkeyPatch()
     mp.setenv("WORKBENCH_FIGURES", str(root / "figures"))  # the run writes to figures/ci/
-    only = list(pipeline.DEPENDENCIES) if _have_cifar() else \
-        [n for n in pipeline.DEPENDENCIES if n not in NEED_CIFAR]
+    notebooks = list(pipeline.load_profile("ci"))
+    only = notebooks if _have_cifar() else [n for n in notebooks if n not in NEED_CIFAR]
     status = pipeline.run("ci", only=only, runs_dir=root / "runs", artifacts_dir=root / "artifacts")
     yield root, status, only
     mp.undo()

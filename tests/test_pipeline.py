@@ -11,11 +11,12 @@ from workbench.run import pipeline
 DEPENDENCIES = {"a": [], "b": ["a"], "c": ["b"], "d": []}
 
 
-def _notebook(path, body):
+def _notebook(path, body, upstream=()):
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                   "language": "python"}}
-    params = nbformat.v4.new_code_cell("log = None\nfail = False")
+    params = nbformat.v4.new_code_cell(f"# upstream: {', '.join(upstream) or 'none'}\n"
+                                       "log = None\nfail = False")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(body)]
     nbformat.write(nb, path)
@@ -28,7 +29,7 @@ def project(tmp_path):
     for name in DEPENDENCIES:
         _notebook(books / f"{name}.ipynb",
                   f"open(log, 'a').write('{name}\\n')\nprint('partial output of {name}')\n"
-                  "assert not fail, 'made to fail'")
+                  "assert not fail, 'made to fail'", DEPENDENCIES[name])
     log = tmp_path / "log.txt"
     profiles = tmp_path / "profiles.yml"
     profiles.write_text(yaml.safe_dump({
@@ -39,7 +40,7 @@ def project(tmp_path):
 
     def run(profile="p", **kw):
         return pipeline.run(profile, profiles=profiles, notebooks_dir=books,
-                            dependencies=DEPENDENCIES, artifacts_dir=tmp_path / "artifacts",
+                            artifacts_dir=tmp_path / "artifacts",
                             runs_dir=tmp_path / "runs" / str(len(list(tmp_path.glob("runs/*")))),
                             **kw)
     return tmp_path, log, run
@@ -53,9 +54,24 @@ def test_profile_parsing(tmp_path):
         pipeline.load_profile("full", path)
     with pytest.raises(ValueError, match="unknown notebooks \\['nope'\\]"):
         pipeline.load_profile("odd", path)
-    # the real profiles name only real notebooks, and each has a parameters cell
+    # the real profiles name only real notebooks, each upstream notebook runs before its readers
     for name in ("quick", "full", "ci"):
-        assert set(pipeline.load_profile(name)) <= set(pipeline.DEPENDENCIES)
+        deps = pipeline.upstream_of(pipeline.NOTEBOOKS_DIR, pipeline.load_profile(name))
+        assert deps["glsl_deploy"] == ["sr_train"] and deps["classifier_deploy"] == ["classifier_train"]
+        assert list(deps)[-1] == "figures"
+    assert pipeline.declarations(pipeline.NOTEBOOKS_DIR / "sr_eval.ipynb") == \
+        {"upstream": ["sr_train"], "data": ["Set5", "Set14"]}
+
+
+def test_an_upstream_listed_after_its_reader_is_refused(project):
+    root, log, run = project
+    profiles = root / "late.yml"
+    profiles.write_text(yaml.safe_dump({"late": {"b": {"log": str(log)}, "a": {"log": str(log)}}},
+                                       sort_keys=False))
+    with pytest.raises(ValueError, match="notebook 'b' declares upstream \\['a'\\], which must run "
+                                         "before it"):
+        pipeline.run("late", profiles=profiles, notebooks_dir=root / "notebooks",
+                     artifacts_dir=root / "artifacts", runs_dir=root / "runs" / "late")
 
 
 def test_dependency_order_and_skip_when_unchanged(project):

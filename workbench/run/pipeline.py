@@ -23,35 +23,44 @@ from workbench.files import PROFILE_ENV, figures_dir, project_root, read_json, w
 
 NOTEBOOKS_DIR = project_root() / "notebooks"
 PROFILES = NOTEBOOKS_DIR / "profiles.yml"
-# notebook -> the notebooks it needs; listed in the order they run
-DEPENDENCIES = {
-    "sr_train": [],
-    "sr_eval": ["sr_train"],
-    "glsl_deploy": ["sr_train"],
-    "sr_recipes": [],
-    "classifier_train": [],
-    "classifier_deploy": ["classifier_train"],
-    "activations": [],
-    "shuffle": [],
-    "conv_algorithms": [],
-    "figures": [],  # last: the report of whatever the run produced
-}
-# notebook -> the data sets it reads (names of workbench/data/data_manifest.json); fetched
-# before the run when missing
-DATA = {
-    "sr_train": ["train"], "sr_eval": ["Set5", "Set14"], "glsl_deploy": ["Set5", "Set14"],
-    "sr_recipes": ["train", "Set5", "Set14"],
-    "classifier_train": ["cifar10"], "classifier_deploy": ["cifar10"], "activations": ["cifar10"],
-}
+DECLARED = ("upstream", "data")  # what a parameters cell declares in "# upstream: a, b" lines
 
 
-def ensure_data(notebooks, data=None, root=None, manifest=None):
-    """Fetch the data sets ``notebooks`` read that are missing under ``root`` (default: the
-    data root); raises ValueError in one line naming what to fetch, and how, when that fails
-    (offline)."""
+def declarations(path) -> dict[str, list[str]]:
+    """What a notebook's ``parameters`` cell declares beside its parameters: ``# upstream:``
+    the notebooks whose results it reads, ``# data:`` the data sets it reads (names of
+    ``workbench/data/data_manifest.json``); ``none`` or no line: nothing."""
+    import nbformat
+
+    cell = next((c for c in nbformat.read(path, as_version=4).cells
+                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    found = {key: [] for key in DECLARED}
+    for line in (cell.source if cell else "").splitlines():
+        key, _, value = line.lstrip("# ").partition(":")
+        if line.startswith("#") and key.strip() in DECLARED and value.strip() != "none":
+            found[key.strip()] = [v.strip() for v in value.split(",") if v.strip()]
+    return found
+
+
+def upstream_of(notebooks_dir, names) -> dict[str, list[str]]:
+    """``{notebook: its upstream notebooks}`` for ``names`` in their run order; an upstream
+    notebook must come earlier in that order."""
+    deps = {}
+    for name in names:
+        deps[name] = declarations(Path(notebooks_dir) / f"{name}.ipynb")["upstream"]
+        late = [n for n in deps[name] if n not in deps]
+        if late:
+            raise ValueError(f"notebook {name!r} declares upstream {late}, which must run before "
+                             "it: list them earlier in the profile")
+    return deps
+
+
+def ensure_data(notebooks, data: dict, root=None, manifest=None):
+    """Fetch the data sets ``notebooks`` read (``data[notebook]``) that are missing under
+    ``root`` (default: the data root); raises ValueError in one line naming what to fetch,
+    and how, when that fails (offline)."""
     from workbench.data import fetch
 
-    data = DATA if data is None else data
     needed = list(dict.fromkeys(d for n in notebooks for d in data.get(n, ())))
     absent, command = fetch.missing(needed, root, manifest) if needed else ([], None)
     if absent:
@@ -64,12 +73,13 @@ def ensure_data(notebooks, data=None, root=None, manifest=None):
                              f"({first}); fetch with: {command}") from None
 
 
-def load_profile(name, path=PROFILES, dependencies=None) -> dict:
-    """The ``{notebook: parameters}`` of profile ``name``."""
+def load_profile(name, path=PROFILES, notebooks_dir=None) -> dict:
+    """The ``{notebook: parameters}`` of profile ``name``, in the order they run."""
     profiles = yaml.safe_load(Path(path).read_text())
     if name not in profiles:
         raise ValueError(f"{path}: no profile {name!r}; profiles: {', '.join(profiles)}")
-    unknown = set(profiles[name]) - set(dependencies or DEPENDENCIES)
+    books = Path(notebooks_dir or NOTEBOOKS_DIR)
+    unknown = [n for n in profiles[name] if not (books / f"{n}.ipynb").exists()]
     if unknown:
         raise ValueError(f"{path}: profile {name!r} names unknown notebooks {sorted(unknown)}")
     return profiles[name]
@@ -158,11 +168,12 @@ def scope_overrides(overrides: dict, parameters: dict[str, set]) -> dict[str, di
 def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
         force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None, data=None,
         data_root=None, manifest=None):
-    """Execute the profile's notebooks (or those in ``only``) in dependency order; returns
+    """Execute the profile's notebooks (or those in ``only``) in the profile's order; returns
     ``{name: status}``.  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
-    :func:`scope_overrides`).  Missing data is fetched first (:func:`ensure_data`; ``data``,
-    ``data_root`` and ``manifest`` replace :data:`DATA`, the data root and the manifest).
-    Figures go to ``figures/<profile>/`` (``files.figures_dir``).
+    :func:`scope_overrides`).  Each notebook declares its upstream notebooks and its data
+    beside its parameters (:func:`declarations`; ``dependencies`` and ``data`` replace them).
+    Missing data is fetched first (:func:`ensure_data`; ``data_root`` and ``manifest``
+    replace the data root and the manifest).  Figures go to ``figures/<profile>/``.
 
     Statuses: ``ok``, ``unchanged`` (notebook, parameters and upstream steps as at its last
     successful run: skipped unless ``force``), ``failed in cell N: ...`` (the executed copy
@@ -176,8 +187,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     if not logging.getLogger().handlers:  # let papermill stream each cell's output
         logging.basicConfig(level=logging.INFO, format="%(message)s")
     notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
-    dependencies = dependencies or DEPENDENCIES
-    params = load_profile(profile, profiles, dependencies)
+    params = load_profile(profile, profiles, notebooks_dir)
+    dependencies = dependencies or upstream_of(notebooks_dir, params)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     runs_dir = Path(runs_dir or project_root() / "runs" / stamp)
     artifacts = Path(artifacts_dir or project_root() / "runs" / "artifacts" / profile)
@@ -191,6 +202,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     selected = [n for n in dependencies if n in params and (not only or n in only)]
     overrides = scope_overrides(overrides, {n: notebook_parameters(notebooks_dir / f"{n}.ipynb")
                                             for n in selected})
+    data = data if data is not None else {
+        n: declarations(notebooks_dir / f"{n}.ipynb")["data"] for n in selected}
     ensure_data(selected, data, data_root, manifest)
     runs_dir.mkdir(parents=True, exist_ok=True)
     status, prints = {}, {}
