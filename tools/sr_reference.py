@@ -17,6 +17,7 @@ import keras
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
 from workbench.nets import sr_recipes, superres, training
+from workbench.studies import sr_ablation
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sr_ablation import parse  # noqa: E402
@@ -51,7 +52,9 @@ def export(run_dir, stem="models/sr_x2_reference"):
         "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, Python {platform.python_version()}",
         "psnr_y_studio_crop2_bicubic_aa": {
             "8-bit activations (as deployed)": superres.psnr_table(model, sets, quantize=True),
-            "float activations": superres.psnr_table(model, sets, quantize=False)},
+            "float activations": superres.psnr_table(model, sets, quantize=False),
+            "GPU (ES 2.0, llvmpipe)": {name: r["psnr"] for name, r in
+                                       sr_ablation.gpu_psnr(deploy, sets).items()}},
         "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
                       f"{config['steps']} " + " ".join(f"{k}:{v}" for k, v in options.items()
                                                        if v is not None) +
@@ -70,9 +73,10 @@ Steps: {steps_done:,} of {config['steps']:,} ({'finished' if card['finished'] el
 {card['training_minutes']} training minutes on {card['machine']}.
 Data: {card['data']}.
 
-PSNR (dB, Y of BT.601 studio range, crop_border 2, antialiased-bicubic LR), from TF:
+PSNR (dB, Y of BT.601 studio range, crop_border 2, antialiased-bicubic LR), from TF and from
+the ES 2.0 shaders on Mesa llvmpipe:
 
-| activations | Set5 | Set14 |
+| output | Set5 | Set14 |
 |---|---|---|
 {rows}
 | bicubic | 33.68 | 30.33 |

@@ -260,16 +260,21 @@ def sr_viewer_images(model, hr_images, kernel="bicubic_aa", scale=2, gpu=True,
 
 
 def load_sr_model(path=None):
-    """``(model, label)``: the ``.keras`` net at ``path``; without one, the fine-tuned net of the
-    quick (then full) profile if it was trained in this checkout, else an untrained
-    :func:`workbench.nets.models.sr_x2` (its output is noise; the label says so)."""
+    """``(model, label)``: the ``.keras`` net at ``path``; without one, the SR reference
+    checkpoint (``models/``), else the fine-tuned net of the quick (then full) profile if it
+    was trained in this checkout, else an untrained :func:`workbench.nets.models.sr_x2` (its
+    output is noise; the label says so)."""
     from pathlib import Path
 
     from workbench.files import project_root
-    from workbench.nets.models import load_model, sr_x2
+    from workbench.nets.models import load_model, reference_sr, sr_x2
 
     if path:
         return load_model(path), str(path)
+    try:
+        return load_model(reference_sr()), f"reference checkpoint {reference_sr().name}"
+    except FileNotFoundError:
+        pass
     for profile in ("quick", "full"):
         found = project_root() / "runs" / "artifacts" / profile / "sr" / "finetune" / "model.keras"
         if Path(found).exists():

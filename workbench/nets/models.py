@@ -45,6 +45,17 @@ def load_model(path) -> keras.Model:
         raise ModelFileError(f"{path}: not a readable Keras model ({type(e).__name__}: "
                              f"{first})") from e
 
+def reference_sr() -> Path:
+    """The x2 SR reference checkpoint of this checkout (``models/sr_x2_reference.keras``, with
+    its card beside it); FileNotFoundError naming the path when there is none."""
+    from workbench.files import project_root
+
+    path = project_root() / "models" / "sr_x2_reference.keras"
+    if not path.is_file():
+        raise FileNotFoundError(f"no --model given and no reference checkpoint at {path}")
+    return path
+
+
 SR_WIDTHS = (48, 32, 24, 16)
 SR_KERNELS = (5, 3, 1, 3)
 SR_GROUPS = (1, 4, 1, 2)

@@ -37,8 +37,10 @@ def _sweep(args):
 
 
 def _upscale(args):
+    from workbench.nets.models import reference_sr
     from workbench.studies import deploy
-    shape, seconds = deploy.upscale_file(args.input, args.output, args.model, args.precision,
+    model = args.model or reference_sr()
+    shape, seconds = deploy.upscale_file(args.input, args.output, model, args.precision,
                                          args.quality)
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU")
     return 0
@@ -52,7 +54,8 @@ def _export_web(args):
         path = Path(labels)
         labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
                   if path.is_file() else [s.strip() for s in labels.split(",")])
-    net, _ = es2.load_net(args.model, args.precision)
+    from workbench.nets.models import reference_sr
+    net, _ = es2.load_net(args.model or reference_sr(), args.precision)
     index = web.export(net, args.out, labels, force=args.force)
     print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
           f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
@@ -114,14 +117,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("input")
     p.add_argument("output", help="image file to write: .png, or .jpg / .jpeg (see --quality); "
                    "never the input")
-    p.add_argument("--model", required=True, help=".keras model or saved shader folder")
+    p.add_argument("--model", help=".keras model or saved shader folder (default: the SR "
+                   "reference checkpoint, models/sr_x2_reference.keras)")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
     p.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100 (default 95)")
     p.set_defaults(func=_upscale)
 
     p = commands.add_parser("export-web", help="write a static web page that runs the net "
                             "with WebGL 1.0 (serve the folder over HTTP to open it)")
-    p.add_argument("--model", required=True, help=".keras model or saved shader folder")
+    p.add_argument("--model", help=".keras model or saved shader folder (default: the SR "
+                   "reference checkpoint, models/sr_x2_reference.keras)")
     p.add_argument("--out", required=True, help="folder to write the page into (replaced "
                    "whole; a non-empty folder the workbench did not write needs --force)")
     p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
