@@ -67,6 +67,6 @@ def test_parallel_sweeps_give_the_same_table(square):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         assert run("dask", dask=cluster.scheduler_address) == EXPECTED
-    for name in ("serial", "workers"):
-        assert (root / name / "sweep.csv").read_text() == (root / "dask" / "sweep.csv").read_text()
-        assert len(list((root / name).glob("square-*.ipynb"))) == 3
+    for name in ("serial", "workers", "dask"):
+        assert (root / name / "sweep.csv").read_text() == (root / "serial" / "sweep.csv").read_text()
+        assert len(list((root / name).glob("square-*.ipynb"))) == 3  # collected back here
