@@ -61,7 +61,7 @@ def test_sr_notebooks_outputs(ci_run):
 @pytest.mark.slow
 def test_sr_recipes_outputs(ci_run):
     """The ablation trained each row with each seed and measured the GPU output."""
-    results = json.loads((ci_run[0] / "figures" / "sr_ablation.json").read_text())
+    results = json.loads((ci_run[0] / "figures" / "ci" / "sr_ablation.json").read_text())
     assert [(r["row"], r["seed"]) for r in results["records"]] == \
         [("base", 0), ("base", 1), ("+ identity init", 0), ("+ identity init", 1)]
     for r in results["summary"]:
@@ -69,7 +69,7 @@ def test_sr_recipes_outputs(ci_run):
         # the kernels' weights (docs/design.md's table) per low-resolution pixel, over 4 outputs
         assert r["MACs/pixel"] == (5 * 5 * 48 + 9 * 12 * 32 + 32 * 24 + 9 * 12 * 16 + 16 * 4) / 4
     assert "identity init" in results["verdict"]
-    assert (ci_run[0] / "figures" / "sr_ablation.png").exists()
+    assert (ci_run[0] / "figures" / "ci" / "sr_ablation.png").exists()
 
 
 @pytest.mark.slow

@@ -104,8 +104,8 @@ def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
         if epochs_done(history) < epochs:
             callbacks = [AtomicCheckpoint(run_dir, history)] + fit_kwargs.pop("callbacks", [])
             model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                      initial_epoch=epochs_done(history), verbose=verbose,
-                      callbacks=callbacks, **fit_kwargs)
+                      initial_epoch=epochs_done(history), verbose=verbose, shuffle=False,
+                      callbacks=callbacks, **fit_kwargs)  # the dataset shuffles itself
     return model, history
 
 
