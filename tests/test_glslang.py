@@ -154,7 +154,7 @@ def test_glslang_does_not_count_samplers_or_uniform_vectors():
     """Known gap, pinned so the docs stay true: glslang accepts 9 samplers
     (> MaxTextureImageUnits 8) and 17 vec4 uniforms (> MaxFragmentUniformVectors 16) in one
     fragment shader. Those two limits must be enforced by the workbench's own limits table.
-    If this test fails, glslang started checking them: update workbench/glslang.py,
+    If this test fails, glslang started checking them: update workbench/es2/glslang.py,
     es2_limits.conf and these tests."""
     require_validator()
     samplers = "".join(f"uniform sampler2D u_s{i};\n" for i in range(9))

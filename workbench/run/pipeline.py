@@ -1,4 +1,4 @@
-"""Run the notebooks in dependency order with papermill, with a profile's parameters.
+"""Run the notebooks in the profile's order with papermill, with the profile's parameters.
 
 Profiles live in ``notebooks/profiles.yml``.  Each run writes the executed notebooks
 to ``runs/<timestamp>/``; a notebook that fails keeps its partial output there and

@@ -374,7 +374,7 @@ class Runner {
 // --- outputs ----------------------------------------------------------------------------------
 
 /** Logits from the stored dense output: two values per texel, 16-bit fixed point in byte pairs
- *  (high, low; q = 256 v + 32768, see workbench/fixed16.py) or float. */
+ *  (high, low; q = 256 v + 32768, see workbench/es2/fixed16.py) or float. */
 function decodeLogits(stored, output) {
   const logits = [];
   let saturated = false;
