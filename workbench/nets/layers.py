@@ -56,14 +56,16 @@ def grouped_conv2d(x, kernel, strides, padding, groups, per_group_gradient=None,
                    formulation=None):
     """``tf.nn.conv2d`` with a grouped ``kernel`` (kh, kw, cin // groups, cout).
 
-    ``formulation`` (default: the module's ``grouped_formulation``) is one of
-    ``GROUPED_FORMULATIONS``; all give the same result.  With ``"grouped"`` the forward pass is
+    ``formulation`` (default: the module's ``grouped_formulation``, or "grouped" when
+    ``per_group_gradient`` is given) is one of ``GROUPED_FORMULATIONS``; all give the same
+    result.  With ``"grouped"`` the forward pass is
     TensorFlow's own.  Its gradients run on the CPU only through oneDNN
     ("Gradients for grouped convolutions are not supported on CPU" otherwise), so without it
     (or with ``per_group_gradient=True``) they are computed group by group with the plain
     backprop ops.
     """
-    formulation = formulation or grouped_formulation
+    formulation = formulation or ("grouped" if per_group_gradient is not None
+                                  else grouped_formulation)
     if formulation == "auto":
         formulation = "split" if groups <= SPLIT_MAX_GROUPS else "grouped"
     if groups > 1 and formulation == "split":
