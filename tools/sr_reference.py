@@ -39,8 +39,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
     training.save_model(deploy, stem.with_suffix(".keras"))
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
-    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "loss",
-                                      "batch", "patch", "learning_rate", "seed")}
+    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
+                                      "batch", "patch", "learning_rate", "seed") if k in config}
     card = {
         "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),
