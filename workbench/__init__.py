@@ -1,7 +1,7 @@
 """workbench: design, train, and deploy neural nets as OpenGL ES 2.0 shaders.
 
-Modules: ``activations``, ``layers``, ``models``, ``images``, ``datasets``, ``metrics``,
-``training``, ``evaluation``, ``figures``, ``fetch``.  :func:`load_model` reads any model the
+Subpackages, lowest first: ``gl``, ``data``, ``nets``, ``ir``, ``es2`` / ``es31``, ``web``,
+``studies``, ``run`` (docs/design.md, "Architecture").  :func:`load_model` reads any model the
 workbench saved.  Importing the package does not import TensorFlow (the GL workers import it).
 """
 import glob

@@ -31,9 +31,10 @@ ROWS = [
 RESULT, NOTEBOOK = "sr_ablation.json", "sr_recipes"
 
 
-def gpu_psnr(model, sr_sets, kernel="bicubic_aa", scale=superres.SCALE):
-    """``{set: {"psnr": mean dB, "ssim": mean}}`` of the net's ES 2.0 shaders' output."""
-    net = es2.compile(model)
+def gpu_psnr(model, sr_sets, kernel="bicubic_aa", scale=superres.SCALE, net=None):
+    """``{set: {"psnr": mean dB, "ssim": mean}}`` of the net's ES 2.0 shaders' output
+    (``net``: the model already compiled)."""
+    net = net or es2.compile(model)
     out = {}
     for sr_set in sr_sets:
         scores = []
@@ -47,9 +48,8 @@ def gpu_psnr(model, sr_sets, kernel="bicubic_aa", scale=superres.SCALE):
     return out
 
 
-def per_pixel_cost(model):
-    """Multiply-adds and texel fetches per output pixel of the deployed ES 2.0 net."""
-    net = es2.compile(model)
+def per_pixel_cost(net):
+    """Multiply-adds and texel fetches per output pixel of a compiled ES 2.0 net."""
     total = cost.total(plan.cost(net.graph, (64, 64)).values())
     pixels = (2 * 64) ** 2
     return {"multiply_adds_per_pixel": total.multiply_adds / pixels,
@@ -66,10 +66,11 @@ def run(train_images, sr_sets, out_dir, *, steps, seeds=(0,), rows=ROWS, **train
             run_dir = Path(out_dir) / f"{name.strip('+ ').replace(' ', '_')}-s{seed}"
             args = {**train_args, **options, "seed": seed, "steps": steps}
             model, history = superres.train(train_images, run_dir, verbose=0, **args)
+            net = es2.compile(model)
             records.append({"row": name, "seed": seed, "steps": steps, "options": options,
                             "minutes": history.get("seconds", time.time() - start) / 60,
-                            "loss": history["loss"][-1], "gpu": gpu_psnr(model, sr_sets),
-                            **per_pixel_cost(model)})
+                            "loss": history["loss"][-1], "gpu": gpu_psnr(model, sr_sets, net=net),
+                            **per_pixel_cost(net)})
     return records
 
 
@@ -89,6 +90,12 @@ def summarize(records) -> list[dict]:
         row["fetches/pixel"] = rs[0]["texel_fetches_per_pixel"]
         out.append(row)
     return out
+
+
+def bicubic_psnr(sr_sets, kernel="bicubic_aa") -> dict[str, float]:
+    """``{set: mean PSNR of bicubic upscaling}`` (:func:`workbench.nets.superres.evaluate`)."""
+    records, _ = superres.evaluate({}, sr_sets, kernels=(kernel,))
+    return {r["set"]: r["psnr_y_studio"] for r in superres.summarize(records)}
 
 
 def verdict(summary, bicubic: dict) -> str:
