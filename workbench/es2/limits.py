@@ -1,23 +1,36 @@
-"""The OpenGL ES 2.0 limits a net must fit, in one table, and the checker that enforces them.
+"""The OpenGL ES 2.0 limits a net must fit, in one table, the device profiles, and the checker
+that enforces them.
 
 Mesa (llvmpipe) does not enforce these: it offers 32 texture units and allows dynamic
 indexing and while loops.  So the workbench checks every model itself before generating
 shaders, and the test suite validates the shaders with glslangValidator.
+
+:data:`ES2` (the default) holds the per-program limits every ES 2.0 GPU offers; it leaves the
+image size to the runtime's ``GL_MAX_TEXTURE_SIZE`` and the float precision to the caller.
+:data:`PROFILES` are named devices (``profile(name)``): they also state the largest texture
+and whether fragment shaders have ``highp`` floats.  Each number names its source.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from workbench.es2 import fixed16
+from workbench.es2 import fixed16, plan
 from workbench.ir import PACK, Conv, Dense, DepthToSpace
 from workbench.nets import activations
 
 
 @dataclass(frozen=True)
 class Limits:
+    name: str = "ES 2.0"              # how error messages name the limits
     texture_units: int = 8            # samplers one fragment shader may use
     fetches_per_fragment: int = 64    # texture2D calls per fragment (VideoCore IV budget)
     outputs_per_program: int = 4      # one RGBA target, no MRT (MaxDrawBuffers = 1)
+    max_texture_size: int | None = None  # largest texture side; None: the runtime's limit
+    varying_vectors: int = 8          # the passes use none (the vertex shader writes only gl_Position)
+    fragment_uniform_vectors: int = 16  # vec4 uniforms of a fragment shader (a vec2 takes one)
+    float_precision: str = "highp"    # "highp": fragment shaders have 32-bit floats; else "mediump"
+    sampled_channels: tuple[int, int] | None = None  # input channels one output may read, for
+    #                                   (1x1 kernels, larger kernels); None: no budget but the units
     storage: str = "RGBA8"            # activations stored as 8-bit in [0, 1]
     storage_range: tuple = (0.0, 1.0)
     dynamic_indexing: bool = False    # only constant or loop-index expressions as indices
@@ -31,21 +44,110 @@ class Limits:
 
 ES2 = Limits()
 
+# Device profiles.  Sources:
+# [ES2]  OpenGL ES 2.0.25 spec, tables 6.18-6.20 "Implementation Dependent Values" (minimums:
+#        MAX_TEXTURE_SIZE 64, MAX_TEXTURE_IMAGE_UNITS 8, MAX_VARYING_VECTORS 8,
+#        MAX_FRAGMENT_UNIFORM_VECTORS 16), and GLSL ES 1.00 spec section 4.5.2: highp is optional
+#        in fragment shaders (GL_FRAGMENT_PRECISION_HIGH); mediump is the guaranteed precision.
+#        Tabulated in ANGLE's doc/ResourceLimits.md.
+# [VC4]  Beatmup (github.com/lnstadrum/beatmup), core/nnets/conv2d.h, "Raspberry Pi-related
+#        constraints": a Pi cannot sample more than 256 channels to compute one output value;
+#        in practice about 128 for pointwise convolutions and under 100 for bigger kernels (the
+#        driver then fails with GL_OUT_OF_MEMORY 0x505); core/nnets/model.cpp and storage.cpp
+#        cap the channels an op samples at 4 * GL_MAX_TEXTURE_IMAGE_UNITS.  Texture size: Mesa
+#        vc4, src/gallium/drivers/vc4/vc4_screen.h, VC4_MAX_MIP_LEVELS 12 = 2048x2048.  Texture
+#        units: 8, the ES 2.0 minimum the Pi 0-3 reference nets are built for (Mesa vc4 offers
+#        16, VC4_MAX_TEXTURE_SAMPLERS, so 8 is the safe value for both Pi drivers).  highp: the
+#        QPUs compute in 32-bit float only (VideoCore IV 3D Architecture Reference Guide, Broadcom
+#        2013, section "QPU"), so highp is full float32.  sampled_channels (128, 96): Beatmup's
+#        practical numbers ("under 100" taken as 96, whole packs); with 8 units a program reads at
+#        most 32 channels, so the units bind first.
+# [MALI] Arm, "Understanding numerical precision", section "Shader precision"
+#        (developer.arm.com/solutions/graphics-and-gaming/developer-guides/learn-the-basics/
+#        understanding-numerical-precision/shader-precision): "Mali-400 series GPUs ... do not
+#        support highp processing in fragment shaders", every fragment value is fp16.  Texture
+#        size: Mesa lima, src/gallium/drivers/lima/lima_screen.h, "max texture size is
+#        4096x4096" (LIMA_MAX_MIP_LEVELS 13).  Texture units: 8 (the ES 2.0 minimum; not
+#        confirmed here from an Arm document).
+# [A3XX] Adreno 3xx (Adreno 305-330): MAX_TEXTURE_SIZE 4096, MAX_TEXTURE_IMAGE_UNITS 16 and highp
+#        fragment floats, the values device reports list for Adreno 320 (opengles.gpuinfo.org);
+#        the Qualcomm Adreno OpenGL ES Developer Guide (80-NU141-1 B, 2015) covers the family.
+#        Not confirmed here from a primary source: check a device report before relying on them.
+# [WEB]  The WebGL 1.0 spec sets no minimums of its own: getParameter answers with the ES 2.0
+#        values, so a page may only rely on [ES2].  A net for the web is designed for what nearly
+#        every browser offers instead: MAX_TEXTURE_SIZE 4096 is the floor of the browser surveys
+#        (webglstats.com, now web3dsurvey.com; MDN "WebGL best practices", section "Understand
+#        system limits", developer.mozilla.org/en-US/docs/Web/API/WebGL_API/WebGL_best_practices,
+#        lists 4096 as supported by ~all devices; that page was not re-read for this table).
+#        Units, varyings, uniforms and precision stay at [ES2] (fragment highp is optional; the
+#        page warns when a browser lacks it).
+_ES2_MINIMUM = replace(ES2, name="es2-minimum", max_texture_size=64, float_precision="mediump")
+PROFILES = {p.name: p for p in (
+    _ES2_MINIMUM,                                                              # [ES2]
+    replace(_ES2_MINIMUM, name="videocore4", max_texture_size=2048,            # [VC4]
+            float_precision="highp", sampled_channels=(128, 96)),
+    replace(_ES2_MINIMUM, name="mali400", max_texture_size=4096),              # [MALI]
+    replace(_ES2_MINIMUM, name="adreno3xx", max_texture_size=4096,             # [A3XX]
+            texture_units=16, float_precision="highp"),
+    replace(_ES2_MINIMUM, name="webgl1-minimum", max_texture_size=4096),       # [WEB]
+)}
+
+
+def profile(device=None) -> Limits:
+    """The limits of ``device``: a profile name (:data:`PROFILES`), a :class:`Limits`, or None
+    for :data:`ES2`."""
+    if device is None or isinstance(device, Limits):
+        return device or ES2
+    if device not in PROFILES:
+        raise ValueError(f"unknown device profile {device!r}; valid: {', '.join(PROFILES)}")
+    return PROFILES[device]
+
 
 class LimitError(ValueError):
     """A net that breaks an ES 2.0 limit; names the layer, the limit and the value."""
 
 
 def check(graph, limits: Limits = ES2):
-    """Raise :class:`LimitError` for the first op of ``graph`` that breaks a limit."""
+    """Raise :class:`LimitError` for the first op of ``graph`` that breaks a limit; with a
+    fixed input size, also for a texture larger than ``limits.max_texture_size``."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     for op in graph.ops:
         CHECKS[type(op)](op, shapes, limits)
+    if graph.input_size:
+        check_texture_sizes(graph, graph.input_size, limits)
 
 
-def _fits(layer, limit, value, maximum):
+def check_texture_sizes(graph, hw, limits: Limits = ES2):
+    """Every texture of ``graph`` for an input of ``hw = (height, width)`` within
+    ``limits.max_texture_size`` (nothing to check when it is None)."""
+    if limits.max_texture_size is None:
+        return
+    for (tensor, _), (w, h, _) in plan.textures(graph, hw).items():
+        _fits(tensor.split("/")[0], f"texture side of {tensor!r} ({w}x{h}) for a "
+              f"{hw[1]}x{hw[0]} input", max(w, h), limits.max_texture_size, limits)
+
+
+def check_precision(precision, limits: Limits = ES2):
+    """The precision a net is compiled for: ``None`` picks the device's; ``"highp"`` on a
+    device without highp fragment shaders is refused."""
+    precision = precision or limits.float_precision
+    if precision == "highp" and limits.float_precision != "highp":
+        raise LimitError(f"precision 'highp': {limits.name} fragment shaders have no highp float "
+                         "(mediump only); compile with precision='mediump'")
+    return precision
+
+
+def check_passes(passes, limits: Limits = ES2):
+    """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot)."""
+    for p in passes:
+        _fits(p.op, "fragment uniform vectors", len(p.uniforms), limits.fragment_uniform_vectors,
+              limits)
+
+
+def _fits(layer, limit, value, maximum, limits):
     if value > maximum:
-        raise LimitError(f"layer {layer!r}: {limit} = {value} exceeds the ES 2.0 limit of {maximum}")
+        raise LimitError(f"layer {layer!r}: {limit} = {value} exceeds the {limits.name} limit of "
+                         f"{maximum}")
 
 
 def _check_storage(op, limits):
@@ -57,9 +159,9 @@ def _check_storage(op, limits):
 
 
 def _check_dense(op, shapes, limits):
-    _fits(op.name, "texture units", op.block + 1, limits.texture_units)
+    _fits(op.name, "texture units", op.block + 1, limits.texture_units, limits)
     _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes),
-          limits.fetches_per_fragment)
+          limits.fetches_per_fragment, limits)
     if op.number == "fixed16":
         fixed16.check(op.bias, op.name, "the bias")
 
@@ -67,21 +169,25 @@ def _check_dense(op, shapes, limits):
 def _check_depth_to_space(op, shapes, limits):
     for pack in range(op.out_packs(shapes)):
         _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes, pack),
-              limits.fetches_per_fragment)
+              limits.fetches_per_fragment, limits)
 
 
 def _check_conv(op, shapes, limits):
     cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
-    _fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program)
+    _fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program, limits)
+    if limits.sampled_channels:
+        budget = limits.sampled_channels[op.size > 1]
+        _fits(op.name, "input channels sampled per output", 3 if op.luma_input else cin_g, budget,
+              limits)
     if op.groups > 1 and (cin_g % PACK or cout_g % PACK):
         raise LimitError(f"layer {op.name!r}: with groups={op.groups} each group must read and "
                          f"write whole RGBA packs of {PACK} channels; it reads {cin_g} and writes "
                          f"{cout_g}")
     for pack in range(op.out_packs()):
         units = len(op.input_packs(pack)) + (1 if op.residual else 0)
-        _fits(op.name, "texture units", units, limits.texture_units)
+        _fits(op.name, "texture units", units, limits.texture_units, limits)
         _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(pack),
-              limits.fetches_per_fragment)
+              limits.fetches_per_fragment, limits)
     _check_storage(op, limits)
 
 
@@ -97,6 +203,6 @@ def dense_block(op: Dense, shapes, limits: Limits = ES2) -> int:
     block = min(limits.fetches_per_fragment // per_pack, limits.texture_units - 1)
     if block < 1:
         raise LimitError(f"layer {op.name!r}: texel fetches per fragment = {per_pack} for one "
-                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the ES 2.0 "
-                         f"limit of {limits.fetches_per_fragment}")
+                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the "
+                         f"{limits.name} limit of {limits.fetches_per_fragment}")
     return block

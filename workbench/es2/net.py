@@ -152,31 +152,46 @@ def output_values(graph: ir.Graph, stored):
     return (stored[..., :graph.channels(op.name)] / np.float32(255)).astype(np.float32)
 
 
-def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2,
-            dense="fixed16") -> Net:
-    """Keras model -> IR -> ES 2.0 limits check -> passes.  ``dense``: number format of a
-    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`workbench.ir.Dense`)."""
+def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
+            limits_table=None) -> Net:
+    """Keras model -> IR -> limits check -> passes.
+
+    ``device``: the limits to fit, a profile name (``"videocore4"``, see
+    :data:`workbench.es2.limits.PROFILES`) or a :class:`~workbench.es2.limits.Limits`; default
+    :data:`~workbench.es2.limits.ES2` (``limits_table`` is the older name of the same
+    argument).  ``precision``: ``"highp"`` or ``"mediump"``, default the device's (highp for
+    ES2).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
+    :class:`workbench.ir.Dense`)."""
+    table = limits.profile(device if device is not None else limits_table)
+    precision = limits.check_precision(precision, table)
     graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
     shapes = graph.shapes(graph.input_size or (64, 64))
     for op in graph.ops:
         if isinstance(op, ir.Dense):
-            op.block = limits.dense_block(op, shapes, limits_table)
-    limits.check(graph, limits_table)
-    return Net(graph, generate(graph, precision), precision)
+            op.block = limits.dense_block(op, shapes, table)
+    limits.check(graph, table)
+    passes = generate(graph, precision)
+    limits.check_passes(passes, table)
+    return Net(graph, passes, precision)
 
 
-def load_net(path, precision="highp"):
-    """A compiled net from a ``.keras`` model or from a folder written by :meth:`Net.save`.
-    Returns ``(net, keras_model_or_None)``."""
+def load_net(path, precision=None, device=None):
+    """A compiled net from a ``.keras`` model or from a folder written by :meth:`Net.save`,
+    checked against ``device`` (see :func:`compile`).  Returns ``(net, keras_model_or_None)``."""
     from workbench.nets.models import load_model
 
     path = Path(path)
+    table = limits.profile(device)
     if path.is_dir():
-        return load(path), None
+        net = load(path)
+        limits.check_precision(net.precision, table)
+        limits.check(net.graph, table)
+        limits.check_passes(net.passes, table)
+        return net, None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
     model = load_model(path)
-    return compile(model, precision=precision), model
+    return compile(model, precision=precision, device=table), model
 
 
 def load(directory) -> Net:

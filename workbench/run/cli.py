@@ -40,9 +40,10 @@ def _upscale(args):
     from workbench.nets.models import reference_sr
     from workbench.studies import deploy
     model = args.model or reference_sr()
-    shape, seconds = deploy.upscale_file(args.input, args.output, model, args.precision,
-                                         args.quality)
-    print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU")
+    shape, seconds, tiles = deploy.upscale_file(args.input, args.output, model, args.precision,
+                                                args.quality, args.device)
+    print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU"
+          + (f" ({tiles} tiles)" if tiles > 1 else ""))
     return 0
 
 
@@ -55,7 +56,7 @@ def _export_web(args):
         labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
-    net, _ = es2.load_net(args.model or reference_sr(), args.precision)
+    net, _ = es2.load_net(args.model or reference_sr(), args.precision, args.device)
     index = web.export(net, args.out, labels, force=args.force)
     print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
           f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
@@ -67,7 +68,7 @@ def _bench(args):
     if args.what == "sr":
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
-        bench.print_sr(bench.bench_sr(model, args.size, args.repeat))
+        bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -77,6 +78,14 @@ def _bench(args):
         bench.bench_activation(args.preset, args.batch, args.steps)
         bench.bench_batchnorm(args.preset, args.batch, args.steps)
     return 0
+
+
+def _add_device_options(p):
+    from workbench.es2.limits import PROFILES
+    p.add_argument("--precision", choices=("highp", "mediump"), help="float precision of the "
+                   "shaders (default: highp, or mediump on a device without highp)")
+    p.add_argument("--device", metavar="NAME", help="check the net against this device's "
+                   f"limits: {', '.join(PROFILES)} (default: the ES 2.0 limits)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -119,7 +128,7 @@ def parser() -> argparse.ArgumentParser:
                    "never the input")
     p.add_argument("--model", help=".keras model or saved shader folder (default: the SR "
                    "reference checkpoint, models/sr_x2_reference.keras)")
-    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    _add_device_options(p)
     p.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100 (default 95)")
     p.set_defaults(func=_upscale)
 
@@ -133,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
                    "did not write it")
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
-    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    _add_device_options(p)
     p.set_defaults(func=_export_web)
 
     p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
@@ -149,6 +158,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64, help="activation: batch size")
     p.add_argument("--steps", type=int, default=20, help="train, activation: steps per round")
     p.add_argument("--no-profile", action="store_true", help="train: skip the op profile")
+    p.add_argument("--device", help="sr: the device profile the net must fit (see upscale)")
     p.set_defaults(func=_bench)
     return top
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench import es2, references, tables
 from workbench.data import datasets, images, metrics
-from workbench.es2 import emulate
+from workbench.es2 import emulate, limits, tiling
 from workbench.files import read_json, write_json
 from workbench.ir import cost
 from workbench.ir.cost import Cost
@@ -146,16 +146,23 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "all textures MB": total.texture_bytes / 1e6}
 
 
-def upscale_file(source, target, model_path, precision="highp", quality=95):
+def upscale_file(source, target, model_path, precision=None, quality=95, device=None):
     """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB.  The
     output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
-    is the input, or that cannot be saved, is refused before anything runs."""
+    is the input, or that cannot be saved, is refused before anything runs.  ``device``: the
+    limits the net must fit (:func:`workbench.es2.limits.profile`).  An image whose textures
+    would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the device's ``max_texture_size`` if
+    smaller) runs in overlapping tiles, with the same bytes (:mod:`workbench.es2.tiling`).
+    Returns ``(output shape, GPU seconds, tiles)``."""
+    table = limits.profile(device)
     images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
-    net, _ = es2.load_net(model_path, precision)
+    net, _ = es2.load_net(model_path, precision, table)
     image = images.load_image(source)
-    out = net.run(image)
+    max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
+    max_size = min(max_size, table.max_texture_size or max_size)
+    out, tiles, seconds = tiling.run_tiled(net, image, max_size)
     images.save_image(target, out, quality, inputs=[source])
-    return out.shape, sum(net.timings.values())
+    return out.shape, seconds, tiles
 
 
 # --- results and the report --------------------------------------------------------------------

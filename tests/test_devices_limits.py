@@ -1,0 +1,151 @@
+"""Device limit profiles (workbench.es2.limits.PROFILES) and tiled runs (workbench.es2.tiling).
+
+References: the profiles' numbers against the sources named in limits.py; tiled runs against
+the untiled run of the same net (GPU and emulator, byte for byte); the receptive field against a
+direct measurement in the emulator (one input pixel changed, which output pixels move).
+"""
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from workbench import es2
+from workbench.__main__ import main
+from workbench.es2 import limits, tiling
+from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
+from workbench.nets.models import sr_x2
+
+
+def _image(h, w, c=3, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, c)).astype(np.float32) / 255
+
+
+def _model(channels, *layers, size=None):
+    x = inputs = keras.Input((size, size, channels))
+    for layer in layers:
+        x = layer(x)
+    return keras.Model(inputs, x)
+
+
+def _levels(x):
+    return np.round(np.asarray(x) * 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("name, size, units, highp", [
+    ("es2-minimum", 64, 8, False), ("videocore4", 2048, 8, True), ("mali400", 4096, 8, False),
+    ("adreno3xx", 4096, 16, True), ("webgl1-minimum", 4096, 8, False)])
+def test_profiles_hold_their_numbers(name, size, units, highp):
+    p = limits.profile(name)
+    assert (p.name, p.max_texture_size, p.texture_units) == (name, size, units)
+    assert p.float_precision == ("highp" if highp else "mediump")
+    assert (p.varying_vectors, p.fragment_uniform_vectors, p.fetches_per_fragment) == (8, 16, 64)
+    assert p.sampled_channels == ((128, 96) if name == "videocore4" else None)
+
+
+def test_default_is_es2_with_the_per_program_minimums():
+    es2_minimum = limits.profile("es2-minimum")
+    assert limits.profile() is limits.ES2 and limits.profile(limits.ES2) is limits.ES2
+    for field in ("texture_units", "fetches_per_fragment", "outputs_per_program",
+                  "varying_vectors", "fragment_uniform_vectors"):
+        assert getattr(limits.ES2, field) == getattr(es2_minimum, field), field
+    # the image size is the runtime's, the precision the caller's: nothing else changed
+    assert limits.ES2.max_texture_size is None and limits.ES2.float_precision == "highp"
+
+
+def test_unknown_profile_is_one_line_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown device profile 'pi5'; valid: es2-minimum, "
+                       "videocore4, mali400, adreno3xx, webgl1-minimum$"):
+        limits.profile("pi5")
+
+
+def test_net_that_fits_es2_but_not_a_smaller_device():
+    # 9 textures: 8 input packs + the residual; fits adreno3xx's 16 units, not videocore4's 8
+    x = inputs = keras.Input((None, None, 32))
+    y = GroupConv2D(32, 1, name="L3")(x)
+    model = keras.Model(inputs, Act("bounded_relu")(keras.layers.Add()([y, x])))
+    es2.compile(model, device="adreno3xx")
+    with pytest.raises(limits.LimitError, match=r"^layer 'L3': texture units = 9 exceeds the "
+                       r"videocore4 limit of 8$"):
+        es2.compile(model, device="videocore4")
+    with pytest.raises(limits.LimitError, match="the ES 2.0 limit of 8"):
+        es2.compile(model, limits_table=limits.ES2)  # the older argument name still works
+
+
+def test_fixed_input_size_is_checked_against_the_device_texture_size():
+    model = _model(4, GroupConv2D(4, 3, name="c"), Act("bounded_relu"), size=100)
+    es2.compile(model)  # ES2 leaves the size to the runtime
+    es2.compile(model, device="videocore4")
+    with pytest.raises(limits.LimitError, match=r"^layer 'image.*': texture side of .* \(100x100\) "
+                       r"for a 100x100 input = 100 exceeds the es2-minimum limit of 64$"):
+        es2.compile(model, device="es2-minimum")
+
+
+def test_highp_on_a_mediump_device_is_refused_and_its_default_is_mediump():
+    model = _model(4, GroupConv2D(4, 3), Act("bounded_relu"))
+    assert es2.compile(model, device="mali400").precision == "mediump"
+    assert es2.compile(model, device="videocore4").precision == "highp"
+    with pytest.raises(limits.LimitError, match="mali400 fragment shaders have no highp"):
+        es2.compile(model, precision="highp", device="mali400")
+
+
+def test_cli_bad_device_is_one_line_and_exit_2(tmp_path, capsys):
+    for command in (["upscale", "in.png", str(tmp_path / "out.png")],
+                    ["export-web", "--out", str(tmp_path / "page")]):
+        assert main(command + ["--device", "pi5"]) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(r"error: unknown device profile 'pi5'; valid: .*webgl1-minimum\n", err)
+
+
+# --- tiling -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("build, radius", [
+    (sr_x2, 4),  # 5x5, 3x3, 1x1, 3x3, 1x1: 2 + 1 + 0 + 1 + 0
+    (lambda: _model(1, GroupConv2D(4, 1), Act("bounded_relu"), DepthToSpace(2)), 1),  # chroma
+    (lambda: _model(1, GroupConv2D(4, 5), Act("bounded_relu"), DepthToSpace(2)), 2)])
+def test_receptive_field_matches_a_measurement(build, radius):
+    """Set one input pixel to black, then to white, at a few places: no output pixel further
+    than the radius moves (what tiling relies on), and some at the radius do (the bound is
+    tight; a bounded activation can hide a change, so the furthest over all the tries)."""
+    keras.utils.set_random_seed(5)
+    net = es2.compile(build())
+    assert tiling.receptive_field(net.graph) == radius
+    image = _image(21, 21, seed=4)
+    before = _levels(net.emulate(image))
+    reach = []
+    for y, x in [(10, 10), (9, 11), (11, 9)]:
+        for value in (0.0, 1.0):
+            changed = image.copy()
+            changed[y, x] = value
+            ys, xs = np.nonzero(np.any(_levels(net.emulate(changed)) != before, axis=-1))
+            reach.append(max(np.abs(ys // 2 - y).max(initial=0), np.abs(xs // 2 - x).max(initial=0)))
+    assert max(reach) == radius, reach
+
+
+def test_receptive_field_refuses_a_stride():
+    net = es2.compile(_model(4, GroupConv2D(4, 3, strides=2, name="down"), Act("bounded_relu")))
+    with pytest.raises(ValueError, match="layer 'down': tiling needs stride-1"):
+        tiling.receptive_field(net.graph)
+
+
+def test_tiles_cover_the_axis_once_with_real_neighbours():
+    spans = tiling.tiles(80, 32, 4)
+    assert [s for s, _, _ in spans] == [0, 20, 44, 48]   # the last one shifted in, same size
+    kept = [i for _, a, b in spans for i in range(a, b)]
+    assert kept == list(range(80))
+    for start, a, b in spans:
+        assert (a - start >= 4 or start == 0) and (start + 32 - b >= 4 or start + 32 == 80)
+
+
+def test_tiled_upscale_equals_untiled_byte_for_byte():
+    keras.utils.set_random_seed(5)
+    net = es2.compile(sr_x2())
+    image = _image(72, 80, seed=6)  # 2.5x the 32-pixel tiles that keep textures <= 64
+    assert tiling.largest_tile(net.graph, 64) == 32
+    tiled = tiling.run_tiled(net, image, max_size=64)
+    assert tiled.tiles == 3 * 4 and tiled.output.shape == (144, 160, 3)
+    untiled = net.run(image)
+    assert np.array_equal(tiled.output, untiled)
+    emulated = tiling.run_tiled(net, image, 64, run=net.emulate)
+    assert np.array_equal(emulated.output, net.emulate(image))
+    assert np.array_equal(_levels(emulated.output), _levels(untiled))  # llvmpipe = emulator

@@ -1,0 +1,111 @@
+"""Images larger than the GPU's largest texture, run in overlapping tiles.
+
+Every tile's textures fit ``max_size``; neighbouring tiles overlap by the net's receptive
+field (:func:`receptive_field`), and only the part of each tile whose outputs read no pixel
+outside the tile (or read past the image's own edge, as the untiled run does) is kept.  So the
+stitched image equals the untiled run byte for byte: the same shaders read the same texels and
+compute in the same order; only the tile's origin differs.  Nets whose tensors share the input's
+pixel grid (stride-1 'same' convolutions and depth-to-space) can be tiled.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+from workbench import ir
+from workbench.es2 import plan
+
+
+def receptive_field(graph: ir.Graph) -> int:
+    """The radius R in input pixels of what one output pixel reads: output pixel ``o`` (at
+    input pixel ``o // scale``) depends only on input pixels within R of that one, each axis.
+
+    Per tensor: ``step`` (input pixels per tensor pixel) and ``reach`` (in input pixels).  A
+    stride-1 'same' k x k convolution adds ``k // 2`` of its input's pixels; depth-to-space
+    keeps the reach (an output pixel reads its own source pixel) and divides the step; the SR
+    demux's bilinear chroma reads the image one pixel either side.  Raises ValueError for an
+    op that changes the pixel grid otherwise (a stride, 'valid' padding, a dense layer)."""
+    step, reach = {graph.input.name: Fraction(1)}, {graph.input.name: Fraction(0)}
+    for op in graph.ops:
+        if isinstance(op, ir.Conv) and op.stride == 1 and (op.padding == "same" or op.size == 1):
+            step[op.name] = step[op.input]
+            reach[op.name] = max([reach[op.input] + (op.size // 2) * step[op.input]]
+                                 + ([reach[op.residual]] if op.residual else []))
+        elif isinstance(op, ir.DepthToSpace):
+            step[op.name], reach[op.name] = step[op.input] / op.block, reach[op.input]
+            if op.chroma_from:  # bilinear: the two nearest source pixels
+                reach[op.name] = max(reach[op.name], reach[op.chroma_from] + step[op.chroma_from])
+        else:
+            raise ValueError(f"layer {op.name!r}: tiling needs stride-1 'same' convolutions and "
+                             f"depth-to-space; this {type(op).__name__} changes the pixel grid")
+    return math.ceil(reach[graph.output])
+
+
+def largest_tile(graph: ir.Graph, max_size: int) -> int:
+    """The largest input side whose every texture is at most ``max_size`` pixels a side."""
+    probe = 64
+    widest = max(max(w, h) for w, h, _ in plan.textures(graph, (probe, probe)).values())
+    side = max_size * probe // widest  # textures grow in proportion to the input
+    while side > 0 and max(max(w, h) for w, h, _ in plan.textures(graph, (side, side)).values()) > max_size:
+        side -= 1
+    return side
+
+
+def tiles(n: int, side: int, margin: int) -> list[tuple[int, int, int]]:
+    """Along one axis of ``n`` pixels: ``(start, keep_from, keep_to)`` per tile of ``side``
+    pixels (the last may be shifted in, so all have the same size); the tile keeps input
+    pixels ``keep_from .. keep_to - 1``, each at least ``margin`` from an inner tile edge."""
+    if n <= side:
+        return [(0, 0, n)]
+    core = side - 2 * margin
+    if core < 1:
+        raise ValueError(f"tiles of {side} pixels cannot hold the net's receptive field of "
+                         f"{margin} pixels each side; allow larger textures")
+    out = []
+    for keep_from in range(0, n, core):
+        keep_to = min(keep_from + core, n)
+        start = min(max(keep_from - margin, 0), n - side)
+        out.append((start, keep_from, keep_to))
+    return out
+
+
+class Tiled(NamedTuple):
+    output: np.ndarray    # the net's output for the whole image, as ``run`` returns it
+    tiles: int            # runs made (1: the image fitted)
+    seconds: float        # sum of ``net.timings`` over the runs (GPU passes only)
+
+
+def run_tiled(net, image, max_size: int, run=None) -> Tiled:
+    """``net`` on an HxWxC ``image`` in tiles whose textures are at most ``max_size`` pixels a
+    side (one run when the image fits); ``run``: the function to run a tile, default
+    ``net.run`` (``net.emulate`` gives the emulator's tiled result)."""
+    run = run or net.run
+    graph = net.graph
+    image = graph.input_image(image)
+    h, w = image.shape[:2]
+    side = largest_tile(graph, max_size)
+    if side < 1:
+        raise ValueError(f"no input fits textures of {max_size} pixels")
+
+    def gpu_seconds():
+        return sum(net.timings.values()) if run == net.run else 0.0
+
+    if h <= side and w <= side:
+        return Tiled(run(image), 1, gpu_seconds())
+    margin = receptive_field(graph)
+    rows, cols = tiles(h, side, margin), tiles(w, side, margin)
+    th, tw = min(side, h), min(side, w)
+    out, seconds = None, 0.0
+    for y0, ky0, ky1 in rows:
+        for x0, kx0, kx1 in cols:
+            part = run(image[y0:y0 + th, x0:x0 + tw])
+            seconds += gpu_seconds()
+            if out is None:
+                s = part.shape[0] // th  # the net's scale (1 for a same-size output)
+                out = np.empty((h * s, w * s, part.shape[2]), part.dtype)
+            out[ky0 * s:ky1 * s, kx0 * s:kx1 * s] = \
+                part[(ky0 - y0) * s:(ky1 - y0) * s, (kx0 - x0) * s:(kx1 - x0) * s]
+    return Tiled(out, len(rows) * len(cols), seconds)
