@@ -88,6 +88,16 @@ def test_depth_to_space(channels):
     _compare(model, _image(7, 9, channels * 4, seed=3))
 
 
+def test_sr_demux_beyond_1024_output_pixels():
+    """Before: every odd output column from 1024 on was wrong on llvmpipe (up to 255 levels):
+    the demux computed with gl_FragCoord, mediump in GLSL ES 1.00, which Mesa evaluated in fp16."""
+    keras.utils.set_random_seed(5)
+    net = es2.compile(sr_x2())
+    image = _image(2, 520, 3, seed=12)
+    np.testing.assert_array_equal(net.run(image, keep=True)["subpixels"],
+                                  net.emulate(image, keep=True)["subpixels"])
+
+
 def test_luma_input_and_sr_demux():
     # The SR demux: luma of the net + chroma of the input, bilinear (half-pixel centres).
     model = sr_x2()

@@ -120,7 +120,10 @@ def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     b = glsl_float(op.block)
-    body = ["    vec2 o = gl_FragCoord.xy - 0.5;",
+    # gl_FragCoord is mediump in GLSL ES 1.00: Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16,
+    # which misplaced every odd output pixel from x or y = 1024 on; copied to highp first.
+    body = ["    vec2 fc = gl_FragCoord.xy;",
+            "    vec2 o = fc - 0.5;",
             f"    vec2 lr = floor((o + 0.5) / {b});",
             f"    vec2 sub = o - lr * {b};",
             f"    float s = sub.y * {b} + sub.x;",
