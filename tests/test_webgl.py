@@ -115,18 +115,34 @@ def test_export_command_from_a_saved_net(sr, tmp_path):
     ({"max_texture_image_units": 4}, None,
      "pass L3.0 binds 8 textures, but this browser's MAX_TEXTURE_IMAGE_UNITS .* is 4 "
      r"\(simulated by the URL parameter max_texture_image_units"),
-    ({"max_texture_size": 64}, (40, 40),
-     "tensor subpixels would be a 80x80 texture, over this browser's MAX_TEXTURE_SIZE of 64"),
+    ({"max_texture_size": 16}, (30, 30),  # over 16: tiles of 8 pixels, too small to tile
+     "a 30x30 image is over this browser's MAX_TEXTURE_SIZE of 16 .*, and tiles of 8 pixels "
+     "cannot hold the net's receptive field of 4 pixels each side"),
 ])
 def test_page_names_a_missing_limit(sr, params, image, message):
     _, _, directory, _ = sr
     with web.session(directory, **params) as page:
         if image is not None:  # a limit that depends on the image: smaller images still run
             assert page.state == "ready"
-            assert page.run(np.zeros((30, 30, 3)))["output"].shape == (60, 60, 4)
+            assert page.run(np.zeros((8, 8, 3)))["output"].shape == (16, 16, 4)
             with pytest.raises(web.PageError, match=message):
                 page.run(np.zeros((*image, 3)))
         assert page.state == "error" and re.search(message, page.message)
+
+
+def test_page_tiles_an_image_over_its_texture_limit(sr):
+    """An 80x72 image with MAX_TEXTURE_SIZE 64: 32x32 tiles (textures 64), the output 2.5x the
+    limit; the stitched bytes equal the untiled page's (workbench.es2.tiling's rule in JS)."""
+    _, _, directory, _ = sr
+    image = np.random.default_rng(7).integers(0, 256, (72, 80, 3), np.uint8)
+    with web.session(directory) as page:
+        untiled = page.run(image)
+    with web.session(directory, max_texture_size=64) as page:
+        tiled = page.run(image)
+    assert (untiled["tiles"], tiled["tiles"]) == (1, 3 * 4)
+    assert tiled["output"].shape == (144, 160, 4)
+    assert np.array_equal(tiled["input"], untiled["input"])
+    assert np.array_equal(tiled["output"], untiled["output"])
 
 
 def _classifier_images(size=32, count=20):

@@ -18,8 +18,10 @@ classifier's logits are decoded (16-bit fixed point or float) and the softmax is
 URL parameters: ``image=URL`` runs that image on load; ``repeat=N`` times N more runs
 without the per-pass waits (``repeat_ms`` in the result); ``max_texture_size=N``,
 ``max_texture_image_units=N``, ``no_float_textures=1`` and ``no_webgl=1`` make the page act as
-if the browser's limit were that small (to test the messages).  The page reports its state in
-``document.body.dataset.state`` (``loading``, ``ready``, ``running``, ``done``, ``error``), any
+if the browser's limit were that small (to test the messages and the tiling).  An image whose
+textures would exceed MAX_TEXTURE_SIZE runs in overlapping tiles as in
+:mod:`workbench.es2.tiling` (``receptive_field`` in ``webgl.json``; the result's ``tiles``).
+The page reports its state in ``document.body.dataset.state`` (``loading``, ``ready``, ``running``, ``done``, ``error``), any
 message in ``#message``, and the last result as JSON in ``<script id="result">``; its
 ``window.workbench.runUrl(url)`` runs another image and returns the same result object.
 
@@ -44,7 +46,7 @@ from PIL import Image
 
 from workbench import ir
 from workbench.data.images import to_uint8
-from workbench.es2 import plan
+from workbench.es2 import plan, tiling
 from workbench.files import write_folder
 from workbench.web import browser
 
@@ -87,11 +89,15 @@ def page_spec(net, labels=None) -> dict:
     else:
         output = {"kind": "image", "channels": shapes[out.name][2]}
         labels = None
+    try:  # the page runs an image over its texture limit in tiles that overlap this much
+        receptive_field = tiling.receptive_field(graph)
+    except ValueError:
+        receptive_field = None  # not tileable (a stride, 'valid' padding, a dense layer)
     return {"format": "workbench-webgl/1", "name": graph.name,
             "input": {"name": graph.input.name, "channels": graph.input.channels,
                       "rgb": graph.input.rgb, "size": graph.input_size},
             "ops": ops, "output": {"tensor": graph.output, **output}, "labels": labels,
-            "passes": len(net.passes)}
+            "passes": len(net.passes), "receptive_field": receptive_field}
 
 
 def export(net, directory, labels=None, force=False) -> Path:

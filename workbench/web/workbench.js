@@ -12,7 +12,8 @@
  *
  * URL parameters: image=URL; repeat=N (time N more runs without the per-pass waits);
  * max_texture_size=N, max_texture_image_units=N, no_float_textures=1, no_webgl=1 (act as if
- * the browser's limit were that small).
+ * the browser's limit were that small).  An image over MAX_TEXTURE_SIZE runs in overlapping
+ * tiles when webgl.json gives the net's receptive_field (runImage).
  * State in document.body.dataset.state: loading, ready, running, done, error.
  * No framework, no build step, nothing fetched from the network but the files next to the page.
  */
@@ -371,6 +372,91 @@ class Runner {
   }
 }
 
+// --- tiling (as workbench/es2/tiling.py) -----------------------------------------------------
+
+/** The largest input side whose every texture fits MAX_TEXTURE_SIZE and MAX_VIEWPORT_DIMS. */
+function largestTile(spec, limits) {
+  const max = Math.min(limits.textureSize.value, limits.viewport.value);
+  const widest = (side) => Math.max(...Object.values(plan(spec, side, side).textures)
+    .map((t) => Math.max(t.width, t.height)));
+  let side = Math.floor((max * 64) / widest(64)); // textures grow in proportion to the input
+  while (side > 0 && widest(side) > max) side--;
+  return side;
+}
+
+/** Along one axis of n pixels: [start, keepFrom, keepTo] per tile of `side` pixels (the last
+ *  shifted in, so all have one size); kept pixels lie `margin` or more from an inner edge. */
+function tileSpans(n, side, margin) {
+  if (n <= side) return [[0, 0, n]];
+  const core = side - 2 * margin;
+  const spans = [];
+  for (let keepFrom = 0; keepFrom < n; keepFrom += core) {
+    spans.push([Math.min(Math.max(keepFrom - margin, 0), n - side), keepFrom, Math.min(keepFrom + core, n)]);
+  }
+  return spans;
+}
+
+/** RGBA bytes of an image source (ImageBitmap, canvas), rows top first, as ImageData. */
+function imagePixels(source) {
+  const canvas = document.createElement("canvas");
+  [canvas.width, canvas.height] = [source.width, source.height];
+  const ctx = canvas.getContext("2d", { willReadFrequently: true });
+  ctx.drawImage(source, 0, 0);
+  return ctx.getImageData(0, 0, source.width, source.height);
+}
+
+/** Rows y0.. and columns x0.. of RGBA bytes `from` (width fromWidth) into `to` (width toWidth). */
+function copyRect(from, fromWidth, x0, y0, to, toWidth, x1, y1, width, height) {
+  for (let y = 0; y < height; y++) {
+    const start = ((y0 + y) * fromWidth + x0) * 4;
+    to.set(from.subarray(start, start + width * 4), ((y1 + y) * toWidth + x1) * 4);
+  }
+}
+
+/** runner.run on `source`, in overlapping tiles when its textures would exceed the browser's
+ *  limits and the net can be tiled (spec.receptive_field); the stitched output has the untiled
+ *  run's bytes.  Adds size, outSize ([h, w] of input and output) and tiles to the result. */
+function runImage(runner, source, limits, fences = true) {
+  const { spec } = runner.net;
+  const margin = spec.receptive_field;
+  const side = margin === null || margin === undefined ? Infinity : largestTile(spec, limits);
+  if (source.height <= side && source.width <= side) {
+    const run = runner.run(source, limits, fences);
+    return { ...run, size: runner.size, outSize: runner.shapes[spec.output.tensor].slice(0, 2), tiles: 1 };
+  }
+  if (side - 2 * margin < 1) {
+    const lim = limits.textureSize;
+    throw new LimitError(`a ${source.width}x${source.height} image is over this browser's ${lim.name} of `
+      + `${lim.value}${lim.note}, and tiles of ${side} pixels cannot hold the net's receptive field of `
+      + `${margin} pixels each side; use a smaller image.`);
+  }
+  const [H, W] = [source.height, source.width];
+  const [th, tw] = [Math.min(side, H), Math.min(side, W)];
+  const pixels = imagePixels(source).data;
+  const tile = new ImageData(tw, th);
+  let output = null;
+  let scale = 1;
+  const passes = new Map();
+  let runMs = 0;
+  let tiles = 0;
+  for (const [y0, ky0, ky1] of tileSpans(H, side, margin)) {
+    for (const [x0, kx0, kx1] of tileSpans(W, side, margin)) {
+      copyRect(pixels, W, x0, y0, tile.data, tw, 0, 0, tw, th);
+      const run = runner.run(tile, limits, fences);
+      if (!output) {
+        scale = runner.shapes[spec.output.tensor][0] / th;
+        output = new Uint8Array(H * scale * W * scale * 4);
+      }
+      copyRect(run.output, tw * scale, (kx0 - x0) * scale, (ky0 - y0) * scale, output, W * scale,
+        kx0 * scale, ky0 * scale, (kx1 - kx0) * scale, (ky1 - ky0) * scale);
+      for (const [name, ms] of run.passes) passes.set(name, (passes.get(name) || 0) + ms);
+      runMs += run.runMs;
+      tiles++;
+    }
+  }
+  return { input: pixels, output, passes: [...passes], runMs, size: [H, W], outSize: [H * scale, W * scale], tiles };
+}
+
 // --- outputs ----------------------------------------------------------------------------------
 
 /** Logits from the stored dense output: two values per texel, 16-bit fixed point in byte pairs
@@ -522,18 +608,18 @@ async function runBlob(blob, name = "image") {
     const bitmap = await createImageBitmap(blob, { premultiplyAlpha: "none", colorSpaceConversion: "none" });
     const { spec } = page.net;
     const { source, note } = fitToInput(bitmap, spec.input.size);
-    const run = page.runner.run(source, page.limits);
+    const run = runImage(page.runner, source, page.limits);
     const repeat = Number(page.params.get("repeat") || 0); // runs without the per-pass waits
-    const repeatMs = Array.from({ length: repeat }, () => page.runner.run(source, page.limits, false).runMs);
-    const [height, width] = page.runner.size;
+    const repeatMs = Array.from({ length: repeat }, () => runImage(page.runner, source, page.limits, false).runMs);
+    const [height, width] = run.size;
     const result = {
       kind: spec.output.kind, name, passes: run.passes, run_ms: run.runMs,
       total_ms: run.passes.reduce((a, [, ms]) => a + ms, 0), compile_ms: page.runner.compileMs,
-      renderer: page.limits.renderer, input_width: width, input_height: height,
+      renderer: page.limits.renderer, input_width: width, input_height: height, tiles: run.tiles,
     };
     if (repeat) result.repeat_ms = repeatMs;
     if (spec.output.kind === "image") {
-      const [h, w] = page.runner.shapes[spec.output.tensor];
+      const [h, w] = run.outSize;
       const scale = w / width;
       const bicubic = bicubicUpscale(run.input, width, height, scale);
       Object.assign(result, { width: w, height: h, output: base64(run.output), bicubic: base64(bicubic), input: base64(run.input) });
