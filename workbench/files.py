@@ -145,7 +145,7 @@ def write_folder(path, contents: dict, force=False) -> Path:
             elif isinstance(content, bytes):
                 target.write_bytes(content)
             elif target.suffix == ".json":
-                target.write_text(_json_text(content))
+                target.write_text(json_text(content))
             elif target.suffix == ".npy":
                 np.save(target, content)
             elif target.suffix == ".npz":
@@ -165,10 +165,11 @@ def _saved_net(path):
 
 def write_json(path, obj):
     """Write ``obj`` as indented JSON, atomically."""
-    write_text(path, _json_text(obj))
+    write_text(path, json_text(obj))
 
 
-def _json_text(obj):
+def json_text(obj) -> str:
+    """``obj`` as the workbench writes JSON files: indented, numpy scalars as numbers."""
     return json.dumps(obj, indent=2, default=_to_builtin) + "\n"
 
 

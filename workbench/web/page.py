@@ -45,12 +45,12 @@ from PIL import Image
 from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import plan
-from workbench.files import write_folder
+from workbench.files import json_text, write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js")
 LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "no_float_textures", "no_webgl")
-PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat",)
+PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat", "check")
 
 
 class PageError(RuntimeError):
@@ -91,17 +91,26 @@ def page_spec(net, labels=None) -> dict:
             "input": {"name": graph.input.name, "channels": graph.input.channels,
                       "rgb": graph.input.rgb, "size": graph.input_size},
             "ops": ops, "output": {"tensor": graph.output, **output}, "labels": labels,
-            "passes": len(net.passes)}
+            "passes": len(net.passes), "check": None}
 
 
-def export(net, directory, labels=None, force=False) -> Path:
+def export(net, directory, labels=None, force=False, check_model=None) -> Path:
     """Write the page for ``net`` into the folder ``directory``, all at once (see the module
     docstring); returns the path of ``index.html``.  ``labels``: class names of a classifier's
-    outputs.  A folder the workbench did not write is replaced only with ``force`` (see
-    :func:`workbench.files.write_folder`)."""
+    outputs.  ``check_model``: the net's Keras model, to embed the self-check (test inputs,
+    TF's outputs, the emulator's bytes; :mod:`workbench.web.check`).  A folder the workbench
+    did not write is replaced only with ``force`` (see :func:`workbench.files.write_folder`)."""
     web = resources.files("workbench") / "web"
     page = {name: (web / name).read_bytes() for name in PAGE_FILES}
-    files = {**net.files(), "webgl.json": page_spec(net, labels), **page}
+    files = net.files()
+    files["manifest.json"] = json_text(files["manifest.json"])  # the bytes check.json hashes
+    spec = page_spec(net, labels)
+    if check_model is not None:
+        from workbench.web.check import check_files
+
+        files.update(check_files(net, check_model, files["manifest.json"]))
+        spec["check"] = "check.json"
+    files.update({"webgl.json": spec, **page})
     return write_folder(directory, files, force) / "index.html"
 
 
@@ -153,6 +162,17 @@ class Session:
         if self.wait() == "error":
             raise PageError(self.message)
         return decode_result(json.loads(self.page.text_content("#result")))
+
+    def device_report(self, timeout=120_000) -> dict:
+        """The self-check's device report (``?check=1``, or run now if the page has not run
+        it; see :mod:`workbench.web.check`), as the page made it (JSON object)."""
+        if self.wait() == "ready":
+            self.page.evaluate("window.workbench.deviceReport || window.workbench.runCheck()")
+        self.page.wait_for_function("window.workbench.deviceReport !== null || "
+                                    "document.body.dataset.state === 'error'", timeout=timeout)
+        if self.state == "error":
+            raise PageError(self.message)
+        return self.page.evaluate("window.workbench.deviceReport")
 
     def run(self, image) -> dict:
         """Run an HxWx3 image (float [0, 1] or uint8; sent as a PNG data URL); the decoded
