@@ -649,7 +649,7 @@ function deviceInfo(gl) {
 /** One report entry, as check.py input_entry: PSNR vs TF on the first `channels` channels
  *  ([0, 1] scale, peak 1) or the logits against TF's; share of bytes equal to the emulator. */
 function checkEntry(item, output, check, runner) {
-  const [h, w] = runner.shapes[runner.net.spec.output.tensor];
+  const { width: w, height: h } = runner.textures.get(textureKey(runner.net.spec.output.tensor, 0));
   const entry = { name: item.name, width: w, height: h };
   if (check.kind === "logits") {
     const { logits } = decodeLogits(output, runner.net.spec.output);
