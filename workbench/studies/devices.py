@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ def summary_rows(reports) -> list[dict]:
         else:
             psnrs = [e["psnr_vs_tf"] for e in entries]
             row["min PSNR vs TF dB"] = min(float("inf") if v is None else v for v in psnrs)
-        row["min bytes = emulator %"] = 100 * min(float(e["bytes_equal_emulator"]) for e in entries)
+        row["min bytes = emulator %"] = f"{100 * min(e['bytes_equal_emulator'] for e in entries):.4f}"
         rows.append(row)
     return rows
 
@@ -135,10 +136,12 @@ def figure(result):
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(5 + 1.2 * n, 1.5 + 0.7 * n),
                                  gridspec_kw={"width_ratios": [1, 1]})
     im = ax.imshow(shown, cmap="viridis", vmin=min(float(np.nanmin(shown)), 40), vmax=top)
+    low = im.norm.vmin
     for i in range(n):
         for j in range(n):
             text = "identical" if table[i][j] is None else f"{values[i, j]:.1f}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="w")
+            ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                    color="k" if shown[i, j] > (low + top) / 2 else "w")
     short = [f"{i + 1}" for i in range(n)]
     ax.set_xticks(range(n), short)
     ax.set_yticks(range(n), short)
@@ -147,7 +150,8 @@ def figure(result):
     fig.colorbar(im, ax=ax, fraction=0.046)
     ms = [row["passes ms"] for row in result["rows"]]
     bx.barh(range(n), ms, color="tab:blue")
-    bx.set_yticks(range(n), [f"{i + 1}: {name[:45]}" for i, name in enumerate(names)], fontsize=8)
+    bx.set_yticks(range(n), [textwrap.shorten(f"{i + 1}: {name}", 90).replace(", ", ",\n", 1)
+                             for i, name in enumerate(names)], fontsize=7)
     bx.invert_yaxis()
     bx.set_xlabel("all passes, ms (first input)")
     fig.tight_layout()

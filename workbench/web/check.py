@@ -13,6 +13,27 @@ of the stored output texture the net defines; all 4 for logits) and ``inputs``: 
 ``width``, ``height`` (the input) and three raw files, ``input`` (uint8 HxWx4 RGBA, rows top
 first, alpha 255), ``tf`` (float32, little-endian: HxWxC in [0, 1], or the logits) and
 ``expected`` (uint8, the emulator's stored output texture, HxWx4).
+
+The device report (JSON), written by the page (source ``webgl``), :func:`moderngl_report`
+(``moderngl``) and the bundle runner (``bundle``)::
+
+    {"format": "workbench-device-report/1", "source": "webgl" | "bundle" | "moderngl",
+     "model": graph name, "model_sha256": sha256 of the manifest.json bytes run,
+     "output_channels": int,   # channels of the stored output compared (3 RGB; 4 for logits)
+     "device": {"vendor", "renderer", "version", "shading_language_version": str,
+                "unmasked_vendor", "unmasked_renderer": str | null,  # WEBGL_debug_renderer_info
+                "precision": {"highp" | "mediump": {"rangeMin", "rangeMax", "precision": int}},
+                "limits": {"MAX_TEXTURE_SIZE", "MAX_TEXTURE_IMAGE_UNITS", "MAX_VARYING_VECTORS",
+                           "MAX_FRAGMENT_UNIFORM_VECTORS", "MAX_RENDERBUFFER_SIZE": int}},
+     "user_agent": str | null,
+     "compile_ms": float,      # every program compiled, linked and drawn once
+     "first_draw_ms": float,   # the first run of the first input, upload to read-back
+     "passes": [[pass name, ms], ...],  # first input, a later run, each pass until it finished
+     "inputs": [{"name", "width", "height" (the output texture),
+                 "psnr_vs_tf": dB over output_channels, [0, 1] scale, peak 1 (null: equal),
+                 # or, a classifier: "logits": [...], "max_abs_logit_diff_vs_tf", "top1_equal_tf"
+                 "bytes_equal_emulator": share in [0, 1] of the output texture's bytes,
+                 "output": base64 of the output texture, uint8 HxWx4 RGBA, rows top first}]}
 """
 from __future__ import annotations
 

@@ -15,6 +15,12 @@ The page mirrors :mod:`workbench.es2.runner` / :mod:`workbench.gl.fragment`: one
 (``u_in_size``, ``u_out_size``, ``u_pad``), the output read back with ``readPixels``; a
 classifier's logits are decoded (16-bit fixed point or float) and the softmax is computed in JS.
 
+With ``check_model`` (``export-web --check``) it also embeds the self-check of
+:mod:`workbench.web.check` (``check.json`` and its ``check.*.bin`` files; ``webgl.json``
+``check`` names it): ``check=1`` or the page's button runs it and shows, offers for download
+and puts in ``<script id="result">`` and ``window.workbench.deviceReport`` the device report
+(:meth:`Session.device_report`).
+
 URL parameters: ``image=URL`` runs that image on load; ``repeat=N`` times N more runs
 without the per-pass waits (``repeat_ms`` in the result); ``max_texture_size=N``,
 ``max_texture_image_units=N``, ``no_float_textures=1`` and ``no_webgl=1`` make the page act as
