@@ -38,8 +38,12 @@ LIMITS = ("MAX_TEXTURE_SIZE", "MAX_TEXTURE_IMAGE_UNITS", "MAX_VARYING_VECTORS",
           "MAX_FRAGMENT_UNIFORM_VECTORS", "MAX_RENDERBUFFER_SIZE")
 
 
-def _page_report(directory):
-    with web.session(directory, check=1) as page:
+def _page_report(directory, button=False):
+    """The device report of the page in ``directory``: from ``?check=1``, or its button."""
+    with web.session(directory, **({} if button else {"check": 1})) as page:
+        if button:
+            assert page.state == "ready" and page.page.is_visible("#check-run")
+            page.page.click("#check-run")
         report = page.device_report()
         table = page.page.inner_text("#check-table")
         link = page.page.get_attribute("#check-download", "href")
@@ -71,7 +75,7 @@ def classifier_page(tmp_path_factory):
     net = es2.compile(model)
     directory = tmp_path_factory.mktemp("classifier_check")
     web.export(net, directory, check_model=model)
-    return model, net, directory, _page_report(directory)
+    return model, net, directory, _page_report(directory, button=True)
 
 
 def _stored(entry):

@@ -13,8 +13,14 @@ from pathlib import Path
 
 from workbench.files import PROFILE_ENV, figures_dir, write_text
 from workbench.nets import superres
-from workbench.studies import (activation_study, conv_algorithms, deploy, devices, shuffle,
-                               sr_ablation)
+from workbench.studies import (
+    activation_study,
+    conv_algorithms,
+    deploy,
+    devices,
+    shuffle,
+    sr_ablation,
+)
 
 # (title, the notebook that writes the results, the study function that reports them)
 SECTIONS = [

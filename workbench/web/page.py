@@ -172,7 +172,7 @@ class Session:
     def device_report(self, timeout=120_000) -> dict:
         """The self-check's device report (``?check=1``, or run now if the page has not run
         it; see :mod:`workbench.web.check`), as the page made it (JSON object)."""
-        if self.wait() == "ready":
+        if self.wait() in ("ready", "done"):  # not run yet, or an image run last
             self.page.evaluate("window.workbench.deviceReport || window.workbench.runCheck()")
         self.page.wait_for_function("window.workbench.deviceReport !== null || "
                                     "document.body.dataset.state === 'error'", timeout=timeout)
