@@ -150,7 +150,7 @@ def figure(result):
     fig.colorbar(im, ax=ax, fraction=0.046)
     ms = [row["passes ms"] for row in result["rows"]]
     bx.barh(range(n), ms, color="tab:blue")
-    bx.set_yticks(range(n), [textwrap.shorten(f"{i + 1}: {name}", 90).replace(", ", ",\n", 1)
+    bx.set_yticks(range(n), [textwrap.fill(f"{i + 1}: {name}", 40, max_lines=3)
                              for i, name in enumerate(names)], fontsize=7)
     bx.invert_yaxis()
     bx.set_xlabel("all passes, ms (first input)")
