@@ -32,11 +32,11 @@ def run_bundle(directory, *args):
     site module the venv's editable install of the workbench is not on it either."""
     paths = {str(Path(m.__file__).resolve().parents[1]) for m in (np, OpenGL)}
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths)}
-    probe = subprocess.run([sys.executable, "-S", "-c", "import workbench"], cwd=directory,
-                           env=env, capture_output=True, text=True)
+    probe = subprocess.run([sys.executable, "-S", "-c", "import workbench"], check=False,
+                           cwd=directory, env=env, capture_output=True, text=True)
     assert "No module named 'workbench'" in probe.stderr
-    return subprocess.run([sys.executable, "-S", "run.py", *args], cwd=directory, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-S", "run.py", *args], check=False, cwd=directory,
+                          env=env, capture_output=True, text=True, timeout=600)
 
 
 def bundled(model, directory, *args):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Replay a workbench bundle on an OpenGL ES 2.0 GPU and check its bytes (``run.py``).
 
 A bundle (``python -m workbench bundle --model M --out DIR``) holds an ES 2.0 net's shaders
@@ -6,16 +5,18 @@ A bundle (``python -m workbench bundle --model M --out DIR``) holds an ES 2.0 ne
 numpy emulator predicts and TensorFlow's float output (``checks/``).  This script needs only
 Python 3, numpy and PyOpenGL with an EGL + OpenGL ES 2.0 driver: no TensorFlow, no workbench.
 
-On a Raspberry Pi (Raspberry Pi OS, the default KMS driver vc4/v3d: Mesa):
+On a Raspberry Pi (Raspberry Pi OS with its default KMS driver, Mesa vc4 on a Pi 0-3 or v3d
+on a Pi 4/5; the old closed Broadcom driver of /opt/vc is not supported):
 
     sudo apt install python3-numpy python3-opengl libegl1 libgles2
     python3 run.py                       # prints a table, writes report.json
     python3 run.py --threshold 1.0 --report pi3.json
 
 Elsewhere: ``pip install numpy pyopengl`` and the system's EGL/GLES libraries (Mesa:
-libegl1, libgles2).  Headless, Mesa may need ``EGL_PLATFORM=surfaceless``; the script tries
-the surfaceless platform (EGL_MESA_platform_surfaceless) first, then the default display, and
-renders into framebuffers (no window; a 1x1 pbuffer where surfaceless contexts are missing).
+libegl1, libgles2).  No window or X server is needed: the script asks for Mesa's
+surfaceless platform (EGL_MESA_platform_surfaceless), else the default display (there
+``EGL_PLATFORM=surfaceless`` may help), and renders into framebuffers (with a 1x1 pbuffer
+current where EGL lacks surfaceless contexts).
 
 It compiles every program, runs each test input as the workbench runs it (one RGBA8 texture
 per pack of 4 channels, CLAMP_TO_EDGE, filter as bound; a fullscreen quad per pass; the
@@ -24,6 +25,13 @@ with the emulator's bytes (share equal) and TF's output (PSNR, or the logits of 
 classifier).  Writes a device report (``workbench-device-report/1``, source ``bundle``) for
 ``python -m workbench devices``.  Exit status 1 when an input's share of bytes equal to the
 emulator is below ``--threshold``.
+
+``first_draw_ms`` includes the driver's own shader translation, which Mesa does at the first
+draw and keeps in its on-disk cache: a second run is much faster (set
+``MESA_SHADER_CACHE_DISABLE=true`` to time a cold start).  A classifier's output is its 16-bit
+fixed-point logits texture (a few bytes), where one logit a step (1/256) off the emulator's
+costs one or two bytes of a handful: judge it by ``top1_equal_tf`` and
+``max_abs_logit_diff_vs_tf`` too (``--threshold 0`` to only report).
 """
 import argparse
 import base64
@@ -38,8 +46,8 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")  # before OpenGL is imported
-from OpenGL import EGL  # noqa: E402
-from OpenGL import GLES2 as gl  # noqa: E402
+from OpenGL import EGL
+from OpenGL import GLES2 as gl
 
 HERE = Path(__file__).resolve().parent
 EGL_PLATFORM_SURFACELESS_MESA = 0x31DD
@@ -48,21 +56,33 @@ LIMITS = ("MAX_TEXTURE_SIZE", "MAX_TEXTURE_IMAGE_UNITS", "MAX_VARYING_VECTORS",
           "MAX_FRAGMENT_UNIFORM_VECTORS", "MAX_RENDERBUFFER_SIZE")
 
 
-def egl_context():
-    """A current OpenGL ES 2.0 context without a window; returns how it was made."""
-    display, platform = None, "default"
+def egl_display():
+    """An initialised EGL display: Mesa's surfaceless platform if offered, else the default;
+    returns (display, platform, EGL version)."""
     try:
         client = EGL.eglQueryString(EGL.EGL_NO_DISPLAY, EGL.EGL_EXTENSIONS) or b""
     except EGL.EGLError:  # EGL 1.4 without client extensions
         client = b""
+    candidates = [("default", lambda: EGL.eglGetDisplay(EGL.EGL_DEFAULT_DISPLAY))]
     if b"EGL_MESA_platform_surfaceless" in client:
-        display, platform = EGL.eglGetPlatformDisplayEXT(
-            EGL_PLATFORM_SURFACELESS_MESA, EGL.EGL_DEFAULT_DISPLAY, None), "surfaceless"
-    if not display:
-        display, platform = EGL.eglGetDisplay(EGL.EGL_DEFAULT_DISPLAY), "default"
-    major, minor = EGL.EGLint(), EGL.EGLint()
-    if not EGL.eglInitialize(display, ctypes.pointer(major), ctypes.pointer(minor)):
-        sys.exit("error: eglInitialize failed (no EGL driver? try EGL_PLATFORM=surfaceless)")
+        from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
+        candidates.insert(0, ("surfaceless", lambda: eglGetPlatformDisplayEXT(
+            EGL_PLATFORM_SURFACELESS_MESA, EGL.EGL_DEFAULT_DISPLAY, None)))
+    for platform, get in candidates:
+        major, minor = EGL.EGLint(), EGL.EGLint()
+        try:
+            display = get()
+            if display and EGL.eglInitialize(display, ctypes.pointer(major), ctypes.pointer(minor)):
+                return display, platform, f"{major.value}.{minor.value}"
+        except EGL.EGLError:
+            continue
+    sys.exit("error: no EGL display could be initialised (headless Mesa: set "
+             "EGL_PLATFORM=surfaceless; a Raspberry Pi: use the KMS driver, vc4/v3d)")
+
+
+def egl_context():
+    """A current OpenGL ES 2.0 context without a window; returns how it was made."""
+    display, platform, version = egl_display()
     attributes = (EGL.EGLint * 5)(EGL.EGL_RENDERABLE_TYPE, EGL.EGL_OPENGL_ES2_BIT,
                                   EGL.EGL_SURFACE_TYPE, EGL.EGL_PBUFFER_BIT, EGL.EGL_NONE)
     config, count = EGL.EGLConfig(), EGL.EGLint()
@@ -78,7 +98,7 @@ def egl_context():
             EGL.EGL_WIDTH, 1, EGL.EGL_HEIGHT, 1, EGL.EGL_NONE))
     if not EGL.eglMakeCurrent(display, surface, surface, context):
         sys.exit("error: eglMakeCurrent failed")
-    return {"platform": platform, "version": f"{major.value}.{minor.value}",
+    return {"platform": platform, "version": version,
             "surface": "none" if surface == EGL.EGL_NO_SURFACE else "pbuffer"}
 
 
@@ -279,7 +299,7 @@ def main(argv=None):
         vs_tf = e["top1_equal_tf"] if output["kind"] == "logits" else (
             "identical" if e["psnr_vs_tf"] is None else f"{e['psnr_vs_tf']:.2f}")
         print(f"{e['name']:24} {e['width']:>4}x{e['height']:<4} "
-              f"{100 * e['bytes_equal_emulator']:>19.3f} {str(vs_tf):>14}")
+              f"{100 * e['bytes_equal_emulator']:>19.3f} {vs_tf!s:>14}")
     worst = min(e["bytes_equal_emulator"] for e in inputs)
     print(f"{args.report}: written; bytes equal to the emulator: worst "
           f"{100 * worst:.3f} % ({'ok' if worst >= threshold else 'BELOW'} threshold "
