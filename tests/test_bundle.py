@@ -95,7 +95,8 @@ def test_classifier_bundle_decodes_the_logits(tmp_path):
         assert np.abs(emulated - es2.net.output_values(net.graph, out)).max() <= 1 / 256
         logits = es2.net.output_values(net.graph, out)
         np.testing.assert_array_equal(entry["logits"], logits)
-        assert entry["max_abs_logit_diff_vs_tf"] == pytest.approx(np.abs(logits - check["tf"]).max())
+        diff = np.abs(logits - check["tf"]).max()
+        assert entry["max_abs_logit_diff_vs_tf"] == pytest.approx(diff)
         assert entry["top1_equal_tf"] == (np.argmax(logits) == np.argmax(check["tf"]))
         np.testing.assert_allclose(check["tf"], model(image[None]).numpy()[0], atol=1e-5)
 
@@ -130,7 +131,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     (users / "notes.txt").write_text("mine")
     assert main(["bundle", "--model", str(tmp_path / "m.keras"), "--out", str(users)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "not written by the workbench" in err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "not written by the workbench" in err
     assert [p.name for p in users.iterdir()] == ["notes.txt"]
     assert main(["bundle", "--model", str(tmp_path / "m.keras"), "--out", str(users),
                  "--force"]) == 0

@@ -103,11 +103,12 @@ def files(net, model, inputs=None, threshold=None) -> dict:
     sizes = {image.shape[:2] for _, image in inputs}
     if len(sizes) != 1:
         raise ValueError(f"bundle inputs: all must have one size, got {sorted(sizes)}")
-    contents = {**net.files(), "run.py": (resources.files("workbench") / "es2" / RUNNER).read_bytes()}
-    entries = []
+    runner = (resources.files("workbench") / "es2" / RUNNER).read_bytes()
+    contents, entries = {**net.files(), "run.py": runner}, []
     for name, image in inputs:
         image = graph.input_image(image)
-        entry = {"name": name, **{k: f"checks/{name}.{k}.npy" for k in ("input", "expected", "tf")}}
+        entry = {"name": name, **{k: f"checks/{name}.{k}.npy"
+                                  for k in ("input", "expected", "tf")}}
         contents[entry["input"]] = emulate.to_packs(image, opaque=graph.input.rgb)
         contents[entry["expected"]] = net.emulate(image, keep=True)[graph.output]
         contents[entry["tf"]] = tf_output(model, graph, image)

@@ -287,7 +287,9 @@ def main(argv=None):
               "device": device, "user_agent": None, "egl": egl,
               "compile_ms": net.compile_ms, "first_draw_ms": first_draw_ms,
               "passes": passes, "inputs": inputs}
-    Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
+    partial = Path(args.report + ".partial")
+    partial.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(partial, args.report)  # a whole report or none
 
     print(f"{device['renderer']} ({device['version']}), EGL {egl['version']} "
           f"{egl['platform']}; highp: {device['precision']['highp']['precision']} bits")
