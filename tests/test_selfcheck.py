@@ -30,6 +30,7 @@ from workbench.nets import classify  # noqa: E402
 from workbench.nets.models import dogs_classifier, sr_x2  # noqa: E402
 from workbench.run import report as run_report  # noqa: E402
 from workbench.studies import devices  # noqa: E402
+from workbench.es2 import bundle  # noqa: E402
 from workbench.web import check  # noqa: E402
 
 pytestmark = pytest.mark.gl
@@ -110,7 +111,7 @@ def test_sr_page_report_matches_python(sr_page):
         assert out.shape == (2 * image.shape[0], 2 * image.shape[1], 4)
         tf = np.fromfile(directory / item["tf"], "<f4").reshape(*out.shape[:2], 3)
         # the embedded TF output is the Keras model's, and the expected bytes the emulator's
-        np.testing.assert_allclose(tf, check.tf_output(model, net, image / np.float32(255)),
+        np.testing.assert_allclose(tf, bundle.tf_output(model, net.graph, image / np.float32(255)),
                                    atol=1e-6)
         expected = np.fromfile(directory / item["expected"], np.uint8).reshape(out.shape)
         assert np.array_equal(expected, net.emulate(image / np.float32(255), keep=True)[

@@ -74,6 +74,21 @@ def _devices(args):
     return 0
 
 
+def _bundle(args):
+    from workbench import es2
+    from workbench.es2 import bundle
+    from workbench.nets.models import reference_sr
+    net, model = es2.load_net(args.model or reference_sr(), args.precision)
+    if model is None:
+        raise ValueError(f"--model {args.model}: a saved shader folder has no Keras model; the "
+                         "bundle needs the .keras file (for TensorFlow's outputs)")
+    out = bundle.bundle(net, model, args.out, threshold=args.threshold, force=args.force)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"{out}: {len(net.passes)} passes, {size / 1e6:.2f} MB. On the device:\n"
+          f"  python3 {out / 'run.py'}   # needs numpy, PyOpenGL, EGL + OpenGL ES 2.0")
+    return 0
+
+
 def _bench(args):
     from workbench.studies import bench
     if args.what == "sr":
@@ -160,6 +175,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for devices.md, devices.json and the figure (default: "
                    "the figures folder, figures/ or figures/<profile>)")
     p.set_defaults(func=_devices)
+
+    p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
+                            "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
+                            "against the emulator's bytes and TensorFlow's outputs")
+    p.add_argument("--model", help=".keras model (default: the SR reference checkpoint, "
+                   "models/sr_x2_reference.keras)")
+    p.add_argument("--out", required=True, help="folder to write the bundle into (replaced "
+                   "whole; a non-empty folder the workbench did not write needs --force)")
+    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
+                   "did not write it")
+    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    p.add_argument("--threshold", type=float, help="run.py's default least share of output "
+                   "bytes equal to the emulator's for exit status 0 (default 0.999)")
+    p.set_defaults(func=_bundle)
 
     p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "

@@ -46,50 +46,12 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
+from workbench.data.images import to_uint8
+from workbench.es2 import bundle
 
 CHECK_FORMAT = "workbench-check/1"
 REPORT_FORMAT = "workbench-device-report/1"
 CHECK_SIZE = (32, 32)  # (height, width) of the test inputs of a net without a fixed size
-
-
-def check_inputs(net, count=2) -> list[tuple[str, np.ndarray]]:
-    """``count`` test inputs of the net's input size (else :data:`CHECK_SIZE`), uint8 HxWx3:
-    centre crops of the first Set5 images when the data root has Set5, else deterministic
-    synthetic images (gradients, rings and noise)."""
-    from workbench.data import datasets, images
-
-    hw = tuple(net.graph.input_size or CHECK_SIZE)
-    root = datasets.data_root()
-    if root is not None and (root / "sr" / "Set5").is_dir():
-        found = datasets.sr_images("Set5", limit=count).images
-        return [(f"{name}_crop", images.to_uint8(_centre(img, hw))) for name, img in found]
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:hw[0], 0:hw[1]] / max(hw)
-    out = []
-    for i in range(count):
-        rings = 0.5 + 0.5 * np.cos(40 * (i + 1) * ((y - 0.5) ** 2 + (x - 0.4) ** 2))
-        img = np.stack([x, rings, 1 - y], -1) * 0.8 + 0.2 * rng.random((*hw, 3))
-        out.append((f"synthetic{i}", images.to_uint8(img)))
-    return out
-
-
-def _centre(img, hw):
-    top, left = (img.shape[0] - hw[0]) // 2, (img.shape[1] - hw[1]) // 2
-    if min(top, left) < 0:
-        raise ValueError(f"a test image of {img.shape[1]}x{img.shape[0]} is smaller than the "
-                         f"net's input {hw[1]}x{hw[0]}")
-    return img[top:top + hw[0], left:left + hw[1]]
-
-
-def tf_output(model, net, image) -> np.ndarray:
-    """TensorFlow's float output for an HxWx3 float image: a luma SR net through
-    :func:`workbench.nets.superres.upscale` (unrounded), else the model itself (logits or an
-    HxWxC image)."""
-    from workbench.nets import superres
-
-    if net.graph.input.rgb and model.input_shape[-1] == 1:
-        return superres.upscale(model, image, rounded=False)
-    return np.asarray(model(image[None].astype(np.float32), training=False))[0].astype(np.float32)
 
 
 def output_kind(net) -> tuple[str, int]:
@@ -104,12 +66,12 @@ def check_files(net, model, manifest_text: str) -> dict:
     docstring); ``manifest_text``: the ``manifest.json`` the page is exported with."""
     kind, channels = output_kind(net)
     files, inputs = {}, []
-    for name, image in check_inputs(net):
+    for name, x in bundle.test_images(net.graph, size=CHECK_SIZE):
+        image = to_uint8(x)
         rgba = np.concatenate([image, np.full((*image.shape[:2], 1), 255, np.uint8)], -1)
-        x = image.astype(np.float32) / 255
         stem = f"check.{name}"
         files[f"{stem}.input.bin"] = rgba.tobytes()
-        files[f"{stem}.tf.bin"] = tf_output(model, net, x).astype("<f4").tobytes()
+        files[f"{stem}.tf.bin"] = bundle.tf_output(model, net.graph, x).astype("<f4").tobytes()
         files[f"{stem}.expected.bin"] = stored_output(net.emulate(x, keep=True), net).tobytes()
         inputs.append({"name": name, "width": image.shape[1], "height": image.shape[0],
                        **{k: f"{stem}.{k}.bin" for k in ("input", "tf", "expected")}})
