@@ -2,6 +2,9 @@
 import sys
 
 from workbench.run.cli import main
+from workbench.run.quiet import filtered_stderr
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with filtered_stderr():  # TensorFlow's start-up lines, here and in the notebook kernels
+        code = main()
+    sys.exit(code)

@@ -127,8 +127,9 @@ def _check_replaceable(path, force):
 
 def write_folder(path, contents: dict, force=False) -> Path:
     """Write a folder of files at once (:func:`atomic_dir`): ``contents`` maps each file name
-    to its content, text (``str``), ``bytes``, or by the name's extension a JSON-able object
-    (``.json``), a numpy array (``.npy``) or a dict of arrays (``.npz``).
+    (``"sub/name"`` in a subfolder) to its content, text (``str``), ``bytes``, or by the
+    name's extension a JSON-able object (``.json``), a numpy array (``.npy``) or a dict of
+    arrays (``.npz``).
 
     An existing ``path`` is replaced as :func:`atomic_dir` says; a net saved before folders
     carried the marker (a ``manifest.json`` whose ``format`` starts with ``workbench-``)
@@ -140,12 +141,13 @@ def write_folder(path, contents: dict, force=False) -> Path:
     with atomic_dir(path, force=force or _saved_net(path)) as stage:
         for name, content in contents.items():
             target = stage / name
+            target.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, str):
                 target.write_text(content)
             elif isinstance(content, bytes):
                 target.write_bytes(content)
             elif target.suffix == ".json":
-                target.write_text(_json_text(content))
+                target.write_text(json_text(content))
             elif target.suffix == ".npy":
                 np.save(target, content)
             elif target.suffix == ".npz":
@@ -165,10 +167,11 @@ def _saved_net(path):
 
 def write_json(path, obj):
     """Write ``obj`` as indented JSON, atomically."""
-    write_text(path, _json_text(obj))
+    write_text(path, json_text(obj))
 
 
-def _json_text(obj):
+def json_text(obj) -> str:
+    """``obj`` as the workbench writes JSON files: indented, numpy scalars as numbers."""
     return json.dumps(obj, indent=2, default=_to_builtin) + "\n"
 
 

@@ -8,6 +8,8 @@ replies on stdout).  This module must never import TensorFlow or Keras.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import pickle
 import signal
@@ -30,8 +32,19 @@ class Worker:
         self.by_id = []      # (program, vao) in the order compile() returned their ids
         self.textures = {}   # key -> (texture, framebuffer)
 
+    LIMITS = ("GL_MAX_TEXTURE_SIZE", "GL_MAX_TEXTURE_IMAGE_UNITS", "GL_MAX_VARYING_VECTORS",
+              "GL_MAX_FRAGMENT_UNIFORM_VECTORS", "GL_MAX_RENDERBUFFER_SIZE")
+
     def info(self):
-        return {k: self.ctx.info[k] for k in ("GL_RENDERER", "GL_VERSION", "GL_MAX_TEXTURE_SIZE")}
+        """GL_VENDOR, GL_RENDERER, GL_VERSION, GL_SHADING_LANGUAGE_VERSION, the :data:`LIMITS`
+        and ``precision``: the fragment shader's float formats, ``{"highp" | "mediump":
+        {"rangeMin", "rangeMax", "precision"}}`` (glGetShaderPrecisionFormat)."""
+        info = {k: self.ctx.info[k] for k in ("GL_VENDOR", "GL_RENDERER", "GL_VERSION", *self.LIMITS)}
+        info["GL_SHADING_LANGUAGE_VERSION"] = _gl_call("glGetString", ctypes.c_char_p, [ctypes.c_uint],
+                                                       0x8B8C).decode()
+        info["precision"] = {name: _precision_format(kind)
+                             for name, kind in (("highp", 0x8DF2), ("mediump", 0x8DF1))}
+        return info
 
     def compile(self, vertex, fragments):
         """Compile and link the programs not compiled yet, and draw each once into a 1x1
@@ -114,6 +127,25 @@ class Worker:
             arrays[key] = np.frombuffer(fbo.read(components=4, dtype=tex.dtype),
                                         dtype).reshape(h, w, 4)
         return timings, arrays
+
+
+def _gl_call(name, restype, argtypes, *args):
+    """Call the GL function ``name`` of the current (EGL) context; moderngl does not wrap it."""
+    egl = ctypes.CDLL(ctypes.util.find_library("EGL") or "libEGL.so.1")
+    egl.eglGetProcAddress.restype = ctypes.c_void_p
+    egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+    address = egl.eglGetProcAddress(name.encode())
+    if not address:
+        raise RuntimeError(f"{name} is not available in this GL context")
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)(*args)
+
+
+def _precision_format(kind):
+    """glGetShaderPrecisionFormat(GL_FRAGMENT_SHADER, kind) as a dict."""
+    value_range, precision = (ctypes.c_int * 2)(), ctypes.c_int()
+    _gl_call("glGetShaderPrecisionFormat", None, [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
+             ctypes.c_void_p], 0x8B30, kind, value_range, ctypes.byref(precision))
+    return {"rangeMin": value_range[0], "rangeMax": value_range[1], "precision": precision.value}
 
 
 def serve(inp, out, factory=None):

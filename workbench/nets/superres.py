@@ -72,14 +72,15 @@ def load_models(paths: dict):
     return {label: load_model(path) for label, path in paths.items()}
 
 
-def upscale(model, lr_rgb, scale=SCALE):
-    """Upscale an RGB image with an SR net on luma and bilinear chroma; 8-bit output."""
+def upscale(model, lr_rgb, scale=SCALE, rounded=True):
+    """Upscale an RGB image with an SR net on luma and bilinear chroma; 8-bit output, or
+    float32 in [0, 1] without ``rounded``."""
     ycbcr = images.rgb_to_ycbcr(lr_rgb, range="full")
     luma = model(ycbcr[None, :, :, :1].astype(np.float32), training=False)
     luma = np.asarray(luma)[0]
     chroma = images.upscale_bilinear(ycbcr[:, :, 1:], scale)
     rgb = images.ycbcr_to_rgb(np.concatenate([luma, chroma], axis=-1), range="full")
-    return images.round_8bit(rgb)
+    return images.round_8bit(rgb) if rounded else np.clip(rgb, 0, 1).astype(np.float32)
 
 
 def figure_images(sr_set, wanted=()):

@@ -56,10 +56,37 @@ def _export_web(args):
         labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
-    net, _ = es2.load_net(args.model or reference_sr(), args.precision, args.device)
-    index = web.export(net, args.out, labels, force=args.force)
+    model_path = args.model or reference_sr()
+    net, model = es2.load_net(model_path, args.precision, args.device)
+    if args.check and model is None:
+        raise ValueError(f"--check needs a .keras model (for TensorFlow's outputs); {model_path} "
+                         "is a saved shader folder")
+    index = web.export(net, args.out, labels, force=args.force,
+                       check_model=model if args.check else None)
+    check = "?check=1 runs the self-check" if args.check else ""
     print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
-          f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/")
+          f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/{check}")
+    return 0
+
+
+def _devices(args):
+    from workbench.studies import devices
+    devices.run(args.reports, args.out, args.moderngl)
+    return 0
+
+
+def _bundle(args):
+    from workbench import es2
+    from workbench.es2 import bundle
+    from workbench.nets.models import reference_sr
+    net, model = es2.load_net(args.model or reference_sr(), args.precision)
+    if model is None:
+        raise ValueError(f"--model {args.model}: a saved shader folder has no Keras model; the "
+                         "bundle needs the .keras file (for TensorFlow's outputs)")
+    out = bundle.bundle(net, model, args.out, threshold=args.threshold, force=args.force)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"{out}: {len(net.passes)} passes, {size / 1e6:.2f} MB. On the device:\n"
+          f"  python3 {out / 'run.py'}   # needs numpy, PyOpenGL, EGL + OpenGL ES 2.0")
     return 0
 
 
@@ -143,7 +170,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
     _add_device_options(p)
+    p.add_argument("--check", action="store_true", help="embed the self-check: test inputs, "
+                   "TensorFlow's outputs and the emulator's bytes (needs a .keras model); the "
+                   "page runs it with ?check=1 or its button and offers a device report (JSON)")
     p.set_defaults(func=_export_web)
+
+    p = commands.add_parser("devices", help="gather device reports (JSON, from export-web "
+                            "--check pages) into a table and a figure")
+    p.add_argument("reports", nargs="*", metavar="REPORT.json", help="device reports of one "
+                   "exported page")
+    p.add_argument("--moderngl", metavar="PAGE_DIR", help="also run the self-check of the page "
+                   "exported in PAGE_DIR on this machine's GL (moderngl) and add its report")
+    p.add_argument("--out", help="folder for devices.md, devices.json and the figure (default: "
+                   "the figures folder, figures/ or figures/<profile>)")
+    p.set_defaults(func=_devices)
+
+    p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
+                            "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
+                            "against the emulator's bytes and TensorFlow's outputs")
+    p.add_argument("--model", help=".keras model (default: the SR reference checkpoint, "
+                   "models/sr_x2_reference.keras)")
+    p.add_argument("--out", required=True, help="folder to write the bundle into (replaced "
+                   "whole; a non-empty folder the workbench did not write needs --force)")
+    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
+                   "did not write it")
+    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    p.add_argument("--threshold", type=float, help="run.py's default least share of output "
+                   "bytes equal to the emulator's for exit status 0 (default 0.999)")
+    p.set_defaults(func=_bundle)
 
     p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from workbench.files import PROFILE_ENV, figures_dir, write_text
 from workbench.nets import superres
-from workbench.studies import activation_study, conv_algorithms, deploy, shuffle, sr_ablation
+from workbench.studies import (
+    activation_study,
+    conv_algorithms,
+    deploy,
+    devices,
+    shuffle,
+    sr_ablation,
+)
 
 # (title, the notebook that writes the results, the study function that reports them)
 SECTIONS = [
@@ -28,6 +35,8 @@ SECTIONS = [
     ("Channel shuffle", shuffle.NOTEBOOK, shuffle.report_section),
     ("Convolution algorithms (ES 3.1 compute)", conv_algorithms.NOTEBOOK,
      conv_algorithms.report_section),
+    # no notebook: `python -m workbench devices` writes it; the section only when it did
+    ("Devices: one exported net on several GPUs", None, devices.report_section),
 ]
 
 
@@ -39,7 +48,8 @@ def build(directory=None, profile=None) -> str:
     profile = profile or os.environ.get(PROFILE_ENV)
     sections = [(title, section(directory) or
                  f"_Not in this run: `notebooks/{notebook}.ipynb` writes it._")
-                for title, notebook, section in SECTIONS]
+                for title, notebook, section in SECTIONS
+                if notebook is not None or section(directory)]
     figures = [p.name for p in sorted(directory.glob("*.png"))]
     made_by = (f"Profile **{profile}**" if profile else "No profile (notebooks run by hand)")
     text = (f"# Workbench report\n\n{made_by}, on {machine()}.\n\n"

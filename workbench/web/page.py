@@ -15,14 +15,20 @@ The page mirrors :mod:`workbench.es2.runner` / :mod:`workbench.gl.fragment`: one
 (``u_in_size``, ``u_out_size``, ``u_pad``), the output read back with ``readPixels``; a
 classifier's logits are decoded (16-bit fixed point or float) and the softmax is computed in JS.
 
+With ``check_model`` (``export-web --check``) it also embeds the self-check of
+:mod:`workbench.web.check` (``check.json`` and its ``check.*.bin`` files; ``webgl.json``
+``check`` names it): ``check=1`` or the page's button runs it and shows, offers for download
+and puts in ``<script id="result">`` and ``window.workbench.deviceReport`` the device report
+(:meth:`Session.device_report`).
+
 URL parameters: ``image=URL`` runs that image on load; ``repeat=N`` times N more runs
 without the per-pass waits (``repeat_ms`` in the result); ``max_texture_size=N``,
 ``max_texture_image_units=N``, ``no_float_textures=1`` and ``no_webgl=1`` make the page act as
 if the browser's limit were that small (to test the messages and the tiling).  An image whose
 textures would exceed MAX_TEXTURE_SIZE runs in overlapping tiles as in
 :mod:`workbench.es2.tiling` (``receptive_field`` in ``webgl.json``; the result's ``tiles``).
-The page reports its state in ``document.body.dataset.state`` (``loading``, ``ready``, ``running``, ``done``, ``error``), any
-message in ``#message``, and the last result as JSON in ``<script id="result">``; its
+The page reports its state in ``document.body.dataset.state`` (``loading``, ``ready``,
+``running``, ``done``, ``error``), any message in ``#message``, and the last result as JSON in ``<script id="result">``; its
 ``window.workbench.runUrl(url)`` runs another image and returns the same result object.
 
 Result (JSON): ``kind`` ``"image"`` (``width``, ``height``, base64 RGBA8 ``output``,
@@ -47,12 +53,12 @@ from PIL import Image
 from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import plan, tiling
-from workbench.files import write_folder
+from workbench.files import json_text, write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js")
 LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "no_float_textures", "no_webgl")
-PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat",)
+PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat", "check")
 
 
 class PageError(RuntimeError):
@@ -97,17 +103,26 @@ def page_spec(net, labels=None) -> dict:
             "input": {"name": graph.input.name, "channels": graph.input.channels,
                       "rgb": graph.input.rgb, "size": graph.input_size},
             "ops": ops, "output": {"tensor": graph.output, **output}, "labels": labels,
-            "passes": len(net.passes), "receptive_field": receptive_field}
+            "passes": len(net.passes), "receptive_field": receptive_field, "check": None}
 
 
-def export(net, directory, labels=None, force=False) -> Path:
+def export(net, directory, labels=None, force=False, check_model=None) -> Path:
     """Write the page for ``net`` into the folder ``directory``, all at once (see the module
     docstring); returns the path of ``index.html``.  ``labels``: class names of a classifier's
-    outputs.  A folder the workbench did not write is replaced only with ``force`` (see
-    :func:`workbench.files.write_folder`)."""
+    outputs.  ``check_model``: the net's Keras model, to embed the self-check (test inputs,
+    TF's outputs, the emulator's bytes; :mod:`workbench.web.check`).  A folder the workbench
+    did not write is replaced only with ``force`` (see :func:`workbench.files.write_folder`)."""
     web = resources.files("workbench") / "web"
     page = {name: (web / name).read_bytes() for name in PAGE_FILES}
-    files = {**net.files(), "webgl.json": page_spec(net, labels), **page}
+    files = net.files()
+    files["manifest.json"] = json_text(files["manifest.json"])  # the bytes check.json hashes
+    spec = page_spec(net, labels)
+    if check_model is not None:
+        from workbench.web.check import check_files
+
+        files.update(check_files(net, check_model, files["manifest.json"]))
+        spec["check"] = "check.json"
+    files.update({"webgl.json": spec, **page})
     return write_folder(directory, files, force) / "index.html"
 
 
@@ -159,6 +174,17 @@ class Session:
         if self.wait() == "error":
             raise PageError(self.message)
         return decode_result(json.loads(self.page.text_content("#result")))
+
+    def device_report(self, timeout=120_000) -> dict:
+        """The self-check's device report (``?check=1``, or run now if the page has not run
+        it; see :mod:`workbench.web.check`), as the page made it (JSON object)."""
+        if self.wait() in ("ready", "done"):  # not run yet, or an image run last
+            self.page.evaluate("window.workbench.deviceReport || window.workbench.runCheck()")
+        self.page.wait_for_function("window.workbench.deviceReport !== null || "
+                                    "document.body.dataset.state === 'error'", timeout=timeout)
+        if self.state == "error":
+            raise PageError(self.message)
+        return self.page.evaluate("window.workbench.deviceReport")
 
     def run(self, image) -> dict:
         """Run an HxWx3 image (float [0, 1] or uint8; sent as a PNG data URL); the decoded

@@ -1,0 +1,140 @@
+"""The replayable bundle (workbench.es2.bundle): its run.py, run where the workbench cannot be
+imported (numpy and PyOpenGL only), through EGL and OpenGL ES 2.0 on llvmpipe, against the
+workbench's own moderngl run of the same net, the emulator and TensorFlow.
+
+run.py and the moderngl worker both run the ``highp`` shaders on llvmpipe with the same
+textures, uniforms and viewports, so their bytes must be identical (and the emulator's).
+"""
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import OpenGL
+import pytest
+
+from workbench import es2
+from workbench.__main__ import main
+from workbench.data import metrics
+from workbench.es2 import bundle
+from workbench.nets import classify
+from workbench.nets.models import dogs_classifier, sr_x2
+
+pytestmark = pytest.mark.gl
+
+
+def run_bundle(directory, *args):
+    """``python -S run.py`` with only numpy's and PyOpenGL's folders on the path: without the
+    site module the venv's editable install of the workbench is not on it either."""
+    paths = {str(Path(m.__file__).resolve().parents[1]) for m in (np, OpenGL)}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths)}
+    probe = subprocess.run([sys.executable, "-S", "-c", "import workbench"], check=False,
+                           cwd=directory, env=env, capture_output=True, text=True)
+    assert "No module named 'workbench'" in probe.stderr
+    return subprocess.run([sys.executable, "-S", "run.py", *args], check=False, cwd=directory,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def bundled(model, directory, *args):
+    """Bundle ``model``, run run.py; returns (net, report, the bundle's checks)."""
+    net = es2.compile(model)
+    bundle.bundle(net, model, directory)
+    result = run_bundle(directory, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((directory / "report.json").read_text())
+    spec = json.loads((directory / "bundle.json").read_text())
+    checks = [{k: np.load(directory / c[k]) if k != "name" else c[k] for k in c}
+              for c in spec["inputs"]]
+    assert [e["name"] for e in report["inputs"]] == [c["name"] for c in checks]
+    assert report["format"] == "workbench-device-report/1" and report["source"] == "bundle"
+    assert report["device"]["renderer"].startswith("llvmpipe")
+    assert report["device"]["precision"]["highp"]["precision"] == 23
+    assert [name for name, _ in report["passes"]] == [p.name for p in net.passes]
+    assert report["compile_ms"] > 0 and report["first_draw_ms"] > 0
+    return net, report, checks
+
+
+def outputs(entry, expected):
+    return np.frombuffer(base64.b64decode(entry["output"]), np.uint8).reshape(expected.shape)
+
+
+def test_sr_bundle_replays_the_moderngl_bytes(tmp_path):
+    keras.utils.set_random_seed(3)
+    model = sr_x2(widths=(8, 8), kernels=(3, 3), groups=(1, 2))
+    net, report, checks = bundled(model, tmp_path / "sr")
+    assert report["egl"]["platform"] == "surfaceless" and report["output_channels"] == 3
+    for entry, check in zip(report["inputs"], checks):
+        out = outputs(entry, check["expected"])
+        image = check["input"][..., :3] / np.float32(255)
+        np.testing.assert_array_equal(out, net.run(image, keep=True)[net.graph.output])
+        assert entry["bytes_equal_emulator"] == float(np.mean(out == check["expected"])) == 1.0
+        assert (entry["width"], entry["height"]) == (out.shape[1], out.shape[0])
+        psnr = metrics.psnr(check["tf"], out[..., :3] / np.float32(255))
+        assert abs(entry["psnr_vs_tf"] - psnr) < 0.01 and psnr > 40
+        np.testing.assert_allclose(check["tf"], bundle.tf_output(model, net.graph, image))
+
+
+def test_classifier_bundle_decodes_the_logits(tmp_path):
+    """The output is the dense layer's 16-bit fixed-point texture (8 bytes here).  The
+    emulator can miss one byte in 10^4 of a deep net (a value at a half level), which then
+    spreads to a logit one step (1/256) off: so no threshold here, the shares are checked."""
+    keras.utils.set_random_seed(1)
+    model = dogs_classifier("tiny")
+    classify.calibrate_batchnorm(model, np.random.default_rng(2).random((4, 16, 16, 3)))
+    net, report, checks = bundled(model, tmp_path / "tiny", "--threshold", "0")
+    assert report["output_channels"] == 4
+    for entry, check in zip(report["inputs"], checks):
+        out = outputs(entry, check["expected"])
+        image = check["input"][..., :3] / np.float32(255)
+        np.testing.assert_array_equal(out, net.run(image, keep=True)[net.graph.output])
+        assert entry["bytes_equal_emulator"] == float(np.mean(out == check["expected"]))
+        emulated = es2.net.output_values(net.graph, check["expected"])
+        assert np.abs(emulated - es2.net.output_values(net.graph, out)).max() <= 1 / 256
+        logits = es2.net.output_values(net.graph, out)
+        np.testing.assert_array_equal(entry["logits"], logits)
+        diff = np.abs(logits - check["tf"]).max()
+        assert entry["max_abs_logit_diff_vs_tf"] == pytest.approx(diff)
+        assert entry["top1_equal_tf"] == (np.argmax(logits) == np.argmax(check["tf"]))
+        np.testing.assert_allclose(check["tf"], model(image[None]).numpy()[0], atol=1e-5)
+
+
+def test_run_py_fails_below_the_threshold(tmp_path):
+    """Exit status 1 when the bytes differ from the emulator's: one expected byte changed."""
+    keras.utils.set_random_seed(4)
+    model = sr_x2(widths=(4,), kernels=(3,), groups=(1,))
+    directory = bundle.bundle(es2.compile(model), model, tmp_path / "b")
+    first = json.loads((directory / "bundle.json").read_text())["inputs"][0]["expected"]
+    expected = np.load(directory / first)
+    expected[0, 0, 0] ^= 1
+    np.save(directory / first, expected)
+    result = run_bundle(directory, "--threshold", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "BELOW" in result.stdout
+    assert run_bundle(directory, "--threshold", "0.99").returncode == 0
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    assert main(["bundle", "--model", str(tmp_path / "missing.keras"),
+                 "--out", str(tmp_path / "b")]) == 2
+    assert "missing.keras not found" in capsys.readouterr().err
+    keras.utils.set_random_seed(5)
+    model = sr_x2(widths=(4,), kernels=(3,), groups=(1,))
+    model.save(tmp_path / "m.keras")
+    es2.compile(model).save(tmp_path / "saved")
+    assert main(["bundle", "--model", str(tmp_path / "saved"), "--out", str(tmp_path / "b")]) == 2
+    assert "has no Keras model" in capsys.readouterr().err
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    assert main(["bundle", "--model", str(tmp_path / "m.keras"), "--out", str(users)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "not written by the workbench" in err
+    assert [p.name for p in users.iterdir()] == ["notes.txt"]
+    assert main(["bundle", "--model", str(tmp_path / "m.keras"), "--out", str(users),
+                 "--force"]) == 0
+    assert (users / "run.py").is_file() and not (users / "notes.txt").exists()

@@ -1,0 +1,46 @@
+"""TensorFlow's start-up lines are dropped from stderr; everything else passes unchanged."""
+import os
+import subprocess
+import sys
+import threading
+
+from workbench.run import quiet
+
+NOISE = [
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+    b"I0000 00:00:1795618010.286432   23012 port.cc:153] oneDNN custom operations are on. You "
+    b"may see slightly different numerical results.\n",
+    b"I0000 00:00:1795618010.287777   23012 cudart_stub.cc:31] Could not find cuda drivers on "
+    b"your machine, GPU will not be used.\n",
+]
+KEPT = [b"error: model x.keras not found\n", b"\rGPU:  50%|#####     | 1/2", b"\rGPU: 100%|#####"
+        b"#####| 2/2\n", b"I0000 00:00:1.0 other.cc:1] a message we do not know\n",
+        b"W0000 a warning\n"]
+
+
+def test_forward_drops_only_the_noise_lines():
+    read, write = os.pipe()
+    out_read, out_write = os.pipe()
+    thread = threading.Thread(target=quiet._forward, args=(read, out_write))
+    thread.start()
+    for piece in [NOISE[0], KEPT[0], NOISE[1][:30], NOISE[1][30:] + KEPT[1], KEPT[2], NOISE[2],
+                  KEPT[3] + KEPT[4]]:
+        os.write(write, piece)
+    os.close(write)
+    thread.join(5)
+    os.close(out_write)
+    with os.fdopen(out_read, "rb") as f:
+        assert f.read() == b"".join(KEPT)
+    os.close(read)
+
+
+def test_children_inherit_the_filter(tmp_path):
+    """A child process (as a notebook kernel is) writes noise and a real line to its fd 2."""
+    child = ("import os; os.write(2, " + repr(b"".join(NOISE[:2]) + b"real line\n" + NOISE[2])
+             + ")")
+    parent = ("import subprocess, sys\nfrom workbench.run.quiet import filtered_stderr\n"
+              f"with filtered_stderr():\n    subprocess.run([sys.executable, '-c', {child!r}])\n"
+              "    print('parent line', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stderr == b"real line\nparent line\n"

@@ -1,0 +1,125 @@
+"""A replayable bundle: an ES 2.0 net, test inputs and the outputs they must give, and a
+standalone runner, to check a GPU where the workbench is not installed (a Raspberry Pi).
+
+``bundle(net, model, dir)`` (or ``python -m workbench bundle --model M --out DIR``) writes
+
+* what :meth:`workbench.es2.Net.save` writes (``manifest.json``, ``<pass>.glsl``, ...);
+* ``bundle.json``: the run plan for the test inputs' size (every RGBA8 texture's size, each
+  pass's uniform values), the output tensor and its kind, the check threshold, the inputs;
+* ``checks/<name>.input.npy``: a test input as uploaded (uint8 HxWx(4*packs), see
+  :mod:`workbench.es2.runner`); ``checks/<name>.expected.npy``: the emulator's bytes of the
+  output texture (uint8, the same layout); ``checks/<name>.tf.npy``: TensorFlow's float32
+  output (HxWxC in [0, 1], or a classifier's logits);
+* ``run.py`` (from ``workbench/es2/bundle_run.py``): Python 3 + numpy + PyOpenGL through EGL
+  and OpenGL ES 2.0; it runs the inputs, compares, and writes a device report (see its
+  docstring).
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from workbench import ir
+from workbench.data import datasets
+from workbench.es2 import emulate, plan
+from workbench.es2.shaders import uniform_values
+from workbench.files import write_folder
+from workbench.nets import superres
+
+RUNNER = "bundle_run.py"  # shipped beside this module, written as run.py
+THRESHOLD = 0.999  # least share of output bytes equal to the emulator's for run.py's exit 0
+
+
+def test_images(graph: ir.Graph, count=2, size=(64, 64)) -> list[tuple[str, np.ndarray]]:
+    """``count`` inputs of the net's size (``size`` for a net of any size) as float32
+    HxWxC on 8-bit levels: centre crops of Set5 when the data root has it (RGB nets), else
+    deterministic synthetic images (smooth gradients plus seeded noise)."""
+    h, w = graph.input_size or size
+    c = graph.input.channels
+    found = []
+    root = datasets.data_root()
+    if c == 3 and root is not None and (root / "sr" / "Set5").is_dir():
+        for name, image in datasets.sr_images("Set5", root).images:
+            top, left = (image.shape[0] - h) // 2, (image.shape[1] - w) // 2
+            if top >= 0 and left >= 0 and len(found) < count:
+                found.append((f"Set5-{name}", image[top:top + h, left:left + w]))
+    for i in range(len(found), count):
+        y, x = np.mgrid[0:h, 0:w] / np.float32(max(h, w))
+        channels = [0.5 + 0.4 * np.sin(2 * np.pi * ((k + 1) * x + (i + 1) * y + k / c))
+                    for k in range(c)]
+        noise = np.random.default_rng(i).normal(0, 0.05, (h, w, c))
+        found.append((f"synthetic-{i}", np.stack(channels, -1) + noise))
+    return [(name, (np.round(np.clip(image, 0, 1) * 255) / 255).astype(np.float32))
+            for name, image in found]
+
+
+def tf_output(model, graph: ir.Graph, image) -> np.ndarray:
+    """TensorFlow's float32 output for ``image`` as the net's output means it: the SR net's
+    RGB (luma through the net, chroma bilinear; clipped to [0, 1]), or the model's output
+    (an image, or a classifier's logits)."""
+    out = graph.op(graph.output)
+    if isinstance(out, ir.DepthToSpace) and out.chroma_from:
+        return superres.upscale(model, image, out.block, rounded=False).astype(np.float32)
+    if graph.input.rgb:
+        raise ValueError(f"net {graph.name!r}: a luma net without the RGB demux; no TF "
+                         "output to bundle")
+    return np.asarray(model(image[None], training=False), np.float32)[0]
+
+
+def output_spec(graph: ir.Graph) -> dict:
+    """What run.py needs to read and judge the output texture."""
+    op = graph.op(graph.output)
+    if isinstance(op, ir.Dense):
+        return {"tensor": graph.output, "packs": 1, "kind": "logits", "number": op.number,
+                "count": op.cout, "pairs": op.pairs}
+    c = graph.channels(graph.output)
+    return {"tensor": graph.output, "packs": ir.packs(c), "kind": "image", "channels": c}
+
+
+def run_plan(net, hw) -> dict:
+    """Textures and uniform values for input size ``hw`` (what :mod:`.runner` plans)."""
+    textures = plan.textures(net.graph, hw)
+    floats = [f"{k[0]}.{k[1]}" for k, (_, _, dtype) in textures.items() if dtype != "f1"]
+    if floats:
+        raise ValueError(f"net {net.graph.name!r}: textures {floats[:3]} are RGBA32F; the "
+                         "bundle runs RGBA8 nets only (compile with dense='fixed16')")
+    shapes = net.graph.shapes(hw)
+    return {"input_size": list(hw),
+            "textures": [{"tensor": k[0], "index": k[1], "width": w, "height": h}
+                         for k, (w, h, _) in textures.items()],
+            "uniforms": {p.name: uniform_values(p, shapes) for p in net.passes}}
+
+
+def files(net, model, inputs=None, threshold=None) -> dict:
+    """The bundle, ``{file name: content}``; ``inputs``: ``[(name, HxWxC image)]`` of one
+    size (default :func:`test_images`); ``threshold``: run.py's default (:data:`THRESHOLD`)."""
+    threshold = THRESHOLD if threshold is None else threshold
+    if not 0 <= threshold <= 1:
+        raise ValueError(f"threshold {threshold}: a share of bytes, must be in [0, 1]")
+    graph = net.graph
+    inputs = test_images(graph) if inputs is None else inputs
+    sizes = {image.shape[:2] for _, image in inputs}
+    if len(sizes) != 1:
+        raise ValueError(f"bundle inputs: all must have one size, got {sorted(sizes)}")
+    runner = (resources.files("workbench") / "es2" / RUNNER).read_bytes()
+    contents, entries = {**net.files(), "run.py": runner}, []
+    for name, image in inputs:
+        image = graph.input_image(image)
+        entry = {"name": name, **{k: f"checks/{name}.{k}.npy"
+                                  for k in ("input", "expected", "tf")}}
+        contents[entry["input"]] = emulate.to_packs(image, opaque=graph.input.rgb)
+        contents[entry["expected"]] = net.emulate(image, keep=True)[graph.output]
+        contents[entry["tf"]] = tf_output(model, graph, image)
+        entries.append(entry)
+    contents["bundle.json"] = {"format": "workbench-bundle/1", "name": graph.name,
+                               "threshold": threshold, "output": output_spec(graph),
+                               "plan": run_plan(net, sizes.pop()), "inputs": entries}
+    return contents
+
+
+def bundle(net, model, directory, inputs=None, threshold=None, force=False) -> Path:
+    """Write the bundle into the folder ``directory`` at once; a folder the workbench did not
+    write is replaced only with ``force`` (see :func:`workbench.files.write_folder`)."""
+    return write_folder(directory, files(net, model, inputs, threshold), force)

@@ -1,0 +1,82 @@
+"""Keep TensorFlow's start-up chatter out of the terminal of ``python -m workbench``.
+
+TensorFlow's C++ code logs a few INFO lines when it is imported ("oneDNN custom operations are
+on", "Could not find cuda drivers", absl's "All log messages before absl::InitializeLog()"
+notice).  They are written before absl's logging is set up, so ``TF_CPP_MIN_LOG_LEVEL`` does
+not silence them, and every notebook kernel prints them again.  :func:`filtered_stderr` passes
+the process's file descriptor 2, which the kernels and workers it starts inherit, through a
+filter that drops exactly those lines and forwards everything else unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+
+# Each pattern: a line TensorFlow prints at import, on every machine, that says nothing the user
+# must act on (the oneDNN option is set on purpose by workbench/__init__.py).
+NOISE = re.compile(rb"WARNING: All log messages before absl::InitializeLog\(\) is called"
+                   rb"|\] oneDNN custom operations are on\."
+                   rb"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine")
+
+
+# How noise lines begin: a partial line that could still become one waits for its end; any
+# other is forwarded at once (progress bars redraw a line with "\r" and never end it).
+NOISE_STARTS = (b"I0", b"WARNING: All log messages")
+LINE_END = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+
+
+def is_noise(line: bytes) -> bool:
+    return NOISE.search(line) is not None
+
+
+def _may_become_noise(tail: bytes) -> bool:
+    return any(start.startswith(tail[:len(start)]) for start in NOISE_STARTS)
+
+
+def _forward(read_fd, out_fd):
+    """Copy ``read_fd`` to ``out_fd`` until end of file, dropping noise lines."""
+    pending = b""
+    while chunk := os.read(read_fd, 1 << 16):
+        pending += chunk
+        end = 0
+        for match in LINE_END.finditer(pending):
+            if match.start() != end:
+                break
+            end = match.end()
+            if not is_noise(match.group()):
+                os.write(out_fd, match.group())
+        pending = pending[end:]
+        if pending and not _may_become_noise(pending):
+            os.write(out_fd, pending)
+            pending = b""
+    if pending:
+        os.write(out_fd, pending)
+
+
+@contextlib.contextmanager
+def filtered_stderr():
+    """Inside, every line written to file descriptor 2 (by this process or its children) goes
+    to the real stderr unless :func:`is_noise` says it is TensorFlow's start-up chatter."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    out = os.dup(real)
+    thread = threading.Thread(target=_forward, args=(read, out), name="filtered-stderr",
+                              daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)  # the pipe ends when the children holding it have exited too
+        os.close(real)
+        thread.join(timeout=2)
+        if not thread.is_alive():
+            os.close(read)
+            os.close(out)
