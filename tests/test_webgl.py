@@ -116,8 +116,8 @@ def test_export_command_from_a_saved_net(sr, tmp_path):
      "pass L3.0 binds 8 textures, but this browser's MAX_TEXTURE_IMAGE_UNITS .* is 4 "
      r"\(simulated by the URL parameter max_texture_image_units"),
     ({"max_texture_size": 16}, (30, 30),  # over 16: tiles of 8 pixels, too small to tile
-     "a 30x30 image is over this browser's MAX_TEXTURE_SIZE of 16 .*, and tiles of 8 pixels "
-     "cannot hold the net's receptive field of 4 pixels each side"),
+     ("a 30x30 image is over this browser's MAX_TEXTURE_SIZE of 16 .*, and tiles of 8 pixels "
+      "cannot hold the net's receptive field of 4 pixels each side")),
 ])
 def test_page_names_a_missing_limit(sr, params, image, message):
     _, _, directory, _ = sr
