@@ -5,12 +5,13 @@ the untiled run of the same net (GPU and emulator, byte for byte); the receptive
 direct measurement in the emulator (one input pixel changed, which output pixels move).
 """
 import re
+from dataclasses import replace
 
 import keras
 import numpy as np
 import pytest
 
-from workbench import es2
+from workbench import es2, ir
 from workbench.__main__ import main
 from workbench.es2 import limits, tiling
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
@@ -81,6 +82,17 @@ def test_fixed_input_size_is_checked_against_the_device_texture_size():
         es2.compile(model, device="es2-minimum")
 
 
+def test_channels_per_output_budget():
+    # Beatmup's Pi budget (< 100 channels for kernels over 1x1) binds once units do not:
+    # 25 packs fit 32 units, 100 channels do not fit 96
+    graph = ir.from_keras(_model(100, GroupConv2D(4, 3, name="wide"), Act("bounded_relu")))
+    table = replace(limits.profile("videocore4"), texture_units=32, fetches_per_fragment=1024)
+    with pytest.raises(limits.LimitError, match="^layer 'wide': input channels sampled per output "
+                       "= 100 exceeds the videocore4 limit of 96$"):
+        limits.check(graph, table)
+    limits.check(graph, replace(table, sampled_channels=None))
+
+
 def test_highp_on_a_mediump_device_is_refused_and_its_default_is_mediump():
     model = _model(4, GroupConv2D(4, 3), Act("bounded_relu"))
     assert es2.compile(model, device="mali400").precision == "mediump"
@@ -135,6 +147,14 @@ def test_tiles_cover_the_axis_once_with_real_neighbours():
     assert kept == list(range(80))
     for start, a, b in spans:
         assert (a - start >= 4 or start == 0) and (start + 32 - b >= 4 or start + 32 == 80)
+
+
+def test_tiles_too_small_for_the_receptive_field_are_one_line():
+    net = es2.compile(sr_x2())
+    with pytest.raises(ValueError, match=r"^a 30x20 image needs textures over 16 pixels, and "
+                       r"tiles that fit \(8 pixels\) cannot hold the net's receptive field of 4 "
+                       r"pixels each side; use a smaller image$"):
+        tiling.run_tiled(net, _image(20, 30), max_size=16)
 
 
 def test_tiled_upscale_equals_untiled_byte_for_byte():

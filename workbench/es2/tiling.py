@@ -46,10 +46,11 @@ def receptive_field(graph: ir.Graph) -> int:
 
 def largest_tile(graph: ir.Graph, max_size: int) -> int:
     """The largest input side whose every texture is at most ``max_size`` pixels a side."""
-    probe = 64
-    widest = max(max(w, h) for w, h, _ in plan.textures(graph, (probe, probe)).values())
-    side = max_size * probe // widest  # textures grow in proportion to the input
-    while side > 0 and max(max(w, h) for w, h, _ in plan.textures(graph, (side, side)).values()) > max_size:
+    def widest(side):
+        return max(max(w, h) for w, h, _ in plan.textures(graph, (side, side)).values())
+
+    side = max_size * 64 // widest(64)  # textures grow in proportion to the input
+    while side > 0 and widest(side) > max_size:
         side -= 1
     return side
 
@@ -62,8 +63,8 @@ def tiles(n: int, side: int, margin: int) -> list[tuple[int, int, int]]:
         return [(0, 0, n)]
     core = side - 2 * margin
     if core < 1:
-        raise ValueError(f"tiles of {side} pixels cannot hold the net's receptive field of "
-                         f"{margin} pixels each side; allow larger textures")
+        raise ValueError(f"tiles of {side} pixels cannot hold a receptive field of {margin} "
+                         "pixels each side")
     out = []
     for keep_from in range(0, n, core):
         keep_to = min(keep_from + core, n)
@@ -96,6 +97,10 @@ def run_tiled(net, image, max_size: int, run=None) -> Tiled:
     if h <= side and w <= side:
         return Tiled(run(image), 1, gpu_seconds())
     margin = receptive_field(graph)
+    if side - 2 * margin < 1:
+        raise ValueError(f"a {w}x{h} image needs textures over {max_size} pixels, and tiles "
+                         f"that fit ({side} pixels) cannot hold the net's receptive field of "
+                         f"{margin} pixels each side; use a smaller image")
     rows, cols = tiles(h, side, margin), tiles(w, side, margin)
     th, tw = min(side, h), min(side, w)
     out, seconds = None, 0.0
