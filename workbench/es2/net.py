@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import emulate, fixed16, limits, plan
+from workbench.es2 import emulate, fixed16, limits, mediump, plan
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import VERTEX_SHADER, Binding, Pass, constant_textures, generate
 from workbench.files import write_folder
@@ -76,9 +76,10 @@ class Net:
                         f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
                         "range on the GPU")
 
-    def emulate(self, image, keep=False):
-        """The numpy emulator's prediction of :meth:`run`."""
-        return emulate.run(self.graph, image, keep=keep)
+    def emulate(self, image, keep=False, precision="highp"):
+        """The numpy emulator's prediction of :meth:`run` on llvmpipe (``highp``, float32), or
+        with ``precision="mediump"`` on a GPU whose mediump is float16 (:mod:`.emulate`)."""
+        return emulate.run(self.graph, image, keep=keep, precision=precision)
 
     def cost(self, hw) -> dict[str, ir.Cost]:
         """Cost of every op for an input of ``hw = (height, width)``."""
@@ -153,15 +154,19 @@ def output_values(graph: ir.Graph, stored):
 
 
 def compile(model, precision="highp", luma_input=None, limits_table=limits.ES2,
-            dense="fixed16") -> Net:
+            dense="fixed16", mediump_warn_db=None) -> Net:
     """Keras model -> IR -> ES 2.0 limits check -> passes.  ``dense``: number format of a
-    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`workbench.ir.Dense`)."""
+    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`workbench.ir.Dense`).
+    ``mediump_warn_db``: warn (:class:`workbench.es2.mediump.MediumpWarning`) when on a
+    float16-mediump GPU an op's output is predicted below this PSNR against highp."""
     graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
     shapes = graph.shapes(graph.input_size or (64, 64))
     for op in graph.ops:
         if isinstance(op, ir.Dense):
             op.block = limits.dense_block(op, shapes, limits_table)
     limits.check(graph, limits_table)
+    if mediump_warn_db is not None:
+        mediump.warn_below(graph, mediump_warn_db)
     return Net(graph, generate(graph, precision), precision)
 
 
