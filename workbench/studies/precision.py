@@ -99,6 +99,18 @@ def compare(model, net, images):
     return rows, {"images": len(images), **summary}
 
 
+def sr_crops(sr_set, kernel="bicubic_aa", count=2, size=64, scale=superres.SCALE):
+    """Low-resolution inputs from the first ``count`` images of ``sr_set`` (degraded by
+    ``kernel``), centre crops of ``size`` x ``size``: the numpy float16 emulation is about 10
+    times slower than float32, so the deploy notebooks predict mediump on a few crops."""
+    crops = []
+    for _, hr in sr_set.images[:count]:
+        lr = imaging.degrade(imaging.modcrop(hr, scale), scale, kernel)
+        top, left = (max(0, (n - size) // 2) for n in lr.shape[:2])
+        crops.append(lr[top:top + size, left:left + size])
+    return crops
+
+
 def table(rows) -> str:
     """The per-op rows of :func:`compare` as a markdown table (dB)."""
     return tables.markdown(rows, digits=1)
