@@ -101,7 +101,7 @@ def compare(model, net, images):
 
 def sr_crops(sr_set, kernel="bicubic_aa", count=2, size=64, scale=superres.SCALE):
     """Low-resolution inputs from the first ``count`` images of ``sr_set`` (degraded by
-    ``kernel``), centre crops of ``size`` x ``size``: the numpy float16 emulation is about 10
+    ``kernel``), centre crops of ``size`` x ``size``: the numpy float16 emulation is 6-12
     times slower than float32, so the deploy notebooks predict mediump on a few crops."""
     crops = []
     for _, hr in sr_set.images[:count]:
