@@ -97,6 +97,9 @@ def test_classifier_dense_fixed16_loses_its_low_byte_in_mediump():
         if dense == "fixed16":  # read back exactly from bytes whose low byte is a multiple of 16
             assert np.all((medium * 16) == np.round(medium * 16))
             assert np.any((high * 16) != np.round(high * 16))
+            rows, summary = precision.compare(model, net, [image])
+            assert rows[-1]["op"] == "logits" and rows[-1]["mediump dB"] < rows[-1]["highp dB"] - 10
+            assert summary["max logit |mediump - TF|"] > 5 * summary["max logit |highp - TF|"]
     assert 0.05 < diffs["fixed16"] < 0.3   # measured 0.137: steps of 1/8 and 1/16
     assert diffs["float"] < 0.01           # measured 0.0039: float16 arithmetic alone
 
