@@ -27,8 +27,10 @@ LINES = {"highp": "highp (emulator = llvmpipe) vs TF", "mediump": "mediump predi
 def float16_model(model):
     """A copy of ``model`` computing in float16 (every layer's dtype policy ``"float16"``,
     weights rounded to float16): TensorFlow's own float16 answer, not bit-exact to a GPU."""
-    clone = keras.models.clone_model(model, clone_function=lambda layer: layer.__class__.from_config(
-        {**layer.get_config(), "dtype": "float16"}))
+    def in_float16(layer):
+        return layer.__class__.from_config({**layer.get_config(), "dtype": "float16"})
+
+    clone = keras.models.clone_model(model, clone_function=in_float16)
     clone.set_weights([np.asarray(w, np.float16) for w in model.get_weights()])
     return clone
 
@@ -77,20 +79,23 @@ def compare(model, net, images):
         runs.append({"TF": tf_tensors(model, net.graph, image),
                      "TF float16": tf_tensors(model16, net.graph, image),
                      **{p: emulate.tensors(net.graph, image, p) for p in ("highp", "mediump")}})
+    def pooled(kind, name):
+        return np.concatenate([np.ravel(run[kind][name]) for run in runs])
+
     rows = []
     for op in net.graph.ops:
-        def pooled(kind):
-            return np.concatenate([np.ravel(run[kind][op.name]) for run in runs])
-        peak = mediump.peak(net.graph, op.name, pooled("TF"))
-        rows.append({"op": op.name, **{f"{k} dB": mediump.psnr(pooled(a), pooled(b), peak)
-                                       for k, (a, b) in pairs.items()}})
+        peak = mediump.peak(net.graph, op.name, pooled("TF", op.name))
+        rows.append({"op": op.name, **{
+            f"{k} dB": mediump.psnr(pooled(a, op.name), pooled(b, op.name), peak)
+            for k, (a, b) in pairs.items()}})
     out = net.graph.output
     final = {k: [run[k][out] for run in runs] for k in runs[0]}
     if isinstance(net.graph.op(out), ir.Dense):
         top1 = {k: np.array([np.argmax(v) for v in vs]) for k, vs in final.items()}
-        summary = {f"top1 {k} = TF": float(np.mean(top1[k] == top1["TF"])) for k in top1 if k != "TF"}
-        summary |= {f"max logit |{k} - TF|": float(np.max(np.abs(np.array(final[k]) - final["TF"])))
-                    for k in final if k != "TF"}
+        others = [k for k in final if k != "TF"]
+        summary = {f"top1 {k} = TF": float(np.mean(top1[k] == top1["TF"])) for k in others}
+        summary |= {f"max logit diff {k} vs TF": float(np.abs(np.subtract(final[k], final["TF"])).max())
+                    for k in others}
         summary["top1 mediump = TF float16"] = float(np.mean(top1["mediump"] == top1["TF float16"]))
     else:
         summary = {f"PSNR {b} vs {a}": float(np.mean([mediump.psnr(x, y) for x, y in
