@@ -82,6 +82,11 @@ def test_glsl_deploy_outputs(ci_run):
         assert r["bytes_equal_gpu_emulator"] >= 0.999  # the target (llvmpipe: all)
     assert len(results["pass_seconds"]) == 32
     assert (root / "figures" / "ci" / "glsl_deploy_differences.png").exists()
+    mediump = results["mediump"]  # the float16 prediction on 2 crops, vs TF
+    assert [r["op"] for r in mediump["rows"]] == ["L1", "L2", "L3", "L4", "L5", "subpixels"]
+    summary = mediump["summary"]
+    assert 40 < summary["PSNR mediump vs TF"] <= summary["PSNR highp vs TF"] + 0.5
+    assert (root / "figures" / "ci" / "glsl_deploy_mediump.png").exists()
     assert (root / "figures" / "ci" / "sr_x2_shaders" / "manifest.json").exists()
 
 
@@ -100,6 +105,8 @@ def test_classifier_notebooks_outputs(ci_run):
     assert result["gpu_top1_equals_tf"] >= 0.9
     assert result["logit_correlation_gpu_tf"] >= 0.99
     assert result["emulator"]["max_logit_diff_gpu_emulator"] <= 0.05
+    mediump = deploy["mediump"]["summary"]  # fixed16 logits in float16: steps of 1/16 - 1/8
+    assert mediump["images"] == 2 and 0.01 < mediump["max logit diff mediump vs TF"] < 1
 
 
 @pytest.mark.slow
@@ -111,6 +118,7 @@ def test_report(ci_run):
                     "Channel shuffle"):
         assert f"## {section}" in text
     assert "| Set5 | bicubic_aa | bicubic |" in text
+    assert "Predicted on a GPU whose mediump is float16" in text
     if _have_cifar():
         assert "| bounded_relu | 2 |" in text and "| sigmoid_like | 2 |" in text
     assert "| 1 shuffle(s) | 0, 8, 16, 24, 1, 9," in text and "| 128 | 8 | 2 |" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import emulate, fixed16, limits, plan
+from workbench.es2 import emulate, fixed16, limits, mediump, plan
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import VERTEX_SHADER, Binding, Pass, constant_textures, generate
 from workbench.files import write_folder
@@ -76,9 +76,10 @@ class Net:
                         f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
                         "range on the GPU")
 
-    def emulate(self, image, keep=False):
-        """The numpy emulator's prediction of :meth:`run`."""
-        return emulate.run(self.graph, image, keep=keep)
+    def emulate(self, image, keep=False, precision="highp"):
+        """The numpy emulator's prediction of :meth:`run` on llvmpipe (``highp``, float32), or
+        with ``precision="mediump"`` on a GPU whose mediump is float16 (:mod:`.emulate`)."""
+        return emulate.run(self.graph, image, keep=keep, precision=precision)
 
     def cost(self, hw) -> dict[str, ir.Cost]:
         """Cost of every op for an input of ``hw = (height, width)``."""
@@ -153,7 +154,7 @@ def output_values(graph: ir.Graph, stored):
 
 
 def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
-            limits_table=None) -> Net:
+            limits_table=None, mediump_warn_db=None) -> Net:
     """Keras model -> IR -> limits check -> passes.
 
     ``device``: the limits to fit, a profile name (``"videocore4"``, see
@@ -161,7 +162,9 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     :data:`~workbench.es2.limits.ES2` (``limits_table`` is the older name of the same
     argument).  ``precision``: ``"highp"`` or ``"mediump"``, default the device's (highp for
     ES2).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
-    :class:`workbench.ir.Dense`)."""
+    :class:`workbench.ir.Dense`).  ``mediump_warn_db``: warn
+    (:class:`workbench.es2.mediump.MediumpWarning`) when on a float16-mediump GPU an op's output
+    is predicted below this PSNR against highp."""
     table = limits.profile(device if device is not None else limits_table)
     precision = limits.check_precision(precision, table)
     graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
@@ -170,6 +173,8 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
         if isinstance(op, ir.Dense):
             op.block = limits.dense_block(op, shapes, table)
     limits.check(graph, table)
+    if mediump_warn_db is not None:
+        mediump.warn_below(graph, mediump_warn_db)
     passes = generate(graph, precision)
     limits.check_passes(passes, table)
     return Net(graph, passes, precision)
