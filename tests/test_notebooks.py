@@ -1,8 +1,10 @@
 """Every notebook runs headless through papermill, with the `ci` profile, via the same
 command as `make reproduce`; their results are real numbers, checked here."""
+import base64
 import json
 import os
 
+import numpy as np
 import pytest
 
 from workbench.data import datasets
@@ -88,6 +90,20 @@ def test_glsl_deploy_outputs(ci_run):
     assert 40 < summary["PSNR mediump vs TF"] <= summary["PSNR highp vs TF"] + 0.5
     assert (root / "figures" / "ci" / "glsl_deploy_mediump.png").exists()
     assert (root / "figures" / "ci" / "sr_x2_shaders" / "manifest.json").exists()
+    # the self-check on llvmpipe and SwiftShader: two rows, their outputs compared byte by byte
+    table = json.loads((root / "figures" / "ci" / "devices.json").read_text())
+    sources = [json.loads((root / "figures" / "ci" / f"device-{s}.json").read_text())
+               for s in ("moderngl", "webgl")]
+    assert len(table["rows"]) == 2 and len(table["pairwise"]) == 2
+    psnrs = []
+    for a, b in zip(*(r["inputs"] for r in sources)):
+        x, y = (np.frombuffer(base64.b64decode(e["output"]), np.uint8).reshape(
+            e["height"], e["width"], 4)[..., :3].astype(float) for e in (a, b))
+        mse = np.mean((x - y) ** 2)
+        psnrs.append(10 * np.log10(255 ** 2 / mse) if mse else np.inf)
+    pair = table["pairwise"][0][1]
+    assert pair is None if min(psnrs) == np.inf else abs(pair - min(psnrs)) < 1e-6
+    assert (root / "figures" / "ci" / "devices.md").exists()
 
 
 @pytest.mark.slow
