@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 import textwrap
 from pathlib import Path
 
@@ -214,6 +215,11 @@ def run(paths, out=None, moderngl=None) -> dict:
     return result
 
 
+def _page_report(web, folder) -> dict:
+    with web.session(folder) as page:
+        return page.device_report()
+
+
 def check_here(net, model, out=None) -> dict:
     """The devices table of this machine, for the main job: ``net``'s self-check page (with
     Keras ``model``'s outputs) exported into a temporary folder and run on this machine's GL
@@ -228,9 +234,10 @@ def check_here(net, model, out=None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = web.export(net, Path(tmp) / "page", check_model=model).parent
         reports = [moderngl_report(folder)]
-        try:
-            with web.session(folder) as page:
-                reports.append(page.device_report())
+        try:  # in a thread of its own: Playwright's sync API refuses to run beside an
+            # asyncio loop, which a Jupyter kernel's main thread has
+            with ThreadPoolExecutor(1) as pool:
+                reports.append(pool.submit(_page_report, web, folder).result())
         except browser.BrowserUnavailable as err:
             print(f"devices: no headless Chromium, this machine's GL only ({err})")
     for report in reports:
