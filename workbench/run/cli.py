@@ -96,6 +96,8 @@ def _bench(args):
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
+    elif args.what == "draw-buffers":
+        bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -199,14 +201,16 @@ def parser() -> argparse.ArgumentParser:
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")
     p.set_defaults(func=_bundle)
 
-    p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
+    p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), "
+                            "draw-buffers (the SR net with 1 vs 4 render targets per program, "
+                            "GL and Chromium, interleaved), es31 "
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
                             "steps: samples/s of each option side by side, where the time goes), "
                             "activation (training-step cost of the sigmoid-like activation and "
                             "of the fused batch norm)")
-    p.add_argument("what", choices=["sr", "es31", "train", "activation"])
+    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation"])
     p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2)")
-    p.add_argument("--size", type=int, default=256, help="sr: input size")
+    p.add_argument("--size", type=int, default=256, help="sr, draw-buffers: input size")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
     p.add_argument("--batch", type=int, default=64, help="activation: batch size")

@@ -206,17 +206,34 @@ def session(directory, image=None, width=1280, height=900, **params):
 
     ``image``: a URL relative to the page, passed as ``?image=``; ``params``: the other URL
     parameters (``repeat=3``, ``max_texture_size=64``...; see the module docstring)."""
+    with browser.serve(directory) as base, browser.open_page(width, height) as page:
+        yield _open(page, base, image, params)
+
+
+@contextlib.contextmanager
+def sessions(directories, width=1280, height=900, **params):
+    """Several exported pages open at once in one headless Chromium, a tab each (to time them
+    interleaved); yields a list of :class:`Session` (see :func:`session`)."""
+    with contextlib.ExitStack() as stack:
+        bases = [stack.enter_context(browser.serve(d)) for d in directories]
+        first = stack.enter_context(browser.open_page(width, height))
+        pages = [first] + [first.context.browser.new_page(viewport={"width": width, "height": height})
+                           for _ in bases[1:]]
+        yield [_open(page, base, None, params) for page, base in zip(pages, bases)]
+
+
+def _open(page, base, image, params) -> Session:
+    """Open ``base``'s ``index.html`` with URL parameters in ``page``; wait until loaded."""
     unknown = set(params) - set(PAGE_PARAMETERS)
     if unknown:
         raise ValueError(f"unknown page parameters {sorted(unknown)}; known: {PAGE_PARAMETERS}")
     query = {**({"image": image} if image else {}),
              **{k: (1 if v is True else v) for k, v in params.items()}}
-    with browser.serve(directory) as base, browser.open_page(width, height) as page:
-        messages = []
-        page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
-        page.on("pageerror", lambda e: messages.append(f"page error: {e}"))
-        url = f"{base}/index.html" + (f"?{urlencode(query)}" if query else "")
-        page.goto(url)
-        s = Session(page, url, messages)
-        s.wait(("done", "error") if image else ("ready", "done", "error"))
-        yield s
+    messages = []
+    page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: messages.append(f"page error: {e}"))
+    url = f"{base}/index.html" + (f"?{urlencode(query)}" if query else "")
+    page.goto(url)
+    s = Session(page, url, messages)
+    s.wait(("done", "error") if image else ("ready", "done", "error"))
+    return s
