@@ -221,3 +221,11 @@ def test_web_page_mrt_equals_one_target(sr, tmp_path):
         result = page.run(image)
         assert len(result["passes"]) == 32
         np.testing.assert_array_equal(result["output"], expected)
+
+
+def test_bundle_refuses_an_mrt_net(sr):
+    from workbench.es2 import bundle
+    with pytest.raises(ValueError, match="writes 4 render targets per pass; the bundle runs "
+                                         "one-target nets only"):
+        bundle.run_plan(sr[1], (8, 8))
+    assert len(bundle.run_plan(sr[0], (8, 8))["uniforms"]) == 32
