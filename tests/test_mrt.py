@@ -229,3 +229,18 @@ def test_bundle_refuses_an_mrt_net(sr):
                                          "one-target nets only"):
         bundle.run_plan(sr[1], (8, 8))
     assert len(bundle.run_plan(sr[0], (8, 8))["uniforms"]) == 32
+
+
+def test_export_web_draw_buffers_option(tmp_path, capsys):
+    from workbench.__main__ import main
+    keras.utils.set_random_seed(5)
+    sr_x2().save(tmp_path / "sr.keras")
+    assert main(["export-web", "--model", str(tmp_path / "sr.keras"), "--out",
+                 str(tmp_path / "page"), "--draw-buffers", "4"]) == 0
+    passes = json.loads((tmp_path / "page" / "manifest.json").read_text())["passes"]
+    assert [len(p["outputs"]) for p in passes][:3] == [4, 4, 4] and len(passes) == 13
+    capsys.readouterr()
+    assert main(["export-web", "--model", str(tmp_path / "sr.keras"), "--out",
+                 str(tmp_path / "pi"), "--device", "videocore4", "--draw-buffers", "4"]) == 2
+    assert capsys.readouterr().err == ("error: draw_buffers = 4 exceeds the videocore4 limit of 1 "
+                                       "(GL_EXT_draw_buffers is optional in ES 2.0)\n")

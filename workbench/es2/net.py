@@ -186,9 +186,10 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     return Net(graph, passes, precision)
 
 
-def load_net(path, precision=None, device=None):
-    """A compiled net from a ``.keras`` model or from a folder written by :meth:`Net.save`,
-    checked against ``device`` (see :func:`compile`).  Returns ``(net, keras_model_or_None)``."""
+def load_net(path, precision=None, device=None, draw_buffers=None):
+    """A compiled net from a ``.keras`` model (compiled with ``draw_buffers``) or from a folder
+    written by :meth:`Net.save` (as saved), checked against ``device`` (see :func:`compile`).
+    Returns ``(net, keras_model_or_None)``."""
     from workbench.nets.models import load_model
 
     path = Path(path)
@@ -203,7 +204,7 @@ def load_net(path, precision=None, device=None):
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
     model = load_model(path)
-    return compile(model, precision=precision, device=table), model
+    return compile(model, precision=precision, device=device, draw_buffers=draw_buffers), model
 
 
 def load(directory) -> Net:

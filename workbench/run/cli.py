@@ -57,7 +57,7 @@ def _export_web(args):
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
-    net, model = es2.load_net(model_path, args.precision, args.device)
+    net, model = es2.load_net(model_path, args.precision, args.device, args.draw_buffers)
     if args.check and model is None:
         raise ValueError(f"--check needs a .keras model (for TensorFlow's outputs); {model_path} "
                          "is a saved shader folder")
@@ -175,6 +175,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="embed the self-check: test inputs, "
                    "TensorFlow's outputs and the emulator's bytes (needs a .keras model); the "
                    "page runs it with ?check=1 or its button and offers a device report (JSON)")
+    p.add_argument("--draw-buffers", type=int, metavar="N", help="render targets a convolution's "
+                   "program may write (WEBGL_draw_buffers; default: the device's, 1 for ES 2.0; "
+                   "the page splits them where the browser lacks the extension)")
     p.set_defaults(func=_export_web)
 
     p = commands.add_parser("devices", help="gather device reports (JSON, from export-web "
