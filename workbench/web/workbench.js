@@ -7,15 +7,16 @@
  * top, CLAMP_TO_EDGE, NEAREST unless a binding says "linear"; a fullscreen quad per pass into
  * the pass's output textures (whole texture, or the pass's viewport; several outputs are the
  * draw buffers of one framebuffer with WEBGL_draw_buffers, else the pass is split:
- * fitDrawBuffers); uniforms u_in_size / u_out_size = (width, height) of the first input / the output tensor, u_pad = TensorFlow
- * 'SAME' padding (left, top).  Output read back with readPixels; logits decoded from 16-bit
+ * fitDrawBuffers); uniforms u_in_size / u_out_size = (width, height) of the first input /
+ * the output tensor, u_pad = TensorFlow 'SAME' padding (left, top).  Output read back with readPixels; logits decoded from 16-bit
  * fixed point (or float) and put through a softmax here, on the CPU.
  *
  * URL parameters: image=URL; repeat=N (time N more runs without the per-pass waits); check=1
  * (run the embedded self-check of export-web --check: a device report, see runCheck);
  * max_texture_size=N, max_texture_image_units=N, no_float_textures=1, no_webgl=1,
  * no_draw_buffers=1 (act as if the browser's limit were that small, or it lacked the
- * extension).  An image over MAX_TEXTURE_SIZE runs in overlapping tiles when webgl.json gives the net's receptive_field (runImage).
+ * extension).  An image over MAX_TEXTURE_SIZE runs in overlapping tiles when webgl.json
+ * gives the net's receptive_field (runImage).
  * State in document.body.dataset.state: loading, ready, running, done, error.
  * No framework, no build step, nothing fetched from the network but the files next to the page.
  */
