@@ -8,8 +8,9 @@
  * the pass's output textures (whole texture, or the pass's viewport; several outputs are the
  * draw buffers of one framebuffer with WEBGL_draw_buffers, else the pass is split:
  * fitDrawBuffers); uniforms u_in_size / u_out_size = (width, height) of the first input /
- * the output tensor, u_pad = TensorFlow 'SAME' padding (left, top).  Output read back with readPixels; logits decoded from 16-bit
- * fixed point (or float) and put through a softmax here, on the CPU.
+ * the output tensor, u_pad = TensorFlow 'SAME' padding (left, top).  Output read back with
+ * readPixels; logits decoded from 16-bit fixed point (or float) and put through a softmax
+ * here, on the CPU.
  *
  * URL parameters: image=URL; repeat=N (time N more runs without the per-pass waits); check=1
  * (run the embedded self-check of export-web --check: a device report, see runCheck);
