@@ -72,7 +72,8 @@ def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=
     bytes are equal, and seconds per run on this machine's GL (whole ``net.run``: upload, passes,
     read-back) and, with ``browser``, in headless Chromium (the page's run without per-pass
     waits).  ``repeat`` timed runs after a warm-up run, the two forms interleaved; per form
-    ``{"median", "min", "max"}`` of the seconds."""
+    ``{"median", "min", "max"}`` of the seconds, and ``"ratio"``: the median over the rounds of
+    the ``draw_buffers`` run's time over the one-target run's."""
     from workbench import web
 
     keras.utils.set_random_seed(seed)
@@ -88,12 +89,13 @@ def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=
     def spread(seconds):
         return {"median": float(np.median(seconds)), "min": min(seconds), "max": max(seconds)}
 
-    def interleaved(run):
+    def interleaved(run):  # also the median ratio of the two runs of each round
         seconds = {n: [] for n in nets}
         for _ in range(repeat):
             for n in nets:
                 seconds[n].append(run(n))
-        return {n: spread(s) for n, s in seconds.items()}
+        ratio = float(np.median(np.divide(seconds[draw_buffers], seconds[1])))
+        return {**{n: spread(s) for n, s in seconds.items()}, "ratio": ratio}
 
     def gl_seconds(n):
         start = time.perf_counter()
@@ -120,14 +122,14 @@ def print_draw_buffers(r):
     print(f"x2 SR, {r[one]['programs']} programs (1 target) vs {r[many]['programs']} "
           f"({many} draw buffers); output bytes equal: {r['same_bytes']}"
           + (f", in the browser: {r['browser_same_bytes']}" if "browser" in r else ""))
-    print(f"  {'':34s} {'1 target':>22s} {f'{many} targets':>22s}")
+    print(f"  {'':34s} {'1 target':>22s} {f'{many} targets':>22s}   (ms: median (min-max))")
     print(f"  {'texel fetches':34s} {r[one]['fetches']:>22,d} {r[many]['fetches']:>22,d}")
     for key, label in (("gl", f"ms per run, {r['renderer'].split(' (')[0]}"),
                        ("browser", "ms per run, Chromium")):
         if key in r:
-            cells = [f"{1000 * t['median']:.1f} ({1000 * t['min']:.1f}-{1000 * t['max']:.1f})"  # median (min-max)
+            cells = [f"{1000 * t['median']:.1f} ({1000 * t['min']:.1f}-{1000 * t['max']:.1f})"
                      for t in (r[key][one], r[key][many])]
-            print(f"  {label:34s} {cells[0]:>22s} {cells[1]:>22s}")
+            print(f"  {label:34s} {cells[0]:>22s} {cells[1]:>22s}   ratio {r[key]['ratio']:.2f}")
 
 
 def es31_vs_es2(count=3, seed=0, size=385, repeat=3, root=None):
