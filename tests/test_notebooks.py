@@ -1,8 +1,10 @@
 """Every notebook runs headless through papermill, with the `ci` profile, via the same
 command as `make reproduce`; their results are real numbers, checked here."""
+import base64
 import json
 import os
 
+import numpy as np
 import pytest
 
 from workbench.data import datasets
@@ -82,7 +84,26 @@ def test_glsl_deploy_outputs(ci_run):
         assert r["bytes_equal_gpu_emulator"] >= 0.999  # the issue's target (llvmpipe: all)
     assert len(results["pass_seconds"]) == 32
     assert (root / "figures" / "ci" / "glsl_deploy_differences.png").exists()
+    mediump = results["mediump"]  # the float16 prediction on 2 crops, vs TF
+    assert [r["op"] for r in mediump["rows"]] == ["L1", "L2", "L3", "L4", "L5", "subpixels"]
+    summary = mediump["summary"]
+    assert 40 < summary["PSNR mediump vs TF"] <= summary["PSNR highp vs TF"] + 0.5
+    assert (root / "figures" / "ci" / "glsl_deploy_mediump.png").exists()
     assert (root / "figures" / "ci" / "sr_x2_shaders" / "manifest.json").exists()
+    # the self-check on llvmpipe and SwiftShader: two rows, their outputs compared byte by byte
+    table = json.loads((root / "figures" / "ci" / "devices.json").read_text())
+    sources = [json.loads((root / "figures" / "ci" / f"device-{s}.json").read_text())
+               for s in ("moderngl", "webgl")]
+    assert len(table["rows"]) == 2 and len(table["pairwise"]) == 2
+    psnrs = []
+    for a, b in zip(*(r["inputs"] for r in sources)):
+        x, y = (np.frombuffer(base64.b64decode(e["output"]), np.uint8).reshape(
+            e["height"], e["width"], 4)[..., :3].astype(float) for e in (a, b))
+        mse = np.mean((x - y) ** 2)
+        psnrs.append(10 * np.log10(255 ** 2 / mse) if mse else np.inf)
+    pair = table["pairwise"][0][1]
+    assert pair is None if min(psnrs) == np.inf else abs(pair - min(psnrs)) < 1e-6
+    assert (root / "figures" / "ci" / "devices.md").exists()
 
 
 @pytest.mark.slow
@@ -100,6 +121,8 @@ def test_classifier_notebooks_outputs(ci_run):
     assert result["gpu_top1_equals_tf"] >= 0.9
     assert result["logit_correlation_gpu_tf"] >= 0.99
     assert result["emulator"]["max_logit_diff_gpu_emulator"] <= 0.05
+    mediump = deploy["mediump"]["summary"]  # fixed16 logits in float16: steps of 1/16 - 1/8
+    assert mediump["images"] == 2 and 0.01 < mediump["max logit diff mediump vs TF"] < 1
 
 
 @pytest.mark.slow
@@ -111,6 +134,7 @@ def test_report(ci_run):
                     "Channel shuffle"):
         assert f"## {section}" in text
     assert "| Set5 | bicubic_aa | bicubic |" in text
+    assert "Predicted on a GPU whose mediump is float16" in text
     if _have_cifar():
         assert "| bounded_relu | 2 |" in text and "| sigmoid_like | 2 |" in text
     assert "| 1 shuffle(s) | 0, 8, 16, 24, 1, 9," in text and "| 128 | 8 | 2 |" in text

@@ -113,3 +113,26 @@ def test_train_writes_the_plain_deployable_net(tmp_path):
     x = rng.random((1, 10, 9, 1)).astype(np.float32)
     np.testing.assert_allclose(saved(x), trained(x), atol=1e-5)
     assert len(history["loss"]) == 1
+
+
+def test_ablation_verdict_reads_gaps_against_the_noise():
+    from workbench.studies import sr_ablation
+
+    def row(name, set5, set14, spread=None, seeds=1):
+        return {"row": name, "seeds": seeds, "Set5 PSNR": set5, "Set14 PSNR": set14,
+                "Set5 spread": spread, "Set14 spread": spread}
+
+    bicubic = {"Set5": 33.68, "Set14": 30.33}
+    one_seed = [row("base", 31.31, 28.80), row("+ identity init", 34.79, 31.24),
+                row("+ collapsible blocks", 34.83, 31.27), row("+ QAT", 34.85, 31.28)]
+    text = sr_ablation.verdict(one_seed, bicubic)
+    lines = text.splitlines()
+    assert lines[0] == "+ identity init: Set5 +3.48 dB (a gain), Set14 +2.44 dB (a gain)"
+    assert "within the noise" in lines[1] and "a gain" not in lines[1]
+    assert lines[3] == "Below bicubic at this budget: base."
+    assert "(+ identity init, + collapsible blocks, + QAT are not told apart" in text
+    assert "+1.17 vs bicubic" in text  # the top of the tied rows: + QAT
+    # with seeds, the spreads decide: 0.1 dB apart with spreads of 0.02 is a gain
+    seeded = [row("a", 34.0, 31.0, 0.02, 2), row("b", 34.1, 31.1, 0.02, 2)]
+    text = sr_ablation.verdict(seeded, bicubic)
+    assert text.startswith("b: Set5 +0.10 dB (a gain)") and "not told apart" not in text

@@ -48,6 +48,24 @@ def check(v, layer, stage):
             "weights down or use the float dense path (dense='float')")
 
 
+def glsl_enc(v):
+    """:data:`GLSL`'s ``enc`` op by op in ``v``'s float type (float16 for the mediump
+    prediction): values (...) -> the (hi, lo) / 255 it writes, (..., 2), before the RGBA8
+    store."""
+    v = np.asarray(v)
+    u = np.clip(np.floor(v * 256.0 + 0.5), -32768.0, 32767.0) + 32768.0
+    with np.errstate(invalid="ignore", over="ignore"):  # float16: u = 65536 is inf, lo NaN
+        hi = np.floor(u / 256.0)
+        return np.stack([hi, u - hi * 256.0], axis=-1) / 255.0
+
+
+def glsl_dec(t):
+    """:data:`GLSL`'s ``dec`` op by op in ``t``'s float type: fetched (hi, lo) texel values
+    (..., 2) -> values (...)."""
+    b = np.floor(np.asarray(t) * 255.0 + 0.5)
+    return (b[..., 0] * 256.0 + b[..., 1] - 32768.0) / 256.0
+
+
 def encode(v):
     """Values -> uint8 (..., 2): high and low byte (saturating)."""
     q = (np.clip(np.round(np.asarray(v, np.float64) * 256), LOW, HIGH) + 32768).astype(np.int64)

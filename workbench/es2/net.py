@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import emulate, fixed16, limits, plan
+from workbench.es2 import emulate, fixed16, limits, mediump, plan
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import (VERTEX_SHADER, Binding, Pass, constant_textures, generate,
                                    programs)
@@ -78,9 +78,10 @@ class Net:
                         f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
                         "range on the GPU")
 
-    def emulate(self, image, keep=False):
-        """The numpy emulator's prediction of :meth:`run`."""
-        return emulate.run(self.graph, image, keep=keep)
+    def emulate(self, image, keep=False, precision="highp"):
+        """The numpy emulator's prediction of :meth:`run` on llvmpipe (``highp``, float32), or
+        with ``precision="mediump"`` on a GPU whose mediump is float16 (:mod:`.emulate`)."""
+        return emulate.run(self.graph, image, keep=keep, precision=precision)
 
     @property
     def draw_buffers(self) -> int:
@@ -161,7 +162,7 @@ def output_values(graph: ir.Graph, stored):
 
 
 def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
-            limits_table=None, draw_buffers=None) -> Net:
+            limits_table=None, draw_buffers=None, mediump_warn_db=None) -> Net:
     """Keras model -> IR -> limits check -> passes.
 
     ``device``: the limits to fit, a profile name (``"videocore4"``, see
@@ -171,7 +172,9 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     ES2).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
     :class:`workbench.ir.Dense`).  ``draw_buffers``: render targets a convolution's program
     may write (``GL_EXT_draw_buffers``), default the device's (1 for ES2); at most the
-    device's, but with no device named any number (the runtime checks GL_MAX_DRAW_BUFFERS)."""
+    device's, but with no device named any number (the runtime checks GL_MAX_DRAW_BUFFERS).
+    ``mediump_warn_db``: warn (:class:`workbench.es2.mediump.MediumpWarning`) when on a
+    float16-mediump GPU an op's output is predicted below this PSNR against highp."""
     table = limits.profile(device if device is not None else limits_table, draw_buffers)
     draw_buffers = limits.check_draw_buffers(draw_buffers, table)
     precision = limits.check_precision(precision, table)
@@ -181,6 +184,8 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
         if isinstance(op, ir.Dense):
             op.block = limits.dense_block(op, shapes, table)
     limits.check(graph, table)
+    if mediump_warn_db is not None:
+        mediump.warn_below(graph, mediump_warn_db)
     passes = generate(graph, precision, draw_buffers, table)
     limits.check_passes(passes, table, graph)
     return Net(graph, passes, precision)

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 @dataclass(frozen=True)
 class Activation:
-    """One activation: its name, the three implementations and a description."""
+    """One activation: its name, the three implementations and a description.  ``np_fn``
+    computes in float32, or in float16 when given float16 (the emulator's mediump)."""
 
     name: str
     tf_fn: Callable[[tf.Tensor], tf.Tensor]
@@ -74,10 +75,17 @@ _SIGMOID_BREAKS = np.array([0.5, 2.5, 6.5], np.float32)
 _SIGMOID_SLOPES = np.array([0.2, 0.1, 0.05, 0.0], np.float32)
 
 
+def _float(x):
+    """``x`` as float32, or kept float16 (the emulator's mediump prediction computes in it:
+    with numpy's scalar rules every constant and every step below then rounds to float16)."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float16 else x.astype(np.float32)
+
+
 def _sigmoid_like_np(x):
-    x = np.asarray(x, np.float32)
+    x = _float(x)
     inner = 0.05 * x + np.clip(0.1 * x, -0.05, 0.05) + np.clip(0.05 * x, -0.125, 0.125)
-    return np.clip(inner + 0.5, 0.0, 1.0).astype(np.float32)
+    return np.clip(inner + 0.5, 0.0, 1.0).astype(x.dtype)
 
 
 def _sigmoid_like_slope(x):
@@ -118,14 +126,14 @@ def _bounded_relu_tf(x):
 register(Activation(
     name="bounded_relu",
     tf_fn=_bounded_relu_tf,
-    np_fn=lambda x: np.clip(np.asarray(x, np.float32), 0.0, 1.0),
+    np_fn=lambda x: np.clip(_float(x), 0.0, 1.0),
     glsl="clamp({x}, 0.0, 1.0)",
     description="ReLU bounded to [0, 1] (an RGBA8 target clamps for free)",
 ))
 register(Activation(
     name="relu6_scaled",
     tf_fn=lambda x: tf.clip_by_value(x, 0.0, 6.0) / 6.0,
-    np_fn=lambda x: np.clip(np.asarray(x, np.float32), 0.0, 6.0) / np.float32(6.0),
+    np_fn=lambda x: np.clip(_float(x), 0.0, 6.0) / 6.0,
     glsl="(clamp({x}, 0.0, 6.0) / 6.0)",
     description="ReLU6 rescaled to [0, 1]",
 ))
@@ -140,14 +148,14 @@ register(Activation(
 register(Activation(
     name="sigmoid",
     tf_fn=tf.math.sigmoid,
-    np_fn=lambda x: (1.0 / (1.0 + np.exp(-np.asarray(x, np.float32)))).astype(np.float32),
+    np_fn=lambda x: 1.0 / (1.0 + np.exp(-_float(x))),
     glsl="(1.0 / (1.0 + exp(-{x})))",
     description="logistic sigmoid (reference, not piecewise linear)",
 ))
 register(Activation(
     name="linear",
     tf_fn=tf.identity,
-    np_fn=lambda x: np.asarray(x, np.float32),
+    np_fn=_float,
     glsl="{x}",
     description="identity (no activation); only for outputs that are not stored in RGBA8",
     output_range=None,

@@ -75,10 +75,20 @@ def load_models(paths: dict):
 def upscale(model, lr_rgb, scale=SCALE, rounded=True):
     """Upscale an RGB image with an SR net on luma and bilinear chroma; 8-bit output, or
     float32 in [0, 1] without ``rounded``."""
-    ycbcr = images.rgb_to_ycbcr(lr_rgb, range="full")
-    luma = model(ycbcr[None, :, :, :1].astype(np.float32), training=False)
-    luma = np.asarray(luma)[0]
-    chroma = images.upscale_bilinear(ycbcr[:, :, 1:], scale)
+    luma = model(net_input(lr_rgb)[None], training=False)
+    return with_chroma(lr_rgb, np.asarray(luma, np.float32)[0], scale, rounded)
+
+
+def net_input(lr_rgb):
+    """What the SR net sees of an RGB image: its full-range luma, HxWx1 float32."""
+    return images.rgb_to_ycbcr(lr_rgb, range="full")[..., :1].astype(np.float32)
+
+
+def with_chroma(lr_rgb, luma, scale=SCALE, rounded=True):
+    """The upscaled RGB image from the net's luma output (HxWx1, ``scale`` times larger) and
+    the low-resolution image's chroma upsampled bilinearly; 8-bit output, or float32 in
+    [0, 1] without ``rounded``."""
+    chroma = images.upscale_bilinear(images.rgb_to_ycbcr(lr_rgb, range="full")[:, :, 1:], scale)
     rgb = images.ycbcr_to_rgb(np.concatenate([luma, chroma], axis=-1), range="full")
     return images.round_8bit(rgb) if rounded else np.clip(rgb, 0, 1).astype(np.float32)
 

@@ -117,6 +117,16 @@ def _add_device_options(p):
                    f"limits: {', '.join(PROFILES)} (default: the ES 2.0 limits)")
 
 
+def _add_model_and_out(p, model_kinds, what):
+    """--model, --out and --force of a command that writes a folder from a net."""
+    p.add_argument("--model", help=f"{model_kinds} (default: the SR reference checkpoint, "
+                   "models/sr_x2_reference.keras)")
+    p.add_argument("--out", required=True, help=f"folder to write {what} into (replaced whole; "
+                   "a non-empty folder the workbench did not write needs --force)")
+    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
+                   "did not write it")
+
+
 def parser() -> argparse.ArgumentParser:
     from workbench.data import fetch
 
@@ -163,12 +173,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("export-web", help="write a static web page that runs the net "
                             "with WebGL 1.0 (serve the folder over HTTP to open it)")
-    p.add_argument("--model", help=".keras model or saved shader folder (default: the SR "
-                   "reference checkpoint, models/sr_x2_reference.keras)")
-    p.add_argument("--out", required=True, help="folder to write the page into (replaced "
-                   "whole; a non-empty folder the workbench did not write needs --force)")
-    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
-                   "did not write it")
+    _add_model_and_out(p, ".keras model or saved shader folder", "the page")
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
     _add_device_options(p)
@@ -193,12 +198,7 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
                             "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
                             "against the emulator's bytes and TensorFlow's outputs")
-    p.add_argument("--model", help=".keras model (default: the SR reference checkpoint, "
-                   "models/sr_x2_reference.keras)")
-    p.add_argument("--out", required=True, help="folder to write the bundle into (replaced "
-                   "whole; a non-empty folder the workbench did not write needs --force)")
-    p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
-                   "did not write it")
+    _add_model_and_out(p, ".keras model", "the bundle")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
     p.add_argument("--threshold", type=float, help="run.py's default least share of output "
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")

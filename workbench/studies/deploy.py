@@ -19,6 +19,7 @@ from workbench.files import read_json, write_json
 from workbench.ir import cost
 from workbench.ir.cost import Cost
 from workbench.nets import superres
+from workbench.studies import precision
 
 
 def compare(model, net, sr_sets, kernel="bicubic_aa", scale=2, keep_images=()):
@@ -172,23 +173,37 @@ CLASSIFIER_RESULT, CLASSIFIER_NOTEBOOK = "classifier_deploy.json", "classifier_d
 COST_SIZE = (256, 256)   # the SR net's cost is reported for this input
 
 
-def save_sr_results(directory, net, records, summary, **about):
-    """``glsl_deploy.json``: the comparison records and summary, compile and pass times, and
-    the net's cost per op at :data:`COST_SIZE`; ``about``: model path, precision, kernel..."""
+def save_sr_results(directory, net, records, summary, mediump=None, **about):
+    """``glsl_deploy.json``: the comparison records and summary, compile and pass times, the
+    net's cost per op at :data:`COST_SIZE`, and the mediump prediction if given
+    (``{"rows", "summary"}`` of :func:`workbench.studies.precision.compare`); ``about``:
+    model path, precision, kernel..."""
     write_json(Path(directory) / SR_RESULT, {
         **about, "compile_seconds": net.compile_seconds, "pass_seconds": net.timings,
         "cost": {k: vars(v) for k, v in net.cost(COST_SIZE).items()},
-        "summary": summary, "records": records})
+        "summary": summary, "records": records, "mediump": mediump})
 
 
-def save_classifier_results(directory, net, result, size, dogs120=None, **about):
+def save_classifier_results(directory, net, result, size, dogs120=None, mediump=None, **about):
     """``classifier_deploy.json``: :func:`compare_classifier`'s result, compile and pass times,
-    the cost per op for a ``size`` x ``size`` input, and the dogs120 check if it ran."""
+    the cost per op for a ``size`` x ``size`` input, the dogs120 check if it ran, and the
+    mediump prediction if given (as in :func:`save_sr_results`)."""
     write_json(Path(directory) / CLASSIFIER_RESULT, {
         **about, "programs": len(net.passes), "compile_seconds": net.compile_seconds,
         "result": result, "cost": {k: vars(v) for k, v in net.cost((size, size)).items()},
         "peak_texture_bytes": net.peak_texture_bytes((size, size)),
-        "pass_seconds": net.timings, "dogs120": dogs120})
+        "pass_seconds": net.timings, "dogs120": dogs120, "mediump": mediump})
+
+
+def mediump_section(mediump) -> str:
+    """The mediump prediction's end-to-end numbers and per-op table, for the report."""
+    rows = mediump["rows"]
+    first = precision.first_break(rows)
+    return ("\n\nPredicted on a GPU whose mediump is float16 (emulator, "
+            f"{mediump['summary']['images']} image(s)):\n\n"
+            + tables.markdown([mediump["summary"]], digits=3)
+            + "\n\nPer op, PSNR against TF (dB); first op below 40 dB with mediump: "
+            + (f"**{first}**" if first else "none") + "\n\n" + precision.table(rows))
 
 
 def sr_section(directory) -> str | None:
@@ -199,7 +214,8 @@ def sr_section(directory) -> str | None:
     return (tables.markdown(results["summary"]) + f"\n\nCompile + link of "
             f"{len(results['pass_seconds'])} programs: {results['compile_seconds']:.2f} s here "
             f"(reference: {low}-{high} s on a Pi 3). Reference: outputs of a Pi, a phone and a "
-            f"desktop GPU within {references.SR_DEVICES_PSNR_DB} dB of each other.")
+            f"desktop GPU within {references.SR_DEVICES_PSNR_DB} dB of each other."
+            + (mediump_section(results["mediump"]) if results.get("mediump") else ""))
 
 
 def classifier_section(directory) -> str | None:
@@ -214,6 +230,8 @@ def classifier_section(directory) -> str | None:
             {"": "largest logit difference GPU - TF", "GPU": r["max_logit_diff_gpu_tf"]},
             {"": "GPU ms per image", "GPU": 1000 * r["gpu_seconds_per_image"]}]
     text = tables.markdown(rows, digits=3) + f"\n\n{r['images']} test images."
+    if deployed.get("mediump"):
+        text += mediump_section(deployed["mediump"])
     if deployed.get("dogs120"):
         text += "\n\ndogs120 at 385x385 (random weights, BatchNorm calibrated):\n\n" + \
             tables.markdown([deployed["dogs120"]], digits=3)

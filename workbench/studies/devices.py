@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -211,3 +212,28 @@ def run(paths, out=None, moderngl=None) -> dict:
     print(report_section(out))
     print(f"\nwritten: {out / TABLE}, {out / RESULT}, {out / FIGURE}.png/.svg")
     return result
+
+
+def check_here(net, model, out=None) -> dict:
+    """The devices table of this machine, for the main job: ``net``'s self-check page (with
+    Keras ``model``'s outputs) exported into a temporary folder and run on this machine's GL
+    (moderngl: llvmpipe here) and in headless Chromium (SwiftShader) when it is installed; both
+    reports (``device-<source>.json``) and the table written into ``out`` (default: the
+    figures folder)."""
+    from workbench import web
+    from workbench.web import browser
+    from workbench.web.check import moderngl_report
+
+    out = Path(out) if out else figures_dir()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = web.export(net, Path(tmp) / "page", check_model=model).parent
+        reports = [moderngl_report(folder)]
+        try:
+            with web.session(folder) as page:
+                reports.append(page.device_report())
+        except browser.BrowserUnavailable as err:
+            print(f"devices: no headless Chromium, this machine's GL only ({err})")
+    for report in reports:
+        write_json(out / f"device-{report['source']}.json", report)
+    return save_results(out, check_same_net(reports))
+
