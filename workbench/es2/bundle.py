@@ -85,6 +85,9 @@ def run_plan(net, hw) -> dict:
     if floats:
         raise ValueError(f"net {net.graph.name!r}: textures {floats[:3]} are RGBA32F; the "
                          "bundle runs RGBA8 nets only (compile with dense='fixed16')")
+    if net.draw_buffers > 1:
+        raise ValueError(f"net {net.graph.name!r} writes {net.draw_buffers} render targets per "
+                         "pass; the bundle runs one-target nets only (compile with draw_buffers=1)")
     shapes = net.graph.shapes(hw)
     return {"input_size": list(hw),
             "textures": [{"tensor": k[0], "index": k[1], "width": w, "height": h}

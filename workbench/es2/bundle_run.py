@@ -157,8 +157,9 @@ class Net:
                      for b in p["inputs"]]
             uniforms = [(gl.glGetUniformLocation(prog, k), v)
                         for k, v in plan["uniforms"][p["name"]].items()]
+            output = (p.get("outputs") or [p["output"]])[0]  # bundles are one-target nets
             self.passes.append((p["name"], prog, units, uniforms,
-                                (p["output"]["tensor"], p["output"]["pack"]), p["viewport"]))
+                                (output["tensor"], output["pack"]), p["viewport"]))
         gl.glFinish()
         self.compile_ms = 1000 * (time.perf_counter() - start)
         gl.glBindBuffer(gl.GL_ARRAY_BUFFER, gl.glGenBuffers(1))

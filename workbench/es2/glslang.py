@@ -8,6 +8,9 @@ index (except vertex-shader uniforms), syntax/type errors, a missing main() and 
 It does NOT count the samplers or uniform vectors a shader uses against MaxTextureImageUnits 8 /
 MaxFragmentUniformVectors 16: the workbench's own limits table has to check those.
 Warnings are accepted; errors raise ShaderValidationError.
+glslang does not know GL_EXT_draw_buffers: a shader that requires it is checked without that line
+and with MaxDrawBuffers raised to ``draw_buffers`` (gl_FragData has gl_MaxDrawBuffers entries in
+GLSL ES 1.00, so an index past it is refused), everything else as above.
 """
 from __future__ import annotations
 
@@ -50,21 +53,29 @@ def available() -> bool:
     return shutil.which(EXECUTABLE) is not None
 
 
-def limits_config() -> str:
-    """The ES 2.0 limits file without its comment lines, as glslangValidator reads it."""
+DRAW_BUFFERS_EXTENSION = re.compile(r"^[ \t]*#[ \t]*extension[ \t]+GL_EXT_draw_buffers[ \t]*:.*\n",
+                                    re.MULTILINE)
+
+
+def limits_config(draw_buffers=1) -> str:
+    """The ES 2.0 limits file without its comment lines, as glslangValidator reads it;
+    ``draw_buffers``: its MaxDrawBuffers (1 in ES 2.0 without GL_EXT_draw_buffers)."""
     lines = LIMITS_FILE.read_text().splitlines()
-    return "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")) + "\n"
+    lines = [f"MaxDrawBuffers {draw_buffers}" if ln.split()[:1] == ["MaxDrawBuffers"] else ln
+             for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    return "\n".join(lines) + "\n"
 
 
-def validate(source: str, stage: str = "frag", name: str = "shader") -> None:
-    """Compile and link one `#version 100` shader under the ES 2.0 limits.
+def validate(source: str, stage: str = "frag", name: str = "shader", draw_buffers=1) -> None:
+    """Compile and link one `#version 100` shader under the ES 2.0 limits (with
+    ``draw_buffers`` render targets for a shader that requires GL_EXT_draw_buffers).
 
     Raises ShaderValidationError (naming `name`, with glslang's log) on errors; warnings pass."""
-    validate_many({name: source}, stage=stage)
+    validate_many({name: source}, stage=stage, draw_buffers=draw_buffers)
 
 
-def validate_many(shaders: Mapping[str, str], stage: str = "frag") -> None:
-    """Validate every shader (name -> source, all of one `stage`).
+def validate_many(shaders: Mapping[str, str], stage: str = "frag", draw_buffers=1) -> None:
+    """Validate every shader (name -> source, all of one `stage`; see :func:`validate`).
 
     Raises one ShaderValidationError listing every refused name and its log."""
     if stage not in STAGES:
@@ -75,12 +86,14 @@ def validate_many(shaders: Mapping[str, str], stage: str = "frag") -> None:
     failures = {}
     with tempfile.TemporaryDirectory(prefix="workbench-glslang-") as tmp:
         tmp = Path(tmp)
-        conf = tmp / "es2_limits.conf"
-        conf.write_text(limits_config())
+        plain, mrt = tmp / "es2_limits.conf", tmp / "es2_draw_buffers.conf"
+        plain.write_text(limits_config())
+        mrt.write_text(limits_config(draw_buffers))
         for i, (name, source) in enumerate(shaders.items()):
             path = tmp / f"{i:04d}_{_safe(name)}.{stage}"
-            path.write_text(source)
-            log = _run(exe, conf, path, label=f"{name}.{stage}")
+            stripped = DRAW_BUFFERS_EXTENSION.sub("", source)
+            path.write_text(stripped)
+            log = _run(exe, plain if stripped == source else mrt, path, label=f"{name}.{stage}")
             if log is not None:
                 failures[name] = log
     if failures:

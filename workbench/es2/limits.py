@@ -24,7 +24,9 @@ class Limits:
     name: str = "ES 2.0"              # how error messages name the limits
     texture_units: int = 8            # samplers one fragment shader may use
     fetches_per_fragment: int = 64    # texture2D calls per fragment (VideoCore IV budget)
-    outputs_per_program: int = 4      # one RGBA target, no MRT (MaxDrawBuffers = 1)
+    outputs_per_program: int = 4      # channels of one RGBA target
+    draw_buffers: int = 1             # RGBA targets one program may write: 1, or with
+    #                                   GL_EXT_draw_buffers / WEBGL_draw_buffers up to GL_MAX_DRAW_BUFFERS
     max_texture_size: int | None = None  # largest texture side; None: the runtime's limit
     varying_vectors: int = 8          # the passes use none (the vertex shader writes only gl_Position)
     fragment_uniform_vectors: int = 16  # vec4 uniforms of a fragment shader (a vec2 takes one)
@@ -73,6 +75,14 @@ ES2 = Limits()
 #        fragment floats, the values device reports list for Adreno 320 (opengles.gpuinfo.org);
 #        the Qualcomm Adreno OpenGL ES Developer Guide (80-NU141-1 B, 2015) covers the family.
 #        Not confirmed here from a primary source: check a device report before relying on them.
+#        Draw buffers 4: Mesa freedreno, src/gallium/drivers/freedreno/freedreno_util.h,
+#        A3XX_MAX_RENDER_TARGETS 4 (screen->max_rts in a3xx/fd3_screen.c); Adreno 3xx are OpenGL
+#        ES 3.0 GPUs, where 4 draw buffers are the minimum.  Whether the vendor's ES 2.0 contexts
+#        list GL_EXT_draw_buffers was not confirmed: the runtime checks GL_MAX_DRAW_BUFFERS.
+# [MRT]  No multiple render targets (draw_buffers 1) on VideoCore IV and Mali-400: Mesa vc4
+#        (vc4_screen.c) and lima (lima_screen.c) both answer PIPE_CAP_MAX_RENDER_TARGETS with 1.
+#        GL_EXT_draw_buffers / WEBGL_draw_buffers are optional, so the ES 2.0 and WebGL 1.0
+#        minimums stay at 1.
 # [WEB]  The WebGL 1.0 spec sets no minimums of its own: getParameter answers with the ES 2.0
 #        values, so a page may only rely on [ES2].  A net for the web is designed for what nearly
 #        every browser offers instead: MAX_TEXTURE_SIZE 4096 is the floor of the browser surveys
@@ -84,18 +94,21 @@ ES2 = Limits()
 _ES2_MINIMUM = replace(ES2, name="es2-minimum", max_texture_size=64, float_precision="mediump")
 PROFILES = {p.name: p for p in (
     _ES2_MINIMUM,                                                              # [ES2]
-    replace(_ES2_MINIMUM, name="videocore4", max_texture_size=2048,            # [VC4]
+    replace(_ES2_MINIMUM, name="videocore4", max_texture_size=2048,            # [VC4] [MRT]
             float_precision="highp", sampled_channels=(128, 96)),
-    replace(_ES2_MINIMUM, name="mali400", max_texture_size=4096),              # [MALI]
+    replace(_ES2_MINIMUM, name="mali400", max_texture_size=4096),              # [MALI] [MRT]
     replace(_ES2_MINIMUM, name="adreno3xx", max_texture_size=4096,             # [A3XX]
-            texture_units=16, float_precision="highp"),
+            texture_units=16, float_precision="highp", draw_buffers=4),
     replace(_ES2_MINIMUM, name="webgl1-minimum", max_texture_size=4096),       # [WEB]
 )}
 
 
-def profile(device=None) -> Limits:
+def profile(device=None, draw_buffers=None) -> Limits:
     """The limits of ``device``: a profile name (:data:`PROFILES`), a :class:`Limits`, or None
-    for :data:`ES2`."""
+    for :data:`ES2`, which leaves the render targets per program to the runtime as it leaves
+    the texture size: with ``draw_buffers``, ES2 allowing that many."""
+    if device is None and draw_buffers is not None:
+        return replace(ES2, draw_buffers=draw_buffers)
     if device is None or isinstance(device, Limits):
         return device or ES2
     if device not in PROFILES:
@@ -137,11 +150,32 @@ def check_precision(precision, limits: Limits = ES2):
     return precision
 
 
-def check_passes(passes, limits: Limits = ES2):
-    """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot)."""
+def check_draw_buffers(draw_buffers, limits: Limits = ES2) -> int:
+    """The render targets per program a net is compiled for: ``None`` picks the device's; more
+    than the device has is refused."""
+    draw_buffers = limits.draw_buffers if draw_buffers is None else draw_buffers
+    if not isinstance(draw_buffers, int) or draw_buffers < 1:
+        raise ValueError(f"draw_buffers must be a whole number >= 1, not {draw_buffers!r}")
+    if draw_buffers > limits.draw_buffers:
+        raise LimitError(f"draw_buffers = {draw_buffers} exceeds the {limits.name} limit of "
+                         f"{limits.draw_buffers} (GL_EXT_draw_buffers is optional in ES 2.0)")
+    return draw_buffers
+
+
+def check_passes(passes, limits: Limits = ES2, graph=None):
+    """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot), its render
+    targets and texture units, and, given the ``graph``, a convolution program's fetches per
+    fragment (one with several targets reads the union of their inputs)."""
     for p in passes:
         _fits(p.op, "fragment uniform vectors", len(p.uniforms), limits.fragment_uniform_vectors,
               limits)
+        _fits(p.op, "render targets per program", len(p.outputs), limits.draw_buffers, limits)
+        _fits(p.op, "texture units", len(p.inputs), limits.texture_units, limits)
+        op = graph.op(p.op) if graph else None
+        if isinstance(op, Conv):
+            _fits(p.op, "texel fetches per fragment",
+                  plan.conv_fetches(op, [pack for _, pack in p.outputs]),
+                  limits.fetches_per_fragment, limits)
 
 
 def _fits(layer, limit, value, maximum, limits):

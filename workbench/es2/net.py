@@ -17,7 +17,8 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import emulate, fixed16, limits, mediump, plan
 from workbench.es2.runner import Runner
-from workbench.es2.shaders import VERTEX_SHADER, Binding, Pass, constant_textures, generate
+from workbench.es2.shaders import (VERTEX_SHADER, Binding, Pass, constant_textures, generate,
+                                   programs)
 from workbench.files import write_folder
 
 CONVENTIONS = (
@@ -25,7 +26,8 @@ CONVENTIONS = (
     "r = tensor row r; pixel (col, row) = gl_FragCoord.xy - 0.5. Uniforms set from the tensor "
     "shapes: u_in_size = (width, height) of the first input tensor, u_out_size = of the output, "
     "u_pad = zero padding before the first column and row (TensorFlow 'SAME'). Samplers: "
-    "CLAMP_TO_EDGE, filter as the binding says. A fullscreen quad is drawn per pass.")
+    "CLAMP_TO_EDGE, filter as the binding says. A fullscreen quad is drawn per pass, into its "
+    "outputs: gl_FragData[i] (GL_EXT_draw_buffers) to outputs[i], or gl_FragColor to the one.")
 
 
 class Net:
@@ -81,9 +83,15 @@ class Net:
         with ``precision="mediump"`` on a GPU whose mediump is float16 (:mod:`.emulate`)."""
         return emulate.run(self.graph, image, keep=keep, precision=precision)
 
+    @property
+    def draw_buffers(self) -> int:
+        """The most render targets one of its programs writes (1: plain ES 2.0)."""
+        return max(len(p.outputs) for p in self.passes)
+
     def cost(self, hw) -> dict[str, ir.Cost]:
-        """Cost of every op for an input of ``hw = (height, width)``."""
-        return plan.cost(self.graph, hw)
+        """Cost of every op for an input of ``hw = (height, width)``, as compiled (with draw
+        buffers, ``single_target_fetches`` is the one-target form's count)."""
+        return plan.cost(self.graph, hw, programs(self.graph, self.passes))
 
     def peak_texture_bytes(self, hw) -> int:
         """Texture memory at the busiest moment of a run (each texture freed after its last
@@ -135,7 +143,7 @@ class Net:
             "ops": ops,
             "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",
                         "inputs": [asdict(b) for b in p.inputs],
-                        "output": {"tensor": p.output[0], "pack": p.output[1]},
+                        "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
                         "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
                         "viewport": p.viewport} for p in self.passes],
         }
@@ -154,7 +162,7 @@ def output_values(graph: ir.Graph, stored):
 
 
 def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
-            limits_table=None, mediump_warn_db=None) -> Net:
+            limits_table=None, draw_buffers=None, mediump_warn_db=None) -> Net:
     """Keras model -> IR -> limits check -> passes.
 
     ``device``: the limits to fit, a profile name (``"videocore4"``, see
@@ -162,10 +170,13 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     :data:`~workbench.es2.limits.ES2` (``limits_table`` is the older name of the same
     argument).  ``precision``: ``"highp"`` or ``"mediump"``, default the device's (highp for
     ES2).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
-    :class:`workbench.ir.Dense`).  ``mediump_warn_db``: warn
-    (:class:`workbench.es2.mediump.MediumpWarning`) when on a float16-mediump GPU an op's output
-    is predicted below this PSNR against highp."""
-    table = limits.profile(device if device is not None else limits_table)
+    :class:`workbench.ir.Dense`).  ``draw_buffers``: render targets a convolution's program
+    may write (``GL_EXT_draw_buffers``), default the device's (1 for ES2); at most the
+    device's, but with no device named any number (the runtime checks GL_MAX_DRAW_BUFFERS).
+    ``mediump_warn_db``: warn (:class:`workbench.es2.mediump.MediumpWarning`) when on a
+    float16-mediump GPU an op's output is predicted below this PSNR against highp."""
+    table = limits.profile(device if device is not None else limits_table, draw_buffers)
+    draw_buffers = limits.check_draw_buffers(draw_buffers, table)
     precision = limits.check_precision(precision, table)
     graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
     shapes = graph.shapes(graph.input_size or (64, 64))
@@ -175,28 +186,30 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
-    passes = generate(graph, precision)
-    limits.check_passes(passes, table)
+    passes = generate(graph, precision, draw_buffers, table)
+    limits.check_passes(passes, table, graph)
     return Net(graph, passes, precision)
 
 
-def load_net(path, precision=None, device=None):
-    """A compiled net from a ``.keras`` model or from a folder written by :meth:`Net.save`,
-    checked against ``device`` (see :func:`compile`).  Returns ``(net, keras_model_or_None)``."""
+def load_net(path, precision=None, device=None, draw_buffers=None):
+    """A compiled net from a ``.keras`` model (compiled with ``draw_buffers``) or from a folder
+    written by :meth:`Net.save` (as saved), checked against ``device`` (see :func:`compile`).
+    Returns ``(net, keras_model_or_None)``."""
     from workbench.nets.models import load_model
 
     path = Path(path)
     table = limits.profile(device)
     if path.is_dir():
         net = load(path)
+        table = limits.profile(device, net.draw_buffers)
         limits.check_precision(net.precision, table)
         limits.check(net.graph, table)
-        limits.check_passes(net.passes, table)
+        limits.check_passes(net.passes, table, net.graph)
         return net, None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
     model = load_model(path)
-    return compile(model, precision=precision, device=table), model
+    return compile(model, precision=precision, device=device, draw_buffers=draw_buffers), model
 
 
 def load(directory) -> Net:
@@ -221,7 +234,7 @@ def load(directory) -> Net:
                      tuple(size) if size else None)
     passes = [Pass(p["name"], p["op"], (directory / p["shader"]).read_text(),
                    [Binding(**b) for b in p["inputs"]],
-                   (p["output"]["tensor"], p["output"]["pack"]),
+                   [(o["tensor"], o["pack"]) for o in p.get("outputs") or [p["output"]]],
                    {k: tuple(v) for k, v in p["uniform_values"].items()},
                    tuple(p["viewport"]) if p.get("viewport") else None)
               for p in manifest["passes"]]

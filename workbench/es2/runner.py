@@ -1,7 +1,7 @@
 """Runs the passes of an ES 2.0 net in the GL worker (:mod:`workbench.gl.fragment`).
 
 Tensors live in RGBA8 textures (one per pack of 4 channels, CLAMP_TO_EDGE); every pass draws a
-fullscreen quad into one of them.  This module plans textures and uniform values from the
+fullscreen quad into one of them, or into several as draw buffers.  This module plans textures and uniform values from the
 graph's shapes and ships them to the worker; it never inspects an op.
 """
 from __future__ import annotations
@@ -23,8 +23,13 @@ class Runner:
     def __init__(self, graph: ir.Graph, passes, vertex_shader, constants=None):
         self.graph, self.passes, self.constants = graph, passes, constants or {}
         self.worker = gl.worker()
+        most, limit = max(len(p.outputs) for p in passes), self.worker.info["GL_MAX_DRAW_BUFFERS"]
+        if most > limit:
+            raise ValueError(f"the net writes {most} render targets per pass, over this GPU's "
+                             f"GL_MAX_DRAW_BUFFERS of {limit}; compile it with draw_buffers={limit}")
         self.compile_seconds, self.program_ids = self.worker.call(
-            "compile", vertex=vertex_shader, fragments=[p.source for p in passes])
+            "compile", vertex=vertex_shader, fragments=[p.source for p in passes],
+            outputs=[len(p.outputs) for p in passes])
         self.timings: dict[str, float] = {}
         self._hw = None
 
@@ -43,11 +48,11 @@ class Runner:
         self._plans = [self._plan(p, i) for p, i in zip(self.passes, self.program_ids)]
 
     def _plan(self, p, program):
-        """What the worker needs for pass ``p``: program, bindings, uniform values, output."""
+        """What the worker needs for pass ``p``: program, bindings, uniform values, outputs."""
         return {"program": program,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
                 "uniforms": uniform_values(p, self.shapes),
-                "output": p.output, "viewport": p.viewport}
+                "outputs": p.outputs, "viewport": p.viewport}
 
     def run(self, image, keep=False):
         """Run every pass; returns ``{texture key: array}`` of the output textures (all of

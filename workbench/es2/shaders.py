@@ -1,4 +1,7 @@
-"""ES 2.0 pass generators: one ``#version 100`` fragment shader per 4 output channels.
+"""ES 2.0 pass generators: one ``#version 100`` fragment shader per 4 output channels, or,
+with draw buffers (``GL_EXT_draw_buffers``), a convolution's shader writing up to N packs of 4
+that read the same inputs (``gl_FragData[i]``; each input texel fetched once for all of them,
+each pack's arithmetic as in its one-target shader, so the bytes are the same).
 
 Each program is a small generator returning a :class:`Pass`: its source, its bindings and
 how its uniforms get their values; :data:`PASSES` maps each IR op type to its generator.
@@ -10,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import fixed16
-from workbench.es2.limits import LimitError
+from workbench.es2 import fixed16, plan
+from workbench.es2.limits import ES2, LimitError
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.nets import activations
 
@@ -32,25 +35,30 @@ class Binding:
 
 @dataclass
 class Pass:
-    """One program: draws ``output`` (a texture key) from ``inputs``.  ``uniforms``: the
-    ``vec2`` uniforms and how to get their values (:func:`uniform_values`)."""
+    """One program: draws ``outputs`` (texture keys; ``gl_FragData[i]`` is ``outputs[i]``, one
+    output: ``gl_FragColor``) from ``inputs``.  ``uniforms``: the ``vec2`` uniforms and how to
+    get their values (:func:`uniform_values`)."""
     name: str
     op: str
     source: str
     inputs: list[Binding]
-    output: tuple[str, int]
+    outputs: list[tuple[str, int]]
     uniforms: dict[str, tuple] = field(default_factory=dict)
     viewport: tuple[int, int, int, int] | None = None  # (x, y, width, height); None: all
 
 
 # --- GLSL text ------------------------------------------------------------------------------
 
-def _header(precision):
+DRAW_BUFFERS_EXTENSION = "#extension GL_EXT_draw_buffers : require\n"
+
+
+def _header(precision, draw_buffers=False):
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    head = "#version 100\n" + (DRAW_BUFFERS_EXTENSION if draw_buffers else "")
     if precision == "mediump":
-        return "#version 100\nprecision mediump float;\n"
-    return ("#version 100\n#ifdef GL_FRAGMENT_PRECISION_HIGH\nprecision highp float;\n"
+        return head + "precision mediump float;\n"
+    return (head + "#ifdef GL_FRAGMENT_PRECISION_HIGH\nprecision highp float;\n"
             "precision highp sampler2D;\n#else\nprecision mediump float;\n#endif\n")
 
 
@@ -70,46 +78,67 @@ _FETCH = """vec4 fetch(sampler2D s, vec2 p) {
 """
 
 
-def conv_pass(op: ir.Conv, pack: int, precision="highp") -> Pass:
-    """Output channels ``4*pack .. 4*pack+3`` of a convolution (+ residual) + activation."""
-    in_packs = op.input_packs(pack)
+def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
+    """Output packs ``packs`` of a convolution (+ residual) + activation: channels
+    ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
+    program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``."""
+    packs = [packs] if isinstance(packs, int) else list(packs)
+    many = len(packs) > 1
+    in_packs = op.input_packs(packs[0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
-    outs = list(range(pack * ir.PACK, min(pack * ir.PACK + ir.PACK, op.cout)))
-    _, count = op.group_channels(pack)  # the group's channels are 0..count-1 of the kernel
+    outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
+    _, count = op.group_channels(packs[0])  # the group's channels are 0..count-1 of the kernel
+    sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
     vectors = {"u_in_size": ("size", op.input),
                "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
     if op.residual:
-        samplers.append("u_res")
-        bindings.append(Binding("u_res", op.residual, pack))
+        residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))]
+        samplers += residuals
+        bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
         vectors["u_out_size"] = ("size", op.name)
     masked = op.padding == "same" and op.size > 1
-    body = [f"    vec2 base = (gl_FragCoord.xy - 0.5) * {glsl_float(op.stride)} + 0.5 - u_pad;",
-            f"    vec4 sum = {glsl_vec(op.bias[outs])};"]
+    body = [f"    vec2 base = (gl_FragCoord.xy - 0.5) * {glsl_float(op.stride)} + 0.5 - u_pad;"]
+    body += [f"    vec4 {s} = {glsl_vec(op.bias[o])};" for s, o in zip(sums, outs)]
+    if many:  # a texel fetched once, used by every output
+        body.append("    float y;" if op.luma_input else "    vec4 t;")
     for dy in range(op.size):
         for dx in range(op.size):
             where = f"base + vec2({glsl_float(dx)}, {glsl_float(dy)})"
             if op.luma_input:
-                w = op.kernel[dy, dx, 0, outs]
-                body.append(f"    sum += {glsl_vec(w)} * dot(fetch(u_in0, {where}).rgb, "
-                            f"{glsl_vec(ir.LUMA, 3)});")
+                y = f"dot(fetch(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)})"
+                if many:
+                    body.append(f"    y = {y};")
+                    y = "y"
+                body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
+                         for s, o in zip(sums, outs)]
                 continue
             for j, sampler in enumerate(samplers[:len(in_packs)]):
                 chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
-                m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
-                for i, c in enumerate(chans):
-                    m[i, :len(outs)] = op.kernel[dy, dx, c, outs]
-                if np.any(m):
-                    # GLSL mat4(...) is column-major: column i holds input component i.
-                    body.append(f"    sum += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * "
-                                f"fetch({sampler}, {where});")
-    if op.residual:
-        body.append("    sum += texture2D(u_res, gl_FragCoord.xy / u_out_size);")
-    body.append(f"    gl_FragColor = {activations.get(op.activation).glsl.format(x='sum')};")
-    source = (_header(precision) + _uniforms(samplers, vectors)
+                products = []
+                for s, o in zip(sums, outs):
+                    m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
+                    for i, c in enumerate(chans):
+                        m[i, :len(o)] = op.kernel[dy, dx, c, o]
+                    if np.any(m):
+                        products.append((s, m))
+                texel = f"fetch({sampler}, {where})"
+                if len(products) > 1:
+                    body.append(f"    t = {texel};")
+                    texel = "t"
+                # GLSL mat4(...) is column-major: column i holds input component i.
+                body += [f"    {s} += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * {texel};"
+                         for s, m in products]
+    for k, s in enumerate(sums):
+        if op.residual:
+            body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
+        target = f"gl_FragData[{k}]" if many else "gl_FragColor"
+        body.append(f"    {target} = {activations.get(op.activation).glsl.format(x=s)};")
+    source = (_header(precision, many) + _uniforms(samplers, vectors)
               + (_FETCH_MASKED if masked else _FETCH)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
-    return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
+    name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
+    return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors)
 
 
 def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
@@ -156,7 +185,7 @@ def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp
         body.append("    gl_FragColor = v;")
     source = (_header(precision) + _uniforms(samplers, vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
-    return Pass(f"{op.name}.{pack}", op.name, source, bindings, (op.name, pack), vectors)
+    return Pass(f"{op.name}.{pack}", op.name, source, bindings, [(op.name, pack)], vectors)
 
 
 def _number_glsl(op: ir.Dense):
@@ -167,7 +196,7 @@ def _number_glsl(op: ir.Dense):
     return fixed16.GLSL + f"vec2 wdec(vec4 t) {{ return dec2(t) / {glsl_float(2 ** op.weight_shift)}; }}\n"
 
 
-def dense_passes(op: ir.Dense, shapes, precision="highp") -> list[Pass]:
+def dense_passes(op: ir.Dense, shapes, precision="highp", draw_buffers=1, limits=ES2) -> list[Pass]:
     """The blocked GEMV: one multiply program per block of input packs (each writes one row
     of partial sums), then reduction passes; the last adds the bias row."""
     h, w, _ = shapes[op.input]
@@ -192,7 +221,7 @@ def dense_passes(op: ir.Dense, shapes, precision="highp") -> list[Pass]:
         body.append(f"    gl_FragColor = enc2(acc / {glsl_float(len(pixels))});")
         source = head + _uniforms(samplers, {}) + "void main() {\n" + "\n".join(body) + "\n}\n"
         passes.append(Pass(f"{op.name}.multiply{row}", op.name, source, bindings,
-                           (f"{op.name}/partial0", 0), {}, (0, row, op.pairs, 1)))
+                           [(f"{op.name}/partial0", 0)], {}, (0, row, op.pairs, 1)))
     rows = op.reductions()
     for k, (prev, r) in enumerate(zip(rows, rows[1:])):
         last = r == 1 and k == len(rows) - 2
@@ -212,7 +241,7 @@ def dense_passes(op: ir.Dense, shapes, precision="highp") -> list[Pass]:
             body.append(f"    acc += {bias}(texture2D(u_w, vec2(x, {glsl_float((op.cin + 0.5) / rows_w)})));")
         body.append("    gl_FragColor = enc2(acc);")
         source = head + _uniforms(samplers, {}) + "void main() {\n" + "\n".join(body) + "\n}\n"
-        passes.append(Pass(f"{op.name}.reduce{k}", op.name, source, bindings, target))
+        passes.append(Pass(f"{op.name}.reduce{k}", op.name, source, bindings, [target]))
     return passes
 
 
@@ -236,27 +265,41 @@ def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:
             for op in graph.ops if isinstance(op, ir.Dense)}
 
 
-def conv_passes(op: ir.Conv, shapes, precision="highp") -> list[Pass]:
-    return [conv_pass(op, p, precision) for p in range(op.out_packs())]
+def conv_passes(op: ir.Conv, shapes, precision="highp", draw_buffers=1, limits=ES2) -> list[Pass]:
+    return [conv_pass(op, packs, precision) for packs in plan.conv_programs(
+        op, draw_buffers, limits.texture_units, limits.fetches_per_fragment)]
 
 
-def depth_to_space_passes(op: ir.DepthToSpace, shapes, precision="highp") -> list[Pass]:
+def depth_to_space_passes(op: ir.DepthToSpace, shapes, precision="highp", draw_buffers=1,
+                          limits=ES2) -> list[Pass]:
     return [depth_to_space_pass(op, p, shapes, precision) for p in range(op.out_packs(shapes))]
 
 
-# One entry per IR op: ``op type -> passes(op, shapes, precision)``.
+# One entry per IR op: ``op type -> passes(op, shapes, precision, draw_buffers, limits)``; a
+# generator may ignore ``draw_buffers`` (only convolutions write several targets).
 PASSES = {ir.Conv: conv_passes, ir.DepthToSpace: depth_to_space_passes, ir.Dense: dense_passes}
 
 
-def generate(graph: ir.Graph, precision="highp") -> list[Pass]:
-    """All passes of ``graph``, in execution order."""
+def generate(graph: ir.Graph, precision="highp", draw_buffers=1, limits=ES2) -> list[Pass]:
+    """All passes of ``graph``, in execution order; ``draw_buffers``: render targets one
+    program may write, within ``limits``' texture units and fetches per fragment."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     passes = []
     for op in graph.ops:
         if type(op) not in PASSES:
             raise LimitError(f"layer {op.name!r}: no ES 2.0 shader for {type(op).__name__}")
-        passes += PASSES[type(op)](op, shapes, precision)
+        passes += PASSES[type(op)](op, shapes, precision, draw_buffers, limits)
     return passes
+
+
+def programs(graph: ir.Graph, passes) -> dict[str, list[list[int]]]:
+    """The output packs of each convolution program, ``{op name: [[pack, ...], ...]}``, as
+    :func:`workbench.es2.plan.cost` takes them."""
+    out = {}
+    for p in passes:
+        if isinstance(graph.op(p.op), ir.Conv):
+            out.setdefault(p.op, []).append([pack for _, pack in p.outputs])
+    return out
 
 
 def uniform_values(p: Pass, shapes) -> dict[str, tuple[float, float]]:

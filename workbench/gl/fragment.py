@@ -31,9 +31,10 @@ class Worker:
         self.programs = {}   # fragment source -> (program, vao)
         self.by_id = []      # (program, vao) in the order compile() returned their ids
         self.textures = {}   # key -> (texture, framebuffer)
+        self.targets = {}    # (key, ...) -> framebuffer of several textures (draw buffers)
 
     LIMITS = ("GL_MAX_TEXTURE_SIZE", "GL_MAX_TEXTURE_IMAGE_UNITS", "GL_MAX_VARYING_VECTORS",
-              "GL_MAX_FRAGMENT_UNIFORM_VECTORS", "GL_MAX_RENDERBUFFER_SIZE")
+              "GL_MAX_FRAGMENT_UNIFORM_VECTORS", "GL_MAX_RENDERBUFFER_SIZE", "GL_MAX_DRAW_BUFFERS")
 
     def info(self):
         """GL_VENDOR, GL_RENDERER, GL_VERSION, GL_SHADING_LANGUAGE_VERSION, the :data:`LIMITS`
@@ -46,14 +47,14 @@ class Worker:
                              for name, kind in (("highp", 0x8DF2), ("mediump", 0x8DF1))}
         return info
 
-    def compile(self, vertex, fragments):
-        """Compile and link the programs not compiled yet, and draw each once into a 1x1
-        target (drivers such as llvmpipe translate a shader at its first draw); returns
-        ``(seconds all that took, program ids for run())``."""
+    def compile(self, vertex, fragments, outputs=None):
+        """Compile and link the programs not compiled yet, and draw each once into 1x1 targets,
+        ``outputs[i]`` of them for program i (default 1; drivers such as llvmpipe translate a
+        shader at its first draw); returns ``(seconds all that took, program ids for run())``."""
         start = time.perf_counter()
-        target = self.ctx.texture((1, 1), 4, dtype="f1")
-        fbo = self.ctx.framebuffer(color_attachments=[target])
-        fbo.use()
+        outputs = outputs or [1] * len(fragments)
+        targets = [self.ctx.texture((1, 1), 4, dtype="f1") for _ in range(max(outputs))]
+        fbos = {n: self.ctx.framebuffer(color_attachments=targets[:n]) for n in set(outputs)}
         # Bind RGBA8 NEAREST textures as the real passes do: drivers compile a variant of a
         # shader per sampler state, and the warm-up should make the one that will be used.
         sampled = self.ctx.texture((3, 3), 4, dtype="f1")  # most tensors are not powers of 2
@@ -61,14 +62,15 @@ class Worker:
         sampled.repeat_x = sampled.repeat_y = False
         for unit in range(8):
             sampled.use(location=unit)
-        for source in fragments:
+        for source, n in zip(fragments, outputs):
             if source not in self.programs:
                 prog = self.ctx.program(vertex_shader=vertex, fragment_shader=source)
                 vao = self.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
+                fbos[n].use()
                 vao.render(self.mgl.TRIANGLE_STRIP)
                 self.programs[source] = (prog, vao)
         self.ctx.finish()
-        for obj in (fbo, target, sampled):
+        for obj in (*fbos.values(), *targets, sampled):
             obj.release()
         seconds = time.perf_counter() - start
         ids = []
@@ -80,10 +82,12 @@ class Worker:
     def allocate(self, sizes):
         """Textures with framebuffers, ``sizes[key] = (width, height, dtype)``; dtype "f1" is
         RGBA8, "f4" RGBA32F."""
+        for fbo in self.targets.values():
+            fbo.release()
         for tex, fbo in self.textures.values():
             fbo.release()
             tex.release()
-        self.textures = {}
+        self.textures, self.targets = {}, {}
         for key, (width, height, dtype) in sizes.items():
             tex = self.ctx.texture((width, height), 4, dtype=dtype)
             tex.repeat_x = tex.repeat_y = False
@@ -94,7 +98,8 @@ class Worker:
         (timings, arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
-        "output": key, "viewport": (x, y, width, height) or None}``.
+        "outputs": [key, ...], "viewport": (x, y, width, height) or None}``; several outputs
+        are drawn as draw buffers 0, 1, ... of one framebuffer.
         """
         for key, data in uploads.items():
             self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
@@ -112,8 +117,7 @@ class Worker:
             for name, value in p["uniforms"].items():
                 if name in prog:
                     prog[name].value = value
-            fbo = self.textures[p["output"]][1]
-            fbo.use()
+            self._framebuffer(tuple(p["outputs"])).use()
             if p.get("viewport"):
                 self.ctx.viewport = tuple(p["viewport"])
             vao.render(self.mgl.TRIANGLE_STRIP)
@@ -127,6 +131,16 @@ class Worker:
             arrays[key] = np.frombuffer(fbo.read(components=4, dtype=tex.dtype),
                                         dtype).reshape(h, w, 4)
         return timings, arrays
+
+
+    def _framebuffer(self, keys):
+        """The framebuffer that draws into the textures ``keys`` (draw buffer i: ``keys[i]``)."""
+        if len(keys) == 1:
+            return self.textures[keys[0]][1]
+        if keys not in self.targets:
+            self.targets[keys] = self.ctx.framebuffer(
+                color_attachments=[self.textures[k][0] for k in keys])
+        return self.targets[keys]
 
 
 def _gl_call(name, restype, argtypes, *args):

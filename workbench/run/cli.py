@@ -57,7 +57,7 @@ def _export_web(args):
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
-    net, model = es2.load_net(model_path, args.precision, args.device)
+    net, model = es2.load_net(model_path, args.precision, args.device, args.draw_buffers)
     if args.check and model is None:
         raise ValueError(f"--check needs a .keras model (for TensorFlow's outputs); {model_path} "
                          "is a saved shader folder")
@@ -96,6 +96,8 @@ def _bench(args):
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
+    elif args.what == "draw-buffers":
+        bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -178,6 +180,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="embed the self-check: test inputs, "
                    "TensorFlow's outputs and the emulator's bytes (needs a .keras model); the "
                    "page runs it with ?check=1 or its button and offers a device report (JSON)")
+    p.add_argument("--draw-buffers", type=int, metavar="N", help="render targets a convolution's "
+                   "program may write (WEBGL_draw_buffers; default: the device's, 1 for ES 2.0; "
+                   "the page splits them where the browser lacks the extension)")
     p.set_defaults(func=_export_web)
 
     p = commands.add_parser("devices", help="gather device reports (JSON, from export-web "
@@ -199,14 +204,16 @@ def parser() -> argparse.ArgumentParser:
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")
     p.set_defaults(func=_bundle)
 
-    p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), es31 "
+    p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), "
+                            "draw-buffers (the SR net with 1 vs 4 render targets per program, "
+                            "GL and Chromium, interleaved), es31 "
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
                             "steps: samples/s of each option side by side, where the time goes), "
                             "activation (training-step cost of the sigmoid-like activation and "
                             "of the fused batch norm)")
-    p.add_argument("what", choices=["sr", "es31", "train", "activation"])
+    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation"])
     p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2)")
-    p.add_argument("--size", type=int, default=256, help="sr: input size")
+    p.add_argument("--size", type=int, default=256, help="sr, draw-buffers: input size")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
     p.add_argument("--batch", type=int, default=64, help="activation: batch size")

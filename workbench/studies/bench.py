@@ -2,13 +2,15 @@
 medians of several runs.  Speed targets live here, never in timed tests."""
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import es2, es31, references
+from workbench import es2, es31, gl, references
 from workbench.data import datasets
 from workbench.ir import cost
 from workbench.nets import activations, classify, superres
@@ -62,6 +64,72 @@ def print_sr(r):
     print(f"  GPU (llvmpipe) run      {r['gpu_seconds'] * 1000:8.1f} ms   (passes alone {r['gpu_pass_seconds'] * 1000:.1f} ms; Pi 3 reference: ~{references.SR_PI3_MS:.0f} ms)")
     print(f"  TensorFlow CPU run      {r['tf_cpu_seconds'] * 1000:8.1f} ms")
     print(f"  GPU / TF time ratio     {r['gpu_over_tf']:8.2f}")
+
+
+def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=True, seed=0):
+    """The x2 SR net with one render target per program vs ``draw_buffers`` (random weights,
+    or ``model``) on a ``size`` x ``size`` image: programs, texel fetches, whether the output
+    bytes are equal, and seconds per run on this machine's GL (whole ``net.run``: upload, passes,
+    read-back) and, with ``browser``, in headless Chromium (the page's run without per-pass
+    waits).  ``repeat`` timed runs after a warm-up run, the two forms interleaved; per form
+    ``{"median", "min", "max"}`` of the seconds, and ``"ratio"``: the median over the rounds of
+    the ``draw_buffers`` run's time over the one-target run's."""
+    from workbench import web
+
+    keras.utils.set_random_seed(seed)
+    model = model or sr_x2()
+    image = np.random.default_rng(seed).random((size, size, 3)).astype(np.float32)
+    nets = {1: es2.compile(model), draw_buffers: es2.compile(model, draw_buffers=draw_buffers)}
+    result = {n: {"programs": len(net.passes),
+                  "fetches": cost.total(net.cost((size, size)).values()).texel_fetches}
+              for n, net in nets.items()}
+    outputs = {n: net.run(image) for n, net in nets.items()}  # warm-up
+    result["same_bytes"] = bool(np.array_equal(*outputs.values()))
+
+    def spread(seconds):
+        return {"median": float(np.median(seconds)), "min": min(seconds), "max": max(seconds)}
+
+    def interleaved(run):  # also the median ratio of the two runs of each round
+        seconds = {n: [] for n in nets}
+        for _ in range(repeat):
+            for n in nets:
+                seconds[n].append(run(n))
+        ratio = float(np.median(np.divide(seconds[draw_buffers], seconds[1])))
+        return {**{n: spread(s) for n, s in seconds.items()}, "ratio": ratio}
+
+    def gl_seconds(n):
+        start = time.perf_counter()
+        nets[n].run(image)
+        return time.perf_counter() - start
+
+    result["gl"] = interleaved(gl_seconds)
+    result["renderer"] = gl.info()["GL_RENDERER"]
+    if browser:
+        with tempfile.TemporaryDirectory() as tmp:
+            for n, net in nets.items():
+                web.export(net, Path(tmp) / str(n))
+            with web.sessions([Path(tmp) / str(n) for n in nets], repeat=1) as opened:
+                pages = dict(zip(nets, opened))
+                first = [page.run(image)["output"] for page in pages.values()]  # warm-up
+                result["browser_same_bytes"] = bool(np.array_equal(*first))
+                result["browser"] = interleaved(lambda n: pages[n].run(image)["repeat_ms"][0] / 1000)
+    return result
+
+
+def print_draw_buffers(r):
+    """Print :func:`bench_draw_buffers`'s result as a table."""
+    one, many = [k for k in r if isinstance(k, int)]
+    print(f"x2 SR, {r[one]['programs']} programs (1 target) vs {r[many]['programs']} "
+          f"({many} draw buffers); output bytes equal: {r['same_bytes']}"
+          + (f", in the browser: {r['browser_same_bytes']}" if "browser" in r else ""))
+    print(f"  {'':34s} {'1 target':>22s} {f'{many} targets':>22s}   (ms: median (min-max))")
+    print(f"  {'texel fetches':34s} {r[one]['fetches']:>22,d} {r[many]['fetches']:>22,d}")
+    for key, label in (("gl", f"ms per run, {r['renderer'].split(' (')[0]}"),
+                       ("browser", "ms per run, Chromium")):
+        if key in r:
+            cells = [f"{1000 * t['median']:.1f} ({1000 * t['min']:.1f}-{1000 * t['max']:.1f})"
+                     for t in (r[key][one], r[key][many])]
+            print(f"  {label:34s} {cells[0]:>22s} {cells[1]:>22s}   ratio {r[key]['ratio']:.2f}")
 
 
 def es31_vs_es2(count=3, seed=0, size=385, repeat=3, root=None):

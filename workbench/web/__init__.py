@@ -10,7 +10,8 @@ from workbench.web.page import (
                                 page_spec,
                                 png_data_url,
                                 session,
+                                sessions,
 )
 
 __all__ = ["PAGE_FILES", "PAGE_PARAMETERS", "PageError", "Session", "decode_result", "export",
-           "page_spec", "png_data_url", "session"]
+           "page_spec", "png_data_url", "session", "sessions"]

@@ -23,8 +23,10 @@ and puts in ``<script id="result">`` and ``window.workbench.deviceReport`` the d
 
 URL parameters: ``image=URL`` runs that image on load; ``repeat=N`` times N more runs
 without the per-pass waits (``repeat_ms`` in the result); ``max_texture_size=N``,
-``max_texture_image_units=N``, ``no_float_textures=1`` and ``no_webgl=1`` make the page act as
-if the browser's limit were that small (to test the messages and the tiling).  An image whose
+``max_texture_image_units=N``, ``no_float_textures=1``, ``no_webgl=1`` and ``no_draw_buffers=1``
+make the page act as if the browser's limit were that small (to test the messages, the tiling
+and the split of a pass with several render targets into one-target passes when the browser
+lacks ``WEBGL_draw_buffers``: same bytes, a note in the ready message).  An image whose
 textures would exceed MAX_TEXTURE_SIZE runs in overlapping tiles as in
 :mod:`workbench.es2.tiling` (``receptive_field`` in ``webgl.json``; the result's ``tiles``).
 The page reports its state in ``document.body.dataset.state`` (``loading``, ``ready``,
@@ -57,7 +59,8 @@ from workbench.files import json_text, write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js")
-LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "no_float_textures", "no_webgl")
+LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "no_float_textures", "no_webgl",
+                    "no_draw_buffers")
 PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat", "check")
 
 
@@ -203,17 +206,34 @@ def session(directory, image=None, width=1280, height=900, **params):
 
     ``image``: a URL relative to the page, passed as ``?image=``; ``params``: the other URL
     parameters (``repeat=3``, ``max_texture_size=64``...; see the module docstring)."""
+    with browser.serve(directory) as base, browser.open_page(width, height) as page:
+        yield _open(page, base, image, params)
+
+
+@contextlib.contextmanager
+def sessions(directories, width=1280, height=900, **params):
+    """Several exported pages open at once in one headless Chromium, a tab each (to time them
+    interleaved); yields a list of :class:`Session` (see :func:`session`)."""
+    with contextlib.ExitStack() as stack:
+        bases = [stack.enter_context(browser.serve(d)) for d in directories]
+        first = stack.enter_context(browser.open_page(width, height))
+        pages = [first] + [first.context.browser.new_page(viewport={"width": width, "height": height})
+                           for _ in bases[1:]]
+        yield [_open(page, base, None, params) for page, base in zip(pages, bases)]
+
+
+def _open(page, base, image, params) -> Session:
+    """Open ``base``'s ``index.html`` with URL parameters in ``page``; wait until loaded."""
     unknown = set(params) - set(PAGE_PARAMETERS)
     if unknown:
         raise ValueError(f"unknown page parameters {sorted(unknown)}; known: {PAGE_PARAMETERS}")
     query = {**({"image": image} if image else {}),
              **{k: (1 if v is True else v) for k, v in params.items()}}
-    with browser.serve(directory) as base, browser.open_page(width, height) as page:
-        messages = []
-        page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
-        page.on("pageerror", lambda e: messages.append(f"page error: {e}"))
-        url = f"{base}/index.html" + (f"?{urlencode(query)}" if query else "")
-        page.goto(url)
-        s = Session(page, url, messages)
-        s.wait(("done", "error") if image else ("ready", "done", "error"))
-        yield s
+    messages = []
+    page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: messages.append(f"page error: {e}"))
+    url = f"{base}/index.html" + (f"?{urlencode(query)}" if query else "")
+    page.goto(url)
+    s = Session(page, url, messages)
+    s.wait(("done", "error") if image else ("ready", "done", "error"))
+    return s

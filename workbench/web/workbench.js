@@ -5,16 +5,19 @@
  * workbench/es2/runner.py and gl/fragment.py: one RGBA8 texture per pack of 4 channels (channel c is
  * component c % 4 of pack c / 4), texture row r = tensor row r = image row r counted from the
  * top, CLAMP_TO_EDGE, NEAREST unless a binding says "linear"; a fullscreen quad per pass into
- * the pass's output texture (whole texture, or the pass's viewport); uniforms u_in_size /
- * u_out_size = (width, height) of the first input / the output tensor, u_pad = TensorFlow
- * 'SAME' padding (left, top).  Output read back with readPixels; logits decoded from 16-bit
- * fixed point (or float) and put through a softmax here, on the CPU.
+ * the pass's output textures (whole texture, or the pass's viewport; several outputs are the
+ * draw buffers of one framebuffer with WEBGL_draw_buffers, else the pass is split:
+ * fitDrawBuffers); uniforms u_in_size / u_out_size = (width, height) of the first input /
+ * the output tensor, u_pad = TensorFlow 'SAME' padding (left, top).  Output read back with
+ * readPixels; logits decoded from 16-bit fixed point (or float) and put through a softmax
+ * here, on the CPU.
  *
  * URL parameters: image=URL; repeat=N (time N more runs without the per-pass waits); check=1
  * (run the embedded self-check of export-web --check: a device report, see runCheck);
- * max_texture_size=N, max_texture_image_units=N, no_float_textures=1, no_webgl=1 (act as if
- * the browser's limit were that small).  An image over MAX_TEXTURE_SIZE runs in overlapping
- * tiles when webgl.json gives the net's receptive_field (runImage).
+ * max_texture_size=N, max_texture_image_units=N, no_float_textures=1, no_webgl=1,
+ * no_draw_buffers=1 (act as if the browser's limit were that small, or it lacked the
+ * extension).  An image over MAX_TEXTURE_SIZE runs in overlapping tiles when webgl.json
+ * gives the net's receptive_field (runImage).
  * State in document.body.dataset.state: loading, ready, running, done, error.
  * No framework, no build step, nothing fetched from the network but the files next to the page.
  */
@@ -118,7 +121,7 @@ function plan(spec, height, width) {
 /** The uniform values of a pass, as workbench.ir.uniform_values computes them. */
 function passUniforms(pass, op, shapes) {
   const size = (tensor) => (shapes[tensor] ? [shapes[tensor][1], shapes[tensor][0]] : null);
-  const values = { u_in_size: size(pass.inputs[0].tensor), u_out_size: size(pass.output.tensor) };
+  const values = { u_in_size: size(pass.inputs[0].tensor), u_out_size: size(pass.outputs[0].tensor) };
   if (op.kind === "conv") {
     const [h, w] = shapes[op.input];
     values.u_pad = [convPad(op, w), convPad(op, h)];
@@ -152,7 +155,13 @@ function browserLimits(gl, params) {
   const floatExtensions = params.has("no_float_textures") ? []
     : ["OES_texture_float", "WEBGL_color_buffer_float"].filter((e) => gl.getExtension(e));
   const debug = gl.getExtension("WEBGL_debug_renderer_info");
+  // getExtension also enables "#extension GL_EXT_draw_buffers" in this context's shaders
+  const drawBuffers = params.has("no_draw_buffers") ? null : gl.getExtension("WEBGL_draw_buffers");
   return {
+    drawBuffers: drawBuffers
+      ? { value: Math.min(gl.getParameter(drawBuffers.MAX_DRAW_BUFFERS_WEBGL),
+        gl.getParameter(drawBuffers.MAX_COLOR_ATTACHMENTS_WEBGL)), note: "" }
+      : { value: 1, note: params.has("no_draw_buffers") ? " (simulated by the URL parameter no_draw_buffers)" : "" },
     textureSize: limit("MAX_TEXTURE_SIZE", "max_texture_size", gl.getParameter(gl.MAX_TEXTURE_SIZE)),
     viewport: limit("MAX_VIEWPORT_DIMS", "max_texture_size", Math.min(...gl.getParameter(gl.MAX_VIEWPORT_DIMS))),
     textureUnits: limit("MAX_TEXTURE_IMAGE_UNITS", "max_texture_image_units",
@@ -180,6 +189,40 @@ function checkNetLimits(net, limits) {
       + `${missing.join(" and ")}${limits.floatNote}. Export the net with the 16-bit fixed-point dense layer `
       + "(es2.compile(model, dense=\"fixed16\")).");
   }
+}
+
+/** A one-target shader for output k of a pass that writes several (gl_FragData[i], one line
+ *  each, as workbench/es2/shaders.py writes them): output k to gl_FragColor, the others
+ *  dropped; the compiler then drops their arithmetic, and output k's is unchanged. */
+function singleTargetSource(source, k) {
+  return source.replace(/^#extension GL_EXT_draw_buffers : require\n/m, "")
+    .replace(/^( *)gl_FragData\[(\d+)\] = (.*)\n/gm,
+      (line, indent, i, value) => (Number(i) === k ? `${indent}gl_FragColor = ${value}\n` : ""));
+}
+
+/** Passes that write more render targets than the browser offers (no WEBGL_draw_buffers, or
+ *  too few) become one pass per output, with the same bytes; returns a note, or "" if none. */
+function fitDrawBuffers(net, limits) {
+  const most = Math.max(...net.manifest.passes.map((p) => p.outputs.length));
+  if (most <= limits.drawBuffers.value) return "";
+  const passes = [];
+  const sources = [];
+  net.manifest.passes.forEach((pass, i) => {
+    if (pass.outputs.length === 1) {
+      passes.push(pass);
+      sources.push(net.sources[i]);
+      return;
+    }
+    pass.outputs.forEach((output, k) => {
+      passes.push({ ...pass, name: `${pass.name}/${k}`, outputs: [output] });
+      sources.push(singleTargetSource(net.sources[i], k));
+    });
+  });
+  const before = net.manifest.passes.length;
+  [net.manifest.passes, net.sources] = [passes, sources];
+  return `The net writes up to ${most} render targets per pass, but this browser offers `
+    + `${limits.drawBuffers.value} (WEBGL_draw_buffers${limits.drawBuffers.note}): its ${before} passes run as `
+    + `${passes.length} one-target passes, with the same output and more texture fetches.`;
 }
 
 /** Limits that depend on the image size: the largest texture. */
@@ -228,7 +271,7 @@ class Runner {
         if (!gl.getProgramParameter(program, gl.LINK_STATUS)) {
           throw new Error(`${pass.shader} does not link: ${gl.getProgramInfoLog(program)}`);
         }
-        programs.set(source, { program, locations: new Map() });
+        programs.set(source, { program, locations: new Map(), targets: pass.outputs.length });
       }
       const entry = programs.get(source);
       for (const name of [...pass.uniforms, ...pass.inputs.map((b) => b.uniform)]) {
@@ -248,21 +291,41 @@ class Runner {
 
   warmUp(programs) {
     const gl = this.gl;
-    const target = this.createTexture(1, 1, "RGBA8");
+    const most = Math.max(...this.passes.map((p) => p.outputs.length));
+    const targets = Array.from({ length: most }, () => this.createTexture(1, 1, "RGBA8"));
+    const fbos = targets.map((t, i) => (i === 0 ? t.fbo : this.framebuffer(targets.slice(0, i + 1))));
     const sampled = this.createTexture(3, 3, "RGBA8"); // NPOT and NEAREST, as most tensors
     for (let unit = 0; unit < 8; unit++) {
       gl.activeTexture(gl.TEXTURE0 + unit);
       gl.bindTexture(gl.TEXTURE_2D, sampled.texture);
     }
-    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
     gl.viewport(0, 0, 1, 1);
-    for (const { program } of programs.values()) {
+    for (const { program, targets: n } of programs.values()) {
+      gl.bindFramebuffer(gl.FRAMEBUFFER, fbos[n - 1]); // as many targets as it writes
       gl.useProgram(program);
       gl.drawArrays(gl.TRIANGLE_STRIP, 0, 4);
     }
-    this.fence(target);
-    this.releaseTexture(target);
+    this.fence(targets[0]);
+    fbos.slice(1).forEach((fbo) => gl.deleteFramebuffer(fbo));
+    targets.forEach((t) => this.releaseTexture(t));
     this.releaseTexture(sampled);
+  }
+
+  /** A framebuffer drawing into several textures: draw buffer i is textures[i]. */
+  framebuffer(textures) {
+    const gl = this.gl;
+    const ext = gl.getExtension("WEBGL_draw_buffers");
+    const fbo = gl.createFramebuffer();
+    gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
+    const attachments = textures.map((t, i) => ext.COLOR_ATTACHMENT0_WEBGL + i);
+    textures.forEach((t, i) => gl.framebufferTexture2D(gl.FRAMEBUFFER, attachments[i], gl.TEXTURE_2D, t.texture, 0));
+    ext.drawBuffersWEBGL(attachments);
+    const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
+    if (status !== gl.FRAMEBUFFER_COMPLETE) {
+      throw new LimitError(`this browser cannot render into ${textures.length} RGBA8 textures at once `
+        + `(framebuffer status 0x${status.toString(16)})`);
+    }
+    return fbo;
   }
 
   createTexture(width, height, format, data = null) {
@@ -294,6 +357,7 @@ class Runner {
     if (this.size && this.size[0] === height && this.size[1] === width) return;
     const { shapes, textures } = plan(this.net.spec, height, width);
     checkSizeLimits(textures, limits);
+    for (const pass of this.passes) if (pass.fbo) this.gl.deleteFramebuffer(pass.fbo);
     for (const t of this.textures.values()) this.releaseTexture(t);
     this.textures.clear();
     for (const [key, t] of Object.entries(textures)) {
@@ -303,7 +367,11 @@ class Runner {
       }
       this.textures.set(key, this.createTexture(t.width, t.height, t.format, constant ? constant.data : null));
     }
-    for (const pass of this.passes) pass.values = passUniforms(pass, pass.op, shapes);
+    for (const pass of this.passes) {
+      pass.values = passUniforms(pass, pass.op, shapes);
+      const targets = pass.outputs.map((o) => this.textures.get(textureKey(o.tensor, o.pack)));
+      pass.fbo = targets.length > 1 ? this.framebuffer(targets) : null; // else the texture's own
+    }
     this.shapes = shapes;
     this.size = [height, width];
   }
@@ -320,8 +388,8 @@ class Runner {
       gl.uniform1i(pass.locations.get(binding.uniform), unit);
     });
     for (const [name, value] of Object.entries(pass.values)) gl.uniform2f(pass.locations.get(name), ...value);
-    const target = this.textures.get(textureKey(pass.output.tensor, pass.output.pack));
-    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+    const target = this.textures.get(textureKey(pass.outputs[0].tensor, pass.outputs[0].pack));
+    gl.bindFramebuffer(gl.FRAMEBUFFER, pass.fbo || target.fbo);
     gl.viewport(...(pass.viewport || [0, 0, target.width, target.height]));
     gl.drawArrays(gl.TRIANGLE_STRIP, 0, 4);
     return target;
@@ -687,9 +755,11 @@ async function main() {
     const gl = createContext(params);
     page.limits = browserLimits(gl, params);
     checkNetLimits(page.net, page.limits);
+    const split = fitDrawBuffers(page.net, page.limits);
     page.runner = new Runner(gl, page.net);
-    setState("ready", `Ready (${page.limits.renderer}; ${manifest.passes.length} programs compiled in `
-      + `${page.runner.compileMs.toFixed(0)} ms). Choose or drop an image.`);
+    setState("ready", `Ready (${page.limits.renderer}; ${page.net.manifest.passes.length} programs compiled in `
+      + `${page.runner.compileMs.toFixed(0)} ms). Choose or drop an image.${split ? " " + split : ""}`,
+    split ? "warning" : "info");
   } catch (error) {
     page.loadError = error.message;
     setState("error", error.message, "error");
