@@ -96,6 +96,9 @@ def _bench(args):
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
+    elif args.what == "web":
+        from workbench.studies import peers
+        peers.run(args.model, args.size, args.runs, args.out)
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -203,10 +206,16 @@ def parser() -> argparse.ArgumentParser:
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
                             "steps: samples/s of each option side by side, where the time goes), "
                             "activation (training-step cost of the sigmoid-like activation and "
-                            "of the fused batch norm)")
-    p.add_argument("what", choices=["sr", "es31", "train", "activation"])
-    p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2)")
-    p.add_argument("--size", type=int, default=256, help="sr: input size")
+                            "of the fused batch norm), web (our WebGL page vs TensorFlow.js "
+                            "WebGL/WASM/CPU in one headless Chromium: times, fidelity vs Keras, "
+                            "where the page's time goes; peers.md/.json in the figures folder)")
+    p.add_argument("what", choices=["sr", "es31", "train", "activation", "web"])
+    p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2); web: "
+                   ".keras model or a classifier preset name (default: the reference SR "
+                   "checkpoint)")
+    p.add_argument("--runs", type=int, default=10, help="web: interleaved timed runs per side")
+    p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
+    p.add_argument("--size", type=int, default=256, help="sr, web: input size (side of a square)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
     p.add_argument("--batch", type=int, default=64, help="activation: batch size")
