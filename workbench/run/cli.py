@@ -98,7 +98,8 @@ def _bench(args):
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
     elif args.what == "web":
         from workbench.studies import peers
-        peers.run(args.model, args.size, args.runs, args.out)
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        peers.run(args.model, args.size, args.runs, args.out, backends=backends)
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -215,6 +216,8 @@ def parser() -> argparse.ArgumentParser:
                    "checkpoint)")
     p.add_argument("--runs", type=int, default=10, help="web: interleaved timed runs per side")
     p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
+    p.add_argument("--backends", default="webgl,wasm,cpu", help="web: TF.js backends, comma "
+                   "separated (default: webgl,wasm,cpu; empty: the page alone)")
     p.add_argument("--size", type=int, default=256, help="sr, web: input size (side of a square)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")

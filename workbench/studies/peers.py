@@ -119,6 +119,10 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
     if runs < 1 or warmup < 0 or size < 1:
         raise ValueError(f"--runs {runs}, --size {size}: need runs >= 1, size >= 1 (warm-up "
                          f"{warmup} >= 0)")
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"--backends: unknown TF.js backend(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(BACKENDS)}")
     model, label = resolve_model(model)
     net = es2.compile(model)
     graph = net.graph
@@ -182,7 +186,7 @@ def table_rows(result) -> list[dict]:
                "first run ms": f"{s['first_run_ms']:,.1f}",
                "median ms (min..max)": f"{s['median_ms']:,.1f} ({s['min_ms']:,.1f}..{s['max_ms']:,.1f})"}
         if result["kind"] == "logits":
-            row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.4f}"
+            row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.2g}"
             row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
         else:
             row["PSNR vs Keras dB"] = f"{s['psnr_db']:.1f}"
@@ -259,10 +263,10 @@ def save_results(directory, result) -> dict:
     return result
 
 
-def run(model=None, size=256, runs=10, out=None, warmup=2) -> dict:
+def run(model=None, size=256, runs=10, out=None, warmup=2, backends=BACKENDS) -> dict:
     """The ``bench web`` command: measure, write into ``out`` (default: the figures folder),
     print the section."""
-    result = bench_web(model, size, runs, warmup)
+    result = bench_web(model, size, runs, warmup, backends)
     out = Path(out) if out else figures_dir()
     save_results(out, result)
     print(report_section(out))
