@@ -8,20 +8,19 @@ dB (measured ~54 on a random-weight net), logits within a few 16-bit fixed-point
 import json
 
 import keras
-import numpy as np
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
-from workbench.web import browser, tfjs  # noqa: E402
+from workbench.web import browser, tfjs
 
 try:
     browser.chromium_path()
 except browser.BrowserUnavailable as error:
     pytest.skip(str(error), allow_module_level=True)
 
-from workbench.__main__ import main  # noqa: E402
-from workbench.nets.models import sr_x2  # noqa: E402
-from workbench.studies import peers  # noqa: E402
+from workbench.__main__ import main
+from workbench.nets.models import sr_x2
+from workbench.studies import peers
 
 pytestmark = pytest.mark.gl
 needs_tfjs = pytest.mark.skipif(tfjs.unavailable() is not None, reason=str(tfjs.unavailable()))
