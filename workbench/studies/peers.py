@@ -10,7 +10,8 @@ read-back.  Fidelity of each side's first output against Keras in float32: PSNR 
 of the SR net's upscaled image (the page's is RGBA8, TF.js's float), or a classifier's largest
 logit difference and top-1.  For grouped convs TF.js runs both forms ("split": a conv per
 group, "block-diagonal": one conv with a dense block-diagonal filter); the faster per backend
-is marked.  Then the profile: the page's passes, each timed to a 1-pixel ``readPixels``, and
+is marked.  Each of :data:`PAGE_VARIANTS` that ``es2.compile`` takes (multiple render
+targets) is exported beside the page and gets a row of its own.  Then the profile: the page's passes, each timed to a 1-pixel ``readPixels``, and
 the same passes on llvmpipe (:mod:`workbench.es2.runner` timings), by layer and top passes.
 
 :func:`save_results` writes ``peers.json`` and ``peers.md`` into the figures folder; the
@@ -19,6 +20,7 @@ report's "Peers" section (:func:`report_section`) appears when ``peers.json`` is
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import tempfile
 from importlib import resources
@@ -36,6 +38,8 @@ from workbench.web import tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
 BACKENDS = ("webgl", "wasm", "cpu")
+# More rows of our page: ``es2.compile`` options, each a row when es2.compile takes them
+PAGE_VARIANTS = {"4 render targets (MRT)": {"draw_buffers": 4}}
 GROUPINGS = ("split", "block-diagonal")
 
 
@@ -82,10 +86,21 @@ def _decode(side, reference, logits):
     return np.frombuffer(raw, np.float32).reshape(reference.shape)
 
 
-def _stage(folder, net):
-    """The exported page plus TF.js (net, scripts) and peers.js in ``folder``; whether TF.js
-    is there (else the reason it is not, one line)."""
+def page_variants(model) -> dict:
+    """``{row name: es2 net}`` of :data:`PAGE_VARIANTS` that this ``es2.compile`` supports."""
+    known = inspect.signature(es2.compile).parameters
+    return {name: es2.compile(model, **options) for name, options in PAGE_VARIANTS.items()
+            if set(options) <= set(known)}
+
+
+def _stage(folder, net, variants):
+    """The exported page (and each of ``variants``, ``{name: net}``, in a subfolder) plus
+    TF.js (net, scripts) and peers.js in ``folder``; ``(TF.js missing: why, in one line, or
+    None; {name: subfolder})``."""
     web.export(net, folder)
+    folders = {name: f"variant{i}/" for i, name in enumerate(variants)}
+    for name, variant in variants.items():
+        web.export(variant, Path(folder) / folders[name])
     reason = tfjs.unavailable()
     files = {"peers.js": (resources.files("workbench") / "web" / "peers.js").read_bytes()}
     if reason is None:
@@ -97,7 +112,7 @@ def _stage(folder, net):
         path = Path(folder) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return reason
+    return reason, folders
 
 
 def llvmpipe_profile(net, image, count=5) -> list:
@@ -136,7 +151,7 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
     reference = keras_output(model, graph, image)
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         folder = Path(tmp) / "page"
-        skipped = _stage(folder, net)
+        skipped, variants = _stage(folder, net, page_variants(model))
         if skipped:
             backends = ()
             if verbose:
@@ -152,7 +167,7 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
                 "input": base64.b64encode(pixels.tobytes()).decode(), "width": size,
                 "height": size, "runs": runs, "warmup": warmup, "backends": list(backends),
                 "groupings": list(groupings), "profile": profile_runs,
-                "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/"})
+                "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/", "variants": variants})
     for side in result["sides"]:
         side.update(fidelity(reference, _decode(side, reference, logits), logits))
         side.update(median_ms=float(np.median(side["runs_ms"])), min_ms=min(side["runs_ms"]),
@@ -232,6 +247,7 @@ def report_section(directory) -> str | None:
              "(float32)" + (" (PSNR on RGB, peak 1: the SR net end to end, RGB in, luma net, "
                             "bilinear chroma, RGB out, on every side)" if r["kind"] == "image"
                             else "") + "."]
+    notes += [f"{s['name']}: {s['note']}" for s in r["sides"] if s.get("note")]
     if r["skipped"]:
         notes.append(f"TF.js rows skipped: {r['skipped']}")
     else:

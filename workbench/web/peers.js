@@ -148,14 +148,18 @@ function profilePage(runner, pixels, count) {
 
 /** The benchmark (see the file's comment).  `input`: base64 RGBA8 bytes of a width x height
  *  image.  Returns {sides: [{name, engine, backend, grouping, init_ms, first_run_ms, runs_ms,
- *  output (base64: float32, but the page's image as RGBA8 bytes)}], page_passes, tfjs, renderer}. */
-async function benchPeers({ input, width, height, runs, warmup, backends, groupings, profile, wasmPath }) {
+ *  output (base64: float32, but the page's image as RGBA8 bytes)}]; `variants`: {name: folder}
+ *  of other exports of the net beside the page, run as more page sides (loadNet(folder))., page_passes, tfjs, renderer}. */
+async function benchPeers({ input, width, height, runs, warmup, backends, groupings, profile, wasmPath, variants }) {
   const bytes = Uint8ClampedArray.from(atob(input), (c) => c.charCodeAt(0));
   const pixels = new ImageData(bytes, width, height);
   const sides = [pageSide("ours (WebGL 1.0 page)", page.runner, pixels)];
-  // hook: a page that offers other runners (e.g. multiple render targets) gets a row each
-  const variants = (window.workbench.runnerVariants && window.workbench.runnerVariants()) || {};
-  for (const [name, runner] of Object.entries(variants)) sides.push(pageSide(`ours, ${name}`, runner, pixels));
+  for (const [name, folder] of Object.entries(variants)) {  // other exports of the net: a row each
+    const net = await loadNet(folder);
+    const note = typeof fitDrawBuffers === "function" ? fitDrawBuffers(net, page.limits) : "";  // MRT pages
+    checkNetLimits(net, page.limits);
+    sides.push({ ...pageSide(`ours, ${name}`, new Runner(page.runner.gl, net), pixels), note });
+  }
   const tfjs = { version: typeof tf === "undefined" ? null : tf.version.tfjs, backends: {} };
   if (backends.length) {
     const net = await loadTfjsNet();
