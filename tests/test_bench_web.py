@@ -83,10 +83,14 @@ def test_classifier_preset_from_the_command_line(tmp_path, capsys):
 
 
 def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
+    """Also the rows of es2.compile options (PAGE_VARIANTS): one it takes, one it does not."""
     monkeypatch.setenv(tfjs.CACHE_ENV, str(tmp_path / "empty"))
+    monkeypatch.setattr(peers, "PAGE_VARIANTS", {"mediump": ({"precision": "mediump"}, "m"),
+                                                 "future": ({"no_such_option": 1}, "f")})
     keras.utils.set_random_seed(0)
     result = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1)
-    assert [s["engine"] for s in result["sides"]] == ["page"]
+    assert [s["name"] for s in result["sides"]] == ["ours (WebGL 1.0 page)", "ours, mediump"]
+    assert result["sides"][1]["grouping"] == "m" and result["sides"][1]["psnr_db"] >= 40
     line = capsys.readouterr().out.strip().splitlines()[0]
     assert line.startswith("TF.js rows skipped: TensorFlow.js 4.22.0 is not in ")
     assert result["skipped"] in line and result["sides"][0]["psnr_db"] >= 40

@@ -38,9 +38,13 @@ from workbench.web import tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
 BACKENDS = ("webgl", "wasm", "cpu")
-# More rows of our page: ``es2.compile`` options, each a row when es2.compile takes them
-PAGE_VARIANTS = {"4 render targets (MRT)": {"draw_buffers": 4}}
+# More rows of our page: name -> (``es2.compile`` options, what a program writes); a row when
+# es2.compile takes the options
+PAGE_VARIANTS = {"4 render targets (MRT)": ({"draw_buffers": 4}, "a program per 4 output packs")}
+PAGE_PROGRAMS = "a program per output pack"
 GROUPINGS = ("split", "block-diagonal")
+GROUPING_TEXT = {"split": "grouped: a conv per group", "block-diagonal": "grouped: block-diagonal filter",
+                 "none": "tf.fused.conv2d"}
 
 
 def resolve_model(model=None) -> tuple[keras.Model, str]:
@@ -89,18 +93,19 @@ def _decode(side, reference, logits):
 def page_variants(model) -> dict:
     """``{row name: es2 net}`` of :data:`PAGE_VARIANTS` that this ``es2.compile`` supports."""
     known = inspect.signature(es2.compile).parameters
-    return {name: es2.compile(model, **options) for name, options in PAGE_VARIANTS.items()
+    return {name: es2.compile(model, **options) for name, (options, _) in PAGE_VARIANTS.items()
             if set(options) <= set(known)}
 
 
 def _stage(folder, net, variants):
     """The exported page (and each of ``variants``, ``{name: net}``, in a subfolder) plus
     TF.js (net, scripts) and peers.js in ``folder``; ``(TF.js missing: why, in one line, or
-    None; {name: subfolder})``."""
+    None; {name: {folder, programs}})``."""
     web.export(net, folder)
-    folders = {name: f"variant{i}/" for i, name in enumerate(variants)}
+    folders = {name: {"folder": f"variant{i}/", "programs": PAGE_VARIANTS[name][1]}
+               for i, name in enumerate(variants)}
     for name, variant in variants.items():
-        web.export(variant, Path(folder) / folders[name])
+        web.export(variant, Path(folder) / folders[name]["folder"])
     reason = tfjs.unavailable()
     files = {"peers.js": (resources.files("workbench") / "web" / "peers.js").read_bytes()}
     if reason is None:
@@ -167,7 +172,7 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
                 "input": base64.b64encode(pixels.tobytes()).decode(), "width": size,
                 "height": size, "runs": runs, "warmup": warmup, "backends": list(backends),
                 "groupings": list(groupings), "profile": profile_runs,
-                "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/", "variants": variants})
+                "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/", "variants": variants, "programs": PAGE_PROGRAMS})
     for side in result["sides"]:
         side.update(fidelity(reference, _decode(side, reference, logits), logits))
         side.update(median_ms=float(np.median(side["runs_ms"])), min_ms=min(side["runs_ms"]),
@@ -194,9 +199,9 @@ def table_rows(result) -> list[dict]:
     """One row per side: initialisation, first run, median (min..max), fidelity vs Keras."""
     rows = []
     for s in result["sides"]:
-        grouping = s["grouping"] + (" (faster)" if s.get("fastest_grouping") and
-                                    s["grouping"] in GROUPINGS else "")
-        row = {"side": s["name"], "grouped convs": grouping,
+        grouping = GROUPING_TEXT.get(s["grouping"], s["grouping"]) + (
+            " (faster)" if s.get("fastest_grouping") and s["grouping"] in GROUPINGS else "")
+        row = {"side": s["name"], "convs as": grouping,
                "init / compile ms": f"{s['init_ms']:,.0f}",
                "first run ms": f"{s['first_run_ms']:,.1f}",
                "median ms (min..max)": f"{s['median_ms']:,.1f} ({s['min_ms']:,.1f}..{s['max_ms']:,.1f})"}

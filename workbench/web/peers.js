@@ -114,8 +114,8 @@ function tfjsForward(net, input) {
 const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 
 /** One side of the benchmark: {name, ..., run: async () => ({ms, output: typed array})}. */
-function pageSide(name, runner, pixels) {
-  return { name, engine: "page", grouping: "per-pack programs", init_ms: runner.compileMs,
+function pageSide(name, runner, pixels, programs) {
+  return { name, engine: "page", grouping: programs, init_ms: runner.compileMs,
     run: async () => {
       const r = runImage(runner, pixels, page.limits, false);
       const out = page.net.spec.output;  // a classifier's logits decoded as the page decodes them
@@ -148,17 +148,18 @@ function profilePage(runner, pixels, count) {
 
 /** The benchmark (see the file's comment).  `input`: base64 RGBA8 bytes of a width x height
  *  image.  Returns {sides: [{name, engine, backend, grouping, init_ms, first_run_ms, runs_ms,
- *  output (base64: float32, but the page's image as RGBA8 bytes)}]; `variants`: {name: folder}
- *  of other exports of the net beside the page, run as more page sides (loadNet(folder))., page_passes, tfjs, renderer}. */
-async function benchPeers({ input, width, height, runs, warmup, backends, groupings, profile, wasmPath, variants }) {
+ *  output (base64: float32, but the page's image as RGBA8 bytes)}]; `variants`: {name: {folder,
+ *  programs}} of other exports of the net beside the page, run as more page sides (loadNet(folder));
+ *  `programs`: what a program of the page writes (the table's grouping column)., page_passes, tfjs, renderer}. */
+async function benchPeers({ input, width, height, runs, warmup, backends, groupings, profile, wasmPath, variants, programs }) {
   const bytes = Uint8ClampedArray.from(atob(input), (c) => c.charCodeAt(0));
   const pixels = new ImageData(bytes, width, height);
-  const sides = [pageSide("ours (WebGL 1.0 page)", page.runner, pixels)];
-  for (const [name, folder] of Object.entries(variants)) {  // other exports of the net: a row each
+  const sides = [pageSide("ours (WebGL 1.0 page)", page.runner, pixels, programs)];
+  for (const [name, { folder, programs: how }] of Object.entries(variants)) {  // other exports of the net
     const net = await loadNet(folder);
     const note = typeof fitDrawBuffers === "function" ? fitDrawBuffers(net, page.limits) : "";  // MRT pages
     checkNetLimits(net, page.limits);
-    sides.push({ ...pageSide(`ours, ${name}`, new Runner(page.runner.gl, net), pixels), note });
+    sides.push({ ...pageSide(`ours, ${name}`, new Runner(page.runner.gl, net), pixels, how), note });
   }
   const tfjs = { version: typeof tf === "undefined" ? null : tf.version.tfjs, backends: {} };
   if (backends.length) {
