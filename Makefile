@@ -1,7 +1,8 @@
 # Two commands on a fresh Debian/Ubuntu machine:
 #   make reproduce   train, evaluate and deploy; tables and figures into figures/$(PROFILE)/
 #   make test        the test suite (what CI runs)
-# Each does its own set-up: system libraries (apt, when root), .venv, pip install.
+# Each does its own set-up: system libraries (apt, when root), .venv, pip install, and
+# TensorFlow.js from npm into .cache/tfjs (when npm is there; only `bench web` uses it).
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,9 +19,13 @@ endif
 endif
 export MPLBACKEND := Agg
 
-.PHONY: setup system-deps test reproduce clean
+.PHONY: setup system-deps tfjs test reproduce clean
 
-setup: system-deps $(STAMP)
+setup: system-deps $(STAMP) tfjs
+
+# TensorFlow.js (pinned) for `bench web`, into .cache/tfjs when npm is there; else a note
+tfjs:
+	@bash tools/tfjs.sh
 
 system-deps:
 	@bash tools/system_deps.sh

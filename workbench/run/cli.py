@@ -98,6 +98,10 @@ def _bench(args):
         bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
     elif args.what == "draw-buffers":
         bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
+    elif args.what == "web":
+        from workbench.studies import peers
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        peers.run(args.model, args.size, args.runs, args.out, backends=backends)
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -210,10 +214,19 @@ def parser() -> argparse.ArgumentParser:
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
                             "steps: samples/s of each option side by side, where the time goes), "
                             "activation (training-step cost of the sigmoid-like activation and "
-                            "of the fused batch norm)")
-    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation"])
-    p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2)")
-    p.add_argument("--size", type=int, default=256, help="sr, draw-buffers: input size")
+                            "of the fused batch norm), web (our WebGL page vs TensorFlow.js "
+                            "WebGL/WASM/CPU in one headless Chromium: times, fidelity vs Keras, "
+                            "where the page's time goes; peers.md/.json in the figures folder)")
+    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation", "web"])
+    p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2); web: "
+                   ".keras model or a classifier preset name (default: the reference SR "
+                   "checkpoint)")
+    p.add_argument("--runs", type=int, default=10, help="web: interleaved timed runs per side")
+    p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
+    p.add_argument("--backends", default="webgl,wasm,cpu", help="web: TF.js backends, comma "
+                   "separated (default: webgl,wasm,cpu; empty: the page alone)")
+    p.add_argument("--size", type=int, default=256, help="sr, draw-buffers, web: input size "
+                   "(side of a square)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
     p.add_argument("--batch", type=int, default=64, help="activation: batch size")

@@ -18,6 +18,7 @@ from workbench.studies import (
     conv_algorithms,
     deploy,
     devices,
+    peers,
     shuffle,
     sr_ablation,
 )
@@ -37,6 +38,8 @@ SECTIONS = [
      conv_algorithms.report_section),
     # no notebook: `python -m workbench devices` writes it; the section only when it did
     ("Devices: one exported net on several GPUs", None, devices.report_section),
+    # no notebook: `python -m workbench bench web` writes it
+    ("Peers: the WebGL page vs TensorFlow.js in one browser", None, peers.report_section),
 ]
 
 

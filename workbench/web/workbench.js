@@ -66,13 +66,15 @@ function parseNpy(buffer, name) {
   throw new Error(`${name}: dtype ${descr} is not supported (uint8 or float32)`);
 }
 
-async function loadNet() {
-  const [manifest, spec] = await Promise.all([fetchFile("manifest.json", "json"), fetchFile("webgl.json", "json")]);
+/** The exported files next to the page, or in the folder `base` ("variant/") beside it. */
+async function loadNet(base = "") {
+  const get = (file, as) => fetchFile(base + file, as);
+  const [manifest, spec] = await Promise.all([get("manifest.json", "json"), get("webgl.json", "json")]);
   const [vertex, ...sources] = await Promise.all(
-    [manifest.vertex_shader, ...manifest.passes.map((p) => p.shader)].map((f) => fetchFile(f, "text")));
+    [manifest.vertex_shader, ...manifest.passes.map((p) => p.shader)].map((f) => get(f, "text")));
   const constants = {};
   for (const [tensor, file] of Object.entries(manifest.constant_textures)) {
-    constants[textureKey(tensor, 0)] = parseNpy(await fetchFile(file, "arrayBuffer"), file);
+    constants[textureKey(tensor, 0)] = parseNpy(await get(file, "arrayBuffer"), file);
   }
   return { manifest, spec, vertex, sources, constants };
 }

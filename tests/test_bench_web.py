@@ -1,0 +1,96 @@
+"""`bench web`: our WebGL page and TensorFlow.js (built from the IR) in one headless Chromium,
+each output checked against Keras in float32.
+
+Tolerances: TF.js computes in float32 as Keras does (differences of rounding only): > 100 dB on
+the SR image (measured ~141), logits within 1e-4.  The page stores every layer in RGBA8: >= 40
+dB (measured ~54 on a random-weight net), logits within a few 16-bit fixed-point steps.
+"""
+import json
+
+import keras
+import pytest
+
+pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
+from workbench.web import browser, tfjs
+
+try:
+    browser.chromium_path()
+except browser.BrowserUnavailable as error:
+    pytest.skip(str(error), allow_module_level=True)
+
+from workbench.__main__ import main
+from workbench.nets.models import sr_x2
+from workbench.studies import peers
+
+pytestmark = pytest.mark.gl
+needs_tfjs = pytest.mark.skipif(tfjs.unavailable() is not None, reason=str(tfjs.unavailable()))
+
+
+def _check_sides(result, backends):
+    sides = result["sides"]
+    assert sides[0]["engine"] == "page"
+    for s in sides:
+        assert len(s["runs_ms"]) == result["runs"]
+        assert s["min_ms"] <= s["median_ms"] <= s["max_ms"]
+        assert s["init_ms"] >= 0 and s["first_run_ms"] > 0
+    for backend in backends:  # both forms of the grouped convs, the faster one marked
+        mine = [s for s in sides if s.get("backend") == backend]
+        assert sorted(s["grouping"] for s in mine) == sorted(peers.GROUPINGS)
+        assert sum(s["fastest_grouping"] for s in mine) == 1
+    return sides
+
+
+@needs_tfjs
+def test_sr_page_and_tfjs_match_keras(tmp_path):
+    keras.utils.set_random_seed(0)
+    result = peers.bench_web(sr_x2(), size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
+    sides = _check_sides(result, peers.BACKENDS)
+    assert len(sides) == 1 + 2 * len(peers.BACKENDS) and result["output_shape"] == [32, 32, 3]
+    assert sides[0]["psnr_db"] >= 40
+    for s in sides[1:]:
+        assert s["psnr_db"] > 100, s["name"]
+    # the profiles name every pass once, in the page's order, and add up per layer
+    names = [p[0] for p in result["page_passes"]]
+    assert names == [p[0] for p in result["llvmpipe_passes"]] and len(names) == result["programs"]
+    rows = peers.profile_rows(result)
+    assert rows[-1]["layer"] == "total"
+    assert rows[-1]["page ms"] == pytest.approx(sum(p[2] for p in result["page_passes"]))
+    assert sum(r["page %"] for r in rows[:-1]) == pytest.approx(100)
+    peers.save_results(tmp_path, result)
+    saved = json.loads((tmp_path / peers.RESULT).read_text())
+    assert saved["sides"][1]["psnr_db"] == sides[1]["psnr_db"]
+    text = (tmp_path / peers.TABLE).read_text()
+    assert "| TF.js wasm | " in text and "Raspberry Pi 3: 3.5-4.0 s" in text
+
+
+@needs_tfjs
+def test_classifier_preset_from_the_command_line(tmp_path, capsys):
+    # WASM alone: TF.js WebGL would compile this net's shaders for ~8 s (the SR test has it)
+    assert main(["bench", "web", "--model", "tiny", "--runs", "2", "--backends", "wasm",
+                 "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / peers.RESULT).read_text())
+    sides = _check_sides(result, ["wasm"])
+    assert len(sides) == 3
+    assert result["kind"] == "logits" and result["size"] == [16, 16]
+    assert all(s["top1_equal"] for s in sides)
+    assert sides[0]["max_logit_diff"] <= 8 / 256  # 8-bit storage, 16-bit fixed-point logits
+    for s in sides[1:]:
+        assert s["max_logit_diff"] < 1e-4, s["name"]
+    assert "max logit diff vs Keras" in capsys.readouterr().out
+    assert main(["bench", "web", "--backends", "webgl,gpu", "--out", str(tmp_path)]) == 2
+    assert "--backends: unknown TF.js backend(s) gpu; known: webgl, wasm, cpu" in \
+        capsys.readouterr().err
+
+
+def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
+    """Also the rows of es2.compile options (PAGE_VARIANTS): one it takes, one it does not."""
+    monkeypatch.setenv(tfjs.CACHE_ENV, str(tmp_path / "empty"))
+    monkeypatch.setattr(peers, "PAGE_VARIANTS", {"mediump": ({"precision": "mediump"}, "m"),
+                                                 "future": ({"no_such_option": 1}, "f")})
+    keras.utils.set_random_seed(0)
+    result = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1)
+    assert [s["name"] for s in result["sides"]] == ["ours (WebGL 1.0 page)", "ours, mediump"]
+    assert result["sides"][1]["grouping"] == "m" and result["sides"][1]["psnr_db"] >= 40
+    line = capsys.readouterr().out.strip().splitlines()[0]
+    assert line.startswith("TF.js rows skipped: TensorFlow.js 4.22.0 is not in ")
+    assert result["skipped"] in line and result["sides"][0]["psnr_db"] >= 40

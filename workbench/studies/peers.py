@@ -1,0 +1,295 @@
+"""Peers: our WebGL 1.0 page against TensorFlow.js (WebGL, WASM, CPU backends) in one headless
+Chromium, on the same net, weights and input (``python -m workbench bench web``).
+
+:func:`bench_web` exports the page (:mod:`workbench.web.page`), adds the net for TF.js
+(:func:`workbench.web.tfjs.net_files`), the pinned TF.js files and ``peers.js``, and runs
+``benchPeers`` there (see ``workbench/web/peers.js``): each side's initialisation (the page's
+shader compile + link + a draw of every program at load; TF.js's backend set-up and weights),
+its first run, ``warmup`` untimed runs, then ``runs`` interleaved rounds; a run is upload, net,
+read-back.  Fidelity of each side's first output against Keras in float32: PSNR (peak 1, RGB)
+of the SR net's upscaled image (the page's is RGBA8, TF.js's float), or a classifier's largest
+logit difference and top-1.  For grouped convs TF.js runs both forms ("split": a conv per
+group, "block-diagonal": one conv with a dense block-diagonal filter); the faster per backend
+is marked.  Each of :data:`PAGE_VARIANTS` that ``es2.compile`` takes (multiple render
+targets) is exported beside the page and gets a row of its own.  Then the profile: the page's passes, each timed to a 1-pixel ``readPixels``, and
+the same passes on llvmpipe (:mod:`workbench.es2.runner` timings), by layer and top passes.
+
+:func:`save_results` writes ``peers.json`` and ``peers.md`` into the figures folder; the
+report's "Peers" section (:func:`report_section`) appears when ``peers.json`` is there.
+"""
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from workbench import es2, ir, references, tables, web
+from workbench.data import datasets, metrics
+from workbench.files import figures_dir, read_json, write_json, write_text
+from workbench.nets import classify, superres
+from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier, load_model, reference_sr
+from workbench.web import tfjs
+
+RESULT, TABLE = "peers.json", "peers.md"
+BACKENDS = ("webgl", "wasm", "cpu")
+# More rows of our page: name -> (``es2.compile`` options, what a program writes); a row when
+# es2.compile takes the options
+PAGE_VARIANTS = {"4 render targets (MRT)": ({"draw_buffers": 4}, "a program per 4 output packs")}
+PAGE_PROGRAMS = "a program per output pack"
+GROUPINGS = ("split", "block-diagonal")
+GROUPING_TEXT = {"split": "grouped: a conv per group", "block-diagonal": "grouped: block-diagonal filter",
+                 "none": "tf.fused.conv2d"}
+
+
+def resolve_model(model=None) -> tuple[keras.Model, str]:
+    """(Keras model, label): ``None`` -> the reference SR checkpoint; a classifier preset name
+    (``CLASSIFIER_PRESETS``) -> that net with seeded random weights and its BatchNorm
+    calibrated on photos; else a ``.keras`` path; or a Keras model as it is."""
+    if isinstance(model, keras.Model):
+        return model, model.name
+    if model is None:
+        path = reference_sr()
+        return load_model(path), path.name
+    if str(model) in CLASSIFIER_PRESETS:
+        keras.utils.set_random_seed(0)
+        net = dogs_classifier(str(model))
+        classify.calibrate_batchnorm(net, datasets.photos(net.input_shape[1], 8))
+        return net, f"{model} (random weights, BatchNorm calibrated)"
+    return load_model(model), Path(model).name
+
+
+def keras_output(model, graph: ir.Graph, image) -> np.ndarray:
+    """Keras' float32 output for ``image`` (HxWx3 in [0, 1]): the SR net's RGB upscale (luma
+    through the net, bilinear chroma, clipped to [0, 1]) or a classifier's logits."""
+    if isinstance(graph.op(graph.output), ir.Dense):
+        return np.asarray(model(image[None], training=False), np.float32)[0]
+    return superres.upscale(model, image, rounded=False)
+
+
+def fidelity(reference, output, logits) -> dict:
+    """PSNR (dB, peak 1) of an image against the reference; or max |logit difference| and
+    whether the top-1 equals the reference's."""
+    if logits:
+        return {"max_logit_diff": float(np.abs(output - reference).max()),
+                "top1_equal": bool(np.argmax(output) == np.argmax(reference))}
+    return {"psnr_db": metrics.psnr(reference, output)}
+
+
+def _decode(side, reference, logits):
+    """A side's output (base64) as float32 of the reference's shape."""
+    raw = base64.b64decode(side.pop("output"))
+    if side["engine"] == "page" and not logits:  # RGBA8
+        h, w = reference.shape[:2]
+        return np.frombuffer(raw, np.uint8).reshape(h, w, 4)[..., :3].astype(np.float32) / 255
+    return np.frombuffer(raw, np.float32).reshape(reference.shape)
+
+
+def page_variants(model) -> dict:
+    """``{row name: es2 net}`` of :data:`PAGE_VARIANTS` that this ``es2.compile`` supports."""
+    known = inspect.signature(es2.compile).parameters
+    return {name: es2.compile(model, **options) for name, (options, _) in PAGE_VARIANTS.items()
+            if set(options) <= set(known)}
+
+
+def _stage(folder, net, variants):
+    """The exported page (and each of ``variants``, ``{name: net}``, in a subfolder) plus
+    TF.js (net, scripts) and peers.js in ``folder``; ``(TF.js missing: why, in one line, or
+    None; {name: {folder, programs}})``."""
+    web.export(net, folder)
+    folders = {name: {"folder": f"variant{i}/", "programs": PAGE_VARIANTS[name][1]}
+               for i, name in enumerate(variants)}
+    for name, variant in variants.items():
+        web.export(variant, Path(folder) / folders[name]["folder"])
+    reason = tfjs.unavailable()
+    files = {"peers.js": (resources.files("workbench") / "web" / "peers.js").read_bytes()}
+    if reason is None:
+        files.update({f"tfjs/{k}": v for k, v in tfjs.script_files().items()})
+        spec_and_weights = tfjs.net_files(net.graph)
+        files["tfjs.json"] = json.dumps(spec_and_weights["tfjs.json"])
+        files["tfjs.bin"] = spec_and_weights["tfjs.bin"]
+    for name, content in files.items():
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return reason, folders
+
+
+def llvmpipe_profile(net, image, count=5) -> list:
+    """[[pass, op, ms]]: the median over ``count`` runs (after one untimed) of each pass on this
+    machine's GL (the es2 runner's timings: a pass until ``glFinish``)."""
+    net.run(image)
+    runs = []
+    for _ in range(count):
+        net.run(image)
+        runs.append(net.timings)
+    return [[p.name, p.op, 1000 * float(np.median([r[p.name] for r in runs]))] for p in net.passes]
+
+
+def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupings=GROUPINGS,
+              profile_runs=5, verbose=True) -> dict:
+    """The benchmark (module docstring).  ``model``: see :func:`resolve_model`; ``size``: the
+    input's side (a fixed-size net uses its own).  Returns the result dict that
+    :func:`save_results` writes; ``skipped`` says why the TF.js rows are missing, if they are."""
+    if runs < 1 or warmup < 0 or size < 1:
+        raise ValueError(f"--runs {runs}, --size {size}: need runs >= 1, size >= 1 (warm-up "
+                         f"{warmup} >= 0)")
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"--backends: unknown TF.js backend(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(BACKENDS)}")
+    model, label = resolve_model(model)
+    net = es2.compile(model)
+    graph = net.graph
+    if graph.input_size and tuple(graph.input_size) != (size, size):
+        size = graph.input_size[0]
+    image = datasets.photos(size, 1)[0]
+    pixels = np.concatenate([np.rint(image * 255).astype(np.uint8),
+                             np.full((size, size, 1), 255, np.uint8)], axis=-1)
+    image = pixels[..., :3].astype(np.float32) / 255  # what every side sees
+    logits = isinstance(graph.op(graph.output), ir.Dense)
+    reference = keras_output(model, graph, image)
+    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+        folder = Path(tmp) / "page"
+        skipped, variants = _stage(folder, net, page_variants(model))
+        if skipped:
+            backends = ()
+            if verbose:
+                print(f"TF.js rows skipped: {skipped}")
+        with web.session(folder) as page:
+            if page.state == "error":
+                raise web.PageError(page.message)
+            if backends:
+                for script in ("tfjs/tf.min.js", "tfjs/tf-backend-wasm.min.js"):
+                    page.page.add_script_tag(url=script)
+            page.page.add_script_tag(url="peers.js")
+            result = page.page.evaluate("config => benchPeers(config)", {
+                "input": base64.b64encode(pixels.tobytes()).decode(), "width": size,
+                "height": size, "runs": runs, "warmup": warmup, "backends": list(backends),
+                "groupings": list(groupings), "profile": profile_runs,
+                "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/", "variants": variants, "programs": PAGE_PROGRAMS})
+    for side in result["sides"]:
+        side.update(fidelity(reference, _decode(side, reference, logits), logits))
+        side.update(median_ms=float(np.median(side["runs_ms"])), min_ms=min(side["runs_ms"]),
+                    max_ms=max(side["runs_ms"]))
+    for backend in backends:
+        mine = [s for s in result["sides"] if s.get("backend") == backend]
+        best = min(mine, key=lambda s: s["median_ms"])
+        for s in mine:
+            s["fastest_grouping"] = s is best
+    out_shape = reference.shape
+    result.update(model=label, kind="logits" if logits else "image", size=[size, size],
+                  output_shape=list(out_shape), runs=runs, warmup=warmup, skipped=skipped,
+                  programs=len(net.passes),
+                  page_compile_ms=result["sides"][0]["init_ms"],
+                  llvmpipe_compile_ms=1000 * net.compile_seconds,
+                  llvmpipe_passes=llvmpipe_profile(net, image, profile_runs),
+                  reference_compile_s=list(references.SR_PI3_COMPILE_S))
+    return result
+
+
+# --- tables and the report ----------------------------------------------------------------------
+
+def table_rows(result) -> list[dict]:
+    """One row per side: initialisation, first run, median (min..max), fidelity vs Keras."""
+    rows = []
+    for s in result["sides"]:
+        grouping = GROUPING_TEXT.get(s["grouping"], s["grouping"]) + (
+            " (faster)" if s.get("fastest_grouping") and s["grouping"] in GROUPINGS else "")
+        row = {"side": s["name"], "convs as": grouping,
+               "init / compile ms": f"{s['init_ms']:,.0f}",
+               "first run ms": f"{s['first_run_ms']:,.1f}",
+               "median ms (min..max)": f"{s['median_ms']:,.1f} ({s['min_ms']:,.1f}..{s['max_ms']:,.1f})"}
+        if result["kind"] == "logits":
+            row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.2g}"
+            row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
+        else:
+            row["PSNR vs Keras dB"] = f"{s['psnr_db']:.1f}"
+        rows.append(row)
+    return rows
+
+
+def profile_rows(result, top=None) -> list[dict]:
+    """Per layer (op): the page's and llvmpipe's pass times and their shares of the total."""
+    def by_op(passes):
+        totals = {}
+        for _, op, ms in passes:
+            totals[op] = totals.get(op, 0.0) + ms
+        return totals, sum(totals.values())
+    page, page_total = by_op(result["page_passes"])
+    gl, gl_total = by_op(result["llvmpipe_passes"])
+    rows = [{"layer": op, "page ms": page[op], "page %": 100 * page[op] / page_total,
+             "llvmpipe ms": gl.get(op, 0.0), "llvmpipe %": 100 * gl.get(op, 0.0) / gl_total}
+            for op in sorted(page, key=page.get, reverse=True)]
+    rows.append({"layer": "total", "page ms": page_total, "page %": 100.0,
+                 "llvmpipe ms": gl_total, "llvmpipe %": 100.0})
+    return rows[:top] if top else rows
+
+
+def top_passes(passes, count=5) -> str:
+    total = sum(ms for _, _, ms in passes)
+    best = sorted(passes, key=lambda p: p[2], reverse=True)[:count]
+    return ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f} %)" for name, _, ms in best)
+
+
+def report_section(directory) -> str | None:
+    """The peers table, the pass profile and the compile times, from ``peers.json``."""
+    r = read_json(Path(directory) / RESULT)
+    if not r:
+        return None
+    h, w = r["size"]
+    lo, hi = r["reference_compile_s"]
+    backends = r["tfjs"]["backends"]
+    wasm = backends.get("wasm", {}).get("flags", {})
+    notes = [f"{r['model']}, {w}x{h} input, {r['programs']} programs; {r['renderer']}. A run: "
+             f"upload, net, read-back; median of {r['runs']} interleaved runs after "
+             f"{r['warmup']} warm-up runs; fidelity of the first run's output against Keras "
+             "(float32)" + (" (PSNR on RGB, peak 1: the SR net end to end, RGB in, luma net, "
+                            "bilinear chroma, RGB out, on every side)" if r["kind"] == "image"
+                            else "") + "."]
+    notes += [f"{s['name']}: {s['note']}" for s in r["sides"] if s.get("note")]
+    if r["skipped"]:
+        notes.append(f"TF.js rows skipped: {r['skipped']}")
+    else:
+        notes.append(f"TF.js {r['tfjs']['version']}: convs as tf.fused.conv2d with the bias; "
+                     "'init' is the backend's set-up and the weights, the first run includes "
+                     "its shader compilation (WebGL); WASM SIMD "
+                     f"{wasm.get('WASM_HAS_SIMD_SUPPORT')}, threads "
+                     f"{wasm.get('WASM_HAS_MULTITHREAD_SUPPORT')} (no cross-origin isolation "
+                     "here); WebGL version "
+                     f"{backends.get('webgl', {}).get('flags', {}).get('WEBGL_VERSION')}.")
+    compile_line = (f"Shader compile + link + one draw of every program: the page "
+                    f"{r['page_compile_ms']:,.0f} ms (SwiftShader), llvmpipe "
+                    f"{r['llvmpipe_compile_ms']:,.0f} ms; the reference article on a Raspberry "
+                    f"Pi 3: {lo}-{hi} s.")
+    return ("\n\n".join(notes) + "\n\n" + tables.markdown(table_rows(r))
+            + "\n\n" + compile_line
+            + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
+            "target, median of the profile runs; by layer, the largest first):\n\n"
+            + tables.markdown(profile_rows(r), digits=1)
+            + f"\n\nTop passes, page: {top_passes(r['page_passes'])}. "
+            f"llvmpipe: {top_passes(r['llvmpipe_passes'])}.")
+
+
+def save_results(directory, result) -> dict:
+    """``peers.json`` and ``peers.md`` in ``directory``."""
+    directory = Path(directory)
+    write_json(directory / RESULT, result)
+    write_text(directory / TABLE, f"# Peers: {result['model']}\n\n{report_section(directory)}\n")
+    return result
+
+
+def run(model=None, size=256, runs=10, out=None, warmup=2, backends=BACKENDS) -> dict:
+    """The ``bench web`` command: measure, write into ``out`` (default: the figures folder),
+    print the section."""
+    result = bench_web(model, size, runs, warmup, backends)
+    out = Path(out) if out else figures_dir()
+    save_results(out, result)
+    print(report_section(out))
+    print(f"\nwritten: {out / TABLE}, {out / RESULT}")
+    return result

@@ -1,0 +1,121 @@
+"""TensorFlow.js as a peer of the WebGL page: the IR's ops and weights for ``peers.js``, and
+the pinned TF.js files from the npm cache.
+
+:func:`net_files` writes what ``peers.js`` (beside ``workbench.js``) builds the same net from
+with tf ops: ``tfjs.json`` (format ``workbench-tfjs/1``: the input, each op's fields, the
+output) and ``tfjs.bin`` (every weight array as float32, little-endian, C order; an op names
+``[offset, shape]`` in float32 elements).  Ops as :mod:`workbench.ir.graph`:
+
+* ``conv``: kernel ``(k, k, cin // groups, cout)`` as ``tf.conv2d``, bias, stride, padding
+  (TF's 'same' / 'valid'), groups, activation (a name of :mod:`workbench.nets.activations`),
+  ``residual`` (a tensor added before the activation), ``luma`` (the input is RGB; the conv
+  sees its full-range luma, :data:`workbench.ir.LUMA`), ``gather`` (the input channels in
+  the order the conv reads them: a channel shuffle's binding order, else ``null``);
+* ``depth_to_space``: ``block``; with ``chroma_from`` the SR demux (the luma recombined with
+  that RGB tensor's bilinear upscale, half-pixel centres, edges clamped:
+  ``rgb + (y - luma(rgb))``, clipped to [0, 1] as an RGBA8 target clips);
+* ``dense``: weight ``(cin, cout)``, bias, ``pool`` (a global average first); float logits.
+
+TF.js itself comes from the npm registry at :data:`TFJS_VERSION` (``tools/tfjs.sh``, run by
+``make setup``) into :func:`cache_dir`; :func:`unavailable` says in one line why it cannot
+be used here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from workbench import ir
+from workbench.files import project_root
+
+TFJS_VERSION = "4.22.0"  # keep in step with tools/tfjs.sh
+CACHE_ENV = "WORKBENCH_TFJS"
+# files served to the page from the cache, as  cache/node_modules/<package>/dist/<file>
+SCRIPTS = {"@tensorflow/tfjs": ["tf.min.js"],
+           "@tensorflow/tfjs-backend-wasm": ["tf-backend-wasm.min.js", "tfjs-backend-wasm.wasm",
+                                             "tfjs-backend-wasm-simd.wasm",
+                                             "tfjs-backend-wasm-threaded-simd.wasm"]}
+
+
+def cache_dir() -> Path:
+    """Where ``tools/tfjs.sh`` installs TF.js: ``$WORKBENCH_TFJS``, else ``.cache/tfjs`` in the
+    checkout."""
+    return Path(os.environ.get(CACHE_ENV) or project_root() / ".cache" / "tfjs")
+
+
+def installed_version(package="@tensorflow/tfjs") -> str | None:
+    path = cache_dir() / "node_modules" / package / "package.json"
+    try:
+        return json.loads(path.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def unavailable() -> str | None:
+    """``None`` when the pinned TF.js is in the cache, else why not, in one line."""
+    wrong = [f"{p} {installed_version(p) or 'missing'}" for p in SCRIPTS
+             if installed_version(p) != TFJS_VERSION]
+    if not wrong:
+        return None
+    how = ("run `make setup` (tools/tfjs.sh: npm install into the cache)" if shutil.which("npm")
+           else "npm is not installed (apt-get install npm), then `make setup`")
+    return (f"TensorFlow.js {TFJS_VERSION} is not in {cache_dir()} ({', '.join(wrong)}): {how}")
+
+
+def script_files() -> dict[str, bytes]:
+    """The TF.js files the page loads, by file name (from the cache; see :func:`unavailable`)."""
+    reason = unavailable()
+    if reason:
+        raise FileNotFoundError(reason)
+    base = cache_dir() / "node_modules"
+    return {name: (base / package / "dist" / name).read_bytes()
+            for package, names in SCRIPTS.items() for name in names}
+
+
+def net_files(graph: ir.Graph) -> dict:
+    """``{"tfjs.json": spec, "tfjs.bin": bytes}`` for ``graph`` (see the module docstring)."""
+    shapes = graph.shapes(graph.input_size or (64, 64))
+    blob = []
+    size = 0
+
+    def array(a):
+        nonlocal size
+        a = np.ascontiguousarray(a, "<f4")
+        blob.append(a.tobytes())
+        size += a.size
+        return [size - a.size, list(a.shape)]
+
+    ops = []
+    for op in graph.ops:
+        entry = {"name": op.name, "input": op.input}
+        if isinstance(op, ir.Conv):
+            channels = shapes[op.input][2]
+            gather = None
+            if op.input_order is not None:
+                gather = [c for p in op.input_order
+                          for c in range(ir.PACK * p, min(ir.PACK * p + ir.PACK, channels))]
+            elif channels != op.cin and not op.luma_input:
+                gather = list(range(op.cin))
+            entry.update(kind="conv", kernel=array(op.kernel), bias=array(op.bias),
+                         stride=op.stride, padding=op.padding, groups=op.groups,
+                         activation=op.activation, residual=op.residual,
+                         luma=op.luma_input, gather=gather and gather[:op.cin])
+        elif isinstance(op, ir.DepthToSpace):
+            entry.update(kind="depth_to_space", block=op.block, chroma_from=op.chroma_from)
+        elif isinstance(op, ir.Dense):
+            entry.update(kind="dense", weight=array(op.weight), bias=array(op.bias),
+                         pool=op.pool)
+        else:
+            raise TypeError(f"op {op.name!r}: no TF.js form for {type(op).__name__}")
+        ops.append(entry)
+    kind = "logits" if isinstance(graph.op(graph.output), ir.Dense) else "image"
+    spec = {"format": "workbench-tfjs/1", "name": graph.name,
+            "input": {"name": graph.input.name, "channels": graph.input.channels,
+                      "rgb": graph.input.rgb},
+            "luma": [float(v) for v in ir.LUMA], "ops": ops, "output": graph.output,
+            "kind": kind}
+    return {"tfjs.json": spec, "tfjs.bin": b"".join(blob)}
