@@ -45,9 +45,11 @@ def test_sr_page_and_tfjs_match_keras(tmp_path):
     keras.utils.set_random_seed(0)
     result = peers.bench_web(sr_x2(), size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
     sides = _check_sides(result, peers.BACKENDS)
-    assert len(sides) == 1 + 2 * len(peers.BACKENDS) and result["output_shape"] == [32, 32, 3]
+    pages = 1 + len(peers.PAGE_VARIANTS)  # the page, then the page with 4 render targets
+    assert len(sides) == pages + 2 * len(peers.BACKENDS) and result["output_shape"] == [32, 32, 3]
     assert sides[0]["psnr_db"] >= 40
-    for s in sides[1:]:
+    assert sides[1]["engine"] == "page" and sides[1]["psnr_db"] == sides[0]["psnr_db"]
+    for s in sides[pages:]:
         assert s["psnr_db"] > 100, s["name"]
     # the profiles name every pass once, in the page's order, and add up per layer
     names = [p[0] for p in result["page_passes"]]
@@ -70,11 +72,13 @@ def test_classifier_preset_from_the_command_line(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / peers.RESULT).read_text())
     sides = _check_sides(result, ["wasm"])
-    assert len(sides) == 3
+    pages = 1 + len(peers.PAGE_VARIANTS)
+    assert len(sides) == pages + 2
     assert result["kind"] == "logits" and result["size"] == [16, 16]
     assert all(s["top1_equal"] for s in sides)
-    assert sides[0]["max_logit_diff"] <= 8 / 256  # 8-bit storage, 16-bit fixed-point logits
-    for s in sides[1:]:
+    for s in sides[:pages]:  # 8-bit storage, 16-bit fixed-point logits
+        assert s["max_logit_diff"] <= 8 / 256
+    for s in sides[pages:]:
         assert s["max_logit_diff"] < 1e-4, s["name"]
     assert "max logit diff vs Keras" in capsys.readouterr().out
     assert main(["bench", "web", "--backends", "webgl,gpu", "--out", str(tmp_path)]) == 2
@@ -83,10 +87,9 @@ def test_classifier_preset_from_the_command_line(tmp_path, capsys):
 
 
 def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
-    """Also the rows of es2.compile options (PAGE_VARIANTS): one it takes, one it does not."""
+    """Also a row per es2.compile option of PAGE_VARIANTS (here: mediump)."""
     monkeypatch.setenv(tfjs.CACHE_ENV, str(tmp_path / "empty"))
-    monkeypatch.setattr(peers, "PAGE_VARIANTS", {"mediump": ({"precision": "mediump"}, "m"),
-                                                 "future": ({"no_such_option": 1}, "f")})
+    monkeypatch.setattr(peers, "PAGE_VARIANTS", {"mediump": ({"precision": "mediump"}, "m")})
     keras.utils.set_random_seed(0)
     result = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1)
     assert [s["name"] for s in result["sides"]] == ["ours (WebGL 1.0 page)", "ours, mediump"]

@@ -10,9 +10,9 @@ read-back.  Fidelity of each side's first output against Keras in float32: PSNR 
 of the SR net's upscaled image (the page's is RGBA8, TF.js's float), or a classifier's largest
 logit difference and top-1.  For grouped convs TF.js runs both forms ("split": a conv per
 group, "block-diagonal": one conv with a dense block-diagonal filter); the faster per backend
-is marked.  Each of :data:`PAGE_VARIANTS` that ``es2.compile`` takes (multiple render
-targets) is exported beside the page and gets a row of its own.  Then the profile: the page's passes, each timed to a 1-pixel ``readPixels``, and
-the same passes on llvmpipe (:mod:`workbench.es2.runner` timings), by layer and top passes.
+is marked.  Each of :data:`PAGE_VARIANTS` (multiple render targets) is exported beside the
+page and gets a row of its own.  Then the profile: the page's passes, each timed to a 1-pixel
+``readPixels``, and the same passes on llvmpipe (:mod:`workbench.es2.runner` timings), by layer and top passes.
 
 :func:`save_results` writes ``peers.json`` and ``peers.md`` into the figures folder; the
 report's "Peers" section (:func:`report_section`) appears when ``peers.json`` is there.
@@ -20,7 +20,6 @@ report's "Peers" section (:func:`report_section`) appears when ``peers.json`` is
 from __future__ import annotations
 
 import base64
-import inspect
 import json
 import tempfile
 from importlib import resources
@@ -91,10 +90,8 @@ def _decode(side, reference, logits):
 
 
 def page_variants(model) -> dict:
-    """``{row name: es2 net}`` of :data:`PAGE_VARIANTS` that this ``es2.compile`` supports."""
-    known = inspect.signature(es2.compile).parameters
-    return {name: es2.compile(model, **options) for name, (options, _) in PAGE_VARIANTS.items()
-            if set(options) <= set(known)}
+    """``{row name: es2 net}`` of :data:`PAGE_VARIANTS`."""
+    return {name: es2.compile(model, **options) for name, (options, _) in PAGE_VARIANTS.items()}
 
 
 def _stage(folder, net, variants):
