@@ -9,18 +9,13 @@ import json
 
 import keras
 import pytest
+from conftest import skip_module_without_chromium
 
-pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
-from workbench.web import browser, tfjs
-
-try:
-    browser.chromium_path()
-except browser.BrowserUnavailable as error:
-    pytest.skip(str(error), allow_module_level=True)
-
+skip_module_without_chromium()
 from workbench.__main__ import main
 from workbench.nets.models import sr_x2
 from workbench.studies import peers
+from workbench.web import tfjs  # noqa: E402
 
 pytestmark = pytest.mark.gl
 needs_tfjs = pytest.mark.skipif(tfjs.unavailable() is not None, reason=str(tfjs.unavailable()))

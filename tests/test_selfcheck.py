@@ -14,23 +14,18 @@ import json
 import keras
 import numpy as np
 import pytest
+from conftest import skip_module_without_chromium
 
-pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
-from workbench.web import browser  # noqa: E402
-
-try:
-    browser.chromium_path()
-except browser.BrowserUnavailable as error:
-    pytest.skip(str(error), allow_module_level=True)
+skip_module_without_chromium()
 
 from workbench import es2, references, web  # noqa: E402
 from workbench.__main__ import main  # noqa: E402
+from workbench.es2 import bundle  # noqa: E402
 from workbench.es2.net import output_values  # noqa: E402
 from workbench.nets import classify  # noqa: E402
 from workbench.nets.models import dogs_classifier, sr_x2  # noqa: E402
 from workbench.run import report as run_report  # noqa: E402
 from workbench.studies import devices  # noqa: E402
-from workbench.es2 import bundle  # noqa: E402
 from workbench.web import check  # noqa: E402
 
 pytestmark = pytest.mark.gl

@@ -21,14 +21,9 @@ import re
 import keras
 import numpy as np
 import pytest
+from conftest import skip_module_without_chromium
 
-pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
-from workbench.web import browser  # noqa: E402
-
-try:
-    browser.chromium_path()
-except browser.BrowserUnavailable as error:
-    pytest.skip(str(error), allow_module_level=True)
+skip_module_without_chromium()
 
 from workbench import es2, web
 from workbench.__main__ import main  # noqa: E402
