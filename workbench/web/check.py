@@ -47,7 +47,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.data.images import to_uint8
-from workbench.es2 import bundle
+from workbench.es2 import bundle, mediump
 
 CHECK_FORMAT = "workbench-check/1"
 REPORT_FORMAT = "workbench-device-report/1"
@@ -95,8 +95,8 @@ def input_entry(name, output, expected, tf, channels, logits=None) -> dict:
     ``channels`` channels, [0, 1] scale, peak 1)."""
     entry = {"name": name, "width": output.shape[1], "height": output.shape[0]}
     if logits is None:
-        mse = np.mean((output[..., :channels] / 255.0 - tf.astype(np.float64)) ** 2)
-        entry["psnr_vs_tf"] = float(10 * np.log10(1 / mse)) if mse else None
+        db = mediump.psnr(tf, output[..., :channels] / 255.0)
+        entry["psnr_vs_tf"] = None if db == float("inf") else db  # JSON has no infinity
     else:
         entry.update(logits=[float(v) for v in logits],
                      max_abs_logit_diff_vs_tf=float(np.abs(np.asarray(logits, np.float64) - tf).max()),
