@@ -43,6 +43,20 @@ def test_upscale_from_saved_shaders(tmp_path, model_path):
     assert images.load_image(tmp_path / "out.png").shape == (16, 16, 3)
 
 
+def test_upscale_with_draw_buffers_writes_the_same_bytes(tmp_path, model_path):
+    # 4 render targets per program: fewer passes, the same arithmetic, the same output bytes
+    pixels = np.random.default_rng(2).integers(0, 256, (12, 10, 3), np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "in.png")
+    for n in (1, 4):
+        assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / f"out{n}.png"),
+                     "--model", str(model_path), "--draw-buffers", str(n)]) == 0
+    one, four = (np.asarray(Image.open(tmp_path / f"out{n}.png")) for n in (1, 4))
+    assert one.shape == (24, 20, 3) and np.array_equal(one, four)
+    # the option reaches the compiler: a videocore4 has no GL_EXT_draw_buffers
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"), "--model",
+                 str(model_path), "--device", "videocore4", "--draw-buffers", "4"]) == 2
+
+
 def test_image_larger_than_the_texture_limit_runs_in_tiles(tmp_path, model_path, capsys,
                                                           monkeypatch):
     # Before: refused ("over this GPU's GL_MAX_TEXTURE_SIZE").  A GPU whose limit is 64 (the

@@ -41,7 +41,7 @@ def _upscale(args):
     from workbench.studies import deploy
     model = args.model or reference_sr()
     shape, seconds, tiles = deploy.upscale_file(args.input, args.output, model, args.precision,
-                                                args.quality, args.device)
+                                                args.quality, args.device, args.draw_buffers)
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU"
           + (f" ({tiles} tiles)" if tiles > 1 else ""))
     return 0
@@ -95,7 +95,8 @@ def _bench(args):
     if args.what == "sr":
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
-        bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device))
+        bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device,
+                                       args.draw_buffers))
     elif args.what == "draw-buffers":
         bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "web":
@@ -119,6 +120,10 @@ def _add_device_options(p):
                    "shaders (default: highp, or mediump on a device without highp)")
     p.add_argument("--device", metavar="NAME", help="check the net against this device's "
                    f"limits: {', '.join(PROFILES)} (default: the ES 2.0 limits)")
+    p.add_argument("--draw-buffers", type=int, metavar="N", help="render targets a "
+                   "convolution's program may write (GL_EXT_draw_buffers / WEBGL_draw_buffers; "
+                   "default: the device's, 1 for ES 2.0; an exported page splits them where the "
+                   "browser lacks the extension)")
 
 
 def _add_model_and_out(p, model_kinds, what):
@@ -184,9 +189,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="embed the self-check: test inputs, "
                    "TensorFlow's outputs and the emulator's bytes (needs a .keras model); the "
                    "page runs it with ?check=1 or its button and offers a device report (JSON)")
-    p.add_argument("--draw-buffers", type=int, metavar="N", help="render targets a convolution's "
-                   "program may write (WEBGL_draw_buffers; default: the device's, 1 for ES 2.0; "
-                   "the page splits them where the browser lacks the extension)")
     p.set_defaults(func=_export_web)
 
     p = commands.add_parser("devices", help="gather device reports (JSON, from export-web "
@@ -233,6 +235,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="train, activation: steps per round")
     p.add_argument("--no-profile", action="store_true", help="train: skip the op profile")
     p.add_argument("--device", help="sr: the device profile the net must fit (see upscale)")
+    p.add_argument("--draw-buffers", type=int, metavar="N", help="sr: render targets a "
+                   "convolution's program may write (see upscale)")
     p.set_defaults(func=_bench)
     return top
 

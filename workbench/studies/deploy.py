@@ -147,17 +147,19 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "all textures MB": total.texture_bytes / 1e6}
 
 
-def upscale_file(source, target, model_path, precision=None, quality=95, device=None):
+def upscale_file(source, target, model_path, precision=None, quality=95, device=None,
+                 draw_buffers=None):
     """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB.  The
     output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
     is the input, or that cannot be saved, is refused before anything runs.  ``device``: the
-    limits the net must fit (:func:`workbench.es2.limits.profile`).  An image whose textures
+    limits the net must fit (:func:`workbench.es2.limits.profile`), ``draw_buffers`` the render
+    targets a program may write.  An image whose textures
     would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the device's ``max_texture_size`` if
     smaller) runs in overlapping tiles, with the same bytes (:mod:`workbench.es2.tiling`).
     Returns ``(output shape, GPU seconds, tiles)``."""
-    table = limits.profile(device)
+    table = limits.profile(device, draw_buffers)
     images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
-    net, _ = es2.load_net(model_path, precision, table)
+    net, _ = es2.load_net(model_path, precision, table, draw_buffers)
     image = images.load_image(source)
     max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
     max_size = min(max_size, table.max_texture_size or max_size)
