@@ -17,8 +17,14 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import emulate, fixed16, limits, mediump, plan
 from workbench.es2.runner import Runner
-from workbench.es2.shaders import (VERTEX_SHADER, Binding, Pass, constant_textures, generate,
-                                   programs)
+from workbench.es2.shaders import (
+    VERTEX_SHADER,
+    Binding,
+    Pass,
+    constant_textures,
+    generate,
+    programs,
+)
 from workbench.files import write_folder
 
 CONVENTIONS = (

@@ -15,8 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
