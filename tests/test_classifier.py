@@ -277,3 +277,12 @@ def test_train_resume_and_final_models(tmp_path, monkeypatch):
     ds, _ = datasets.image_folder(tmp_path / "data", "test", 16)
     exported = keras.models.load_model(run / "model.keras")
     assert classify.evaluate(exported, ds) == results["top1"]["average of 2 best"]
+
+
+def test_validation_data_takes_val_limit_else_limit(tmp_path):
+    make_folder(tmp_path, "test", n=5)
+    config = {"data": str(tmp_path), "input_size": 16, "class_names": ["a", "b", "c"], "limit": 4}
+    count = lambda c: sum(len(y) for _, y in classify.validation_data(c))  # noqa: E731
+    assert count(config) == 12                          # a run from before val_limit: limit
+    assert count({**config, "val_limit": 2}) == 6
+    assert count({**config, "limit": None, "val_limit": None}) == 15

@@ -98,6 +98,10 @@ def test_sr_training_pairs():
     np.testing.assert_array_equal(pairs.hr[0], rgb_to_y(rgb, range="full"))
     lanczos = rgb_to_y(degrade(rgb, 2, "lanczos"), range="full")
     np.testing.assert_array_equal(pairs.lr[0][1], lanczos)
+    # pairs made once serve every net of a study; pairs of other kernels are refused
+    assert sr_training_pairs(pairs, 2, ["bicubic_aa", "lanczos"]) is pairs
+    with pytest.raises(ValueError, match=r"made for x2 \('bicubic_aa', 'lanczos'\)"):
+        sr_training_pairs(pairs, 2, ("bicubic_aa",))
 
 
 def coded_pairs(scale=2):

@@ -104,7 +104,13 @@ class SRPairs:
 
 def sr_training_pairs(images, scale, kernels=("bicubic_aa",)):
     """Precompute HR/LR luma once per (image, kernel); `images` is an SRSet, or a list of
-    images or of (name, image) pairs."""
+    images or of (name, image) pairs, or pairs already made with this scale and these kernels
+    (returned as they are: a study training several nets on the same data makes them once)."""
+    if isinstance(images, SRPairs):
+        if (images.scale, images.kernels) != (scale, tuple(kernels)):
+            raise ValueError(f"training pairs made for x{images.scale} {images.kernels}, "
+                             f"not x{scale} {tuple(kernels)}")
+        return images
     items = images.images if isinstance(images, SRSet) else images
     hr, lr = [], []
     for item in items:

@@ -125,7 +125,8 @@ def calibrate_batchnorm(model, images):
 def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None, epochs=20,
           batch=64, optimizer="adam", learning_rate=3e-3, schedule="cosine", decay_start=None,
           decay_every=None, bn_momentum=0.75, augment=True, quantize=False, keep_best=3,
-          limit=None, steps_per_epoch=None, seed=0, activation="sigmoid_like", verbose=2):
+          limit=None, val_limit=None, steps_per_epoch=None, seed=0, activation="sigmoid_like",
+          verbose=2):
     """Train ``dogs_classifier(preset)`` on the image folders ``data`` (default: CIFAR-10
     under the data root); resumable.  Validation after every epoch (``val`` split, else
     ``test``); the ``keep_best`` best checkpoints by validation top-1 are kept.
@@ -133,6 +134,7 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
     ``classes``: see :func:`class_list`; ``activation``: a registered name (see
     :mod:`workbench.nets.activations`); ``quantize``: quantisation-aware training (8-bit
     activations, see :class:`workbench.nets.layers.Quantize8`); ``limit``: images per class;
+    ``val_limit``: images per class of the validation split (default ``limit``);
     ``steps_per_epoch``: default one pass over the training images.  Returns ``(model,
     history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
     ``val_loss``, ``val_accuracy``; training metrics are on augmented batches).
@@ -148,12 +150,13 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
                   bn_momentum=bn_momentum, augment=augment, quantize=quantize,
                   keep_best=keep_best, limit=limit, steps_per_epoch=steps, seed=seed,
                   activation=activation)
+    if val_limit is not None:  # only then: runs from before val_limit still resume
+        config["val_limit"] = val_limit
     keras.utils.set_random_seed(seed)
     train_ds, _ = datasets.image_folder(root, "train", size, batch=batch, classes=names,
                                         limit=limit, augment=augment, shuffle=True,
                                         repeat=True, seed=seed)
-    val_ds, _ = datasets.image_folder(root, validation_split(root), size, batch=256,
-                                      classes=names, limit=limit)
+    val_ds = validation_data(config)
 
     def build():
         model = dogs_classifier(preset, input_size=size, classes=len(names),
@@ -194,6 +197,17 @@ def best_checkpoints(run_dir, extra=()):
     return sorted(paths, key=lambda p: (-accuracy[epoch[p] - 1], epoch[p]))
 
 
+def validation_data(config):
+    """The validation batches of a run from its ``config.json``: the data's validation split,
+    ``val_limit`` images per class (``limit`` when not given; older runs have no ``val_limit``)."""
+    limit = config.get("val_limit")
+    limit = config["limit"] if limit is None else limit
+    ds, _ = datasets.image_folder(config["data"], validation_split(config["data"]),
+                                  config["input_size"], batch=256, classes=config["class_names"],
+                                  limit=limit)
+    return ds
+
+
 def finish(run_dir, export="last"):
     """Top-1 on the validation split of the last, the best and the average of the k best
     checkpoints (:func:`final_models`) of a finished run; saves the ``export`` one
@@ -209,8 +223,7 @@ def finish(run_dir, export="last"):
     run_dir = Path(run_dir)
     config = read_json(run_dir / training.CONFIG)
     split = validation_split(config["data"])
-    val_ds, _ = datasets.image_folder(config["data"], split, config["input_size"], batch=256,
-                                      classes=config["class_names"], limit=config["limit"])
+    val_ds = validation_data(config)
     models = final_models(run_dir)
     top1 = {label: evaluate(model, val_ds) for label, model in models.items()}
     label = next(k for k in models if k.startswith(export))

@@ -23,14 +23,16 @@ from workbench.nets.models import load_model
 
 SCALE = 2
 MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
+TRAIN_KERNELS = ("bicubic_aa",)   # the degradation a net trains on unless told otherwise
 
 
-def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, patch=48,
+def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patch=48,
           learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
           init="identity", expand=None, qat=False, loss="l1", anchor=None, anchor_scale=0.5):
     """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
 
-    ``train_images``: list of RGB images.  ``kernels``: degradations the LR patches are
+    ``train_images``: list of RGB images, or their
+    :func:`workbench.data.datasets.sr_training_pairs`.  ``kernels``: degradations the LR patches are
     made with (one chosen at random per patch).  ``init_model``: path of a ``.keras`` model
     to start from (fine-tuning) instead of a fresh net.  Recipe options (``init``,
     ``expand``, ``qat``, ``loss``, ``anchor``, ``anchor_scale``): :mod:`workbench.nets.sr_recipes`.
@@ -55,7 +57,7 @@ def train(train_images, run_dir, *, steps, kernels=("bicubic_aa",), batch=16, pa
     config = {"steps": steps, "kernels": list(kernels), "batch": batch, "patch": patch,
               "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
               "init_model": str(init_model) if init_model else None,
-              "train_images": len(train_images), "loss": loss, **recipe}
+              "train_images": len(pairs.hr), "loss": loss, **recipe}
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
                                   config=config)
     model = sr_recipes.collapse(model)

@@ -8,7 +8,8 @@ in TensorFlow by a :class:`workbench.nets.layers.Quantize8` copy of the trained 
 
 Accuracies are fractions in [0, 1]; "top-1 %" columns are percentages.  Validation and the
 final accuracies use the dataset's validation split (CIFAR-10: the test split), limited
-to ``limit`` images per class like the training split; the final model is the last epoch's.
+to ``val_limit`` images per class (default: ``limit``, as the training split); the final model
+is the last epoch's.
 """
 from __future__ import annotations
 
@@ -35,18 +36,18 @@ def quantized_copy(model, preset, activation):
     return copy
 
 
-def train_one(out_dir, activation, seed, *, preset, data, epochs, limit, **train_args) -> dict:
+def train_one(out_dir, activation, seed, *, preset, data, epochs, limit, val_limit=None,
+              **train_args) -> dict:
     """Train (or resume) one run in ``<out_dir>/<activation>/seed<seed>``; returns its record
     (cached in ``record.json`` there, so a finished run is not evaluated again)."""
     run_dir = Path(out_dir) / activation / f"seed{seed}"
     model, history = classify.train(run_dir, preset=preset, data=data, epochs=epochs, limit=limit,
-                                    activation=activation, seed=seed, keep_best=1, **train_args)
+                                    val_limit=val_limit, activation=activation, seed=seed,
+                                    keep_best=1, **train_args)
     record = read_json(run_dir / "record.json")
     if record and len(record["history"]["loss"]) == epochs:
         return record
-    val_ds, _ = datasets.image_folder(data, classify.validation_split(data), model.input_shape[1],
-                                      batch=256, limit=limit,
-                                      classes=read_json(run_dir / "config.json")["class_names"])
+    val_ds = classify.validation_data(read_json(run_dir / "config.json"))
     record = {"activation": activation, "seed": seed,
               "top1": classify.evaluate(model, val_ds),
               "top1_8bit": classify.evaluate(quantized_copy(model, preset, activation), val_ds),
@@ -208,6 +209,7 @@ def report_section(directory) -> str | None:
         return None
     p = results["parameters"]
     return (tables.markdown(results["summary"], digits=3) + f"\n\n{results['verdict']}\n\n"
-            f"Preset `{p['preset']}`, {p['epochs']} epochs, {p['limit'] or 'all'} images per class, "
+            f"Preset `{p['preset']}`, {p['epochs']} epochs, {p['limit'] or 'all'} images per class"
+            + (f" ({p['val_limit']} a class for validation)" if p.get("val_limit") else "") + ", "
             f"seeds {p['seeds']}; mean ± sample standard deviation over seeds. The `article` column "
             "is the reference article's finding for its deeper net.")

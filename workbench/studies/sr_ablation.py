@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import es2, references, tables
-from workbench.data import images, metrics
+from workbench.data import datasets, images, metrics
 from workbench.es2 import plan
 from workbench.files import read_json, write_json
 from workbench.ir import cost
@@ -60,12 +60,14 @@ def run(train_images, sr_sets, out_dir, *, steps, seeds=(0,), rows=ROWS, **train
     """Train every row for ``steps`` with each seed (resumable in ``out_dir``), then measure
     it on the GPU; one record per (row, seed)."""
     records = []
+    pairs = datasets.sr_training_pairs(train_images, superres.SCALE,
+                                       train_args.get("kernels", superres.TRAIN_KERNELS))
     for name, options in rows:
         for seed in seeds:
             start = time.time()
             run_dir = Path(out_dir) / f"{name.strip('+ ').replace(' ', '_')}-s{seed}"
             args = {**train_args, **options, "seed": seed, "steps": steps}
-            model, history = superres.train(train_images, run_dir, verbose=0, **args)
+            model, history = superres.train(pairs, run_dir, verbose=0, **args)
             net = es2.compile(model)
             records.append({"row": name, "seed": seed, "steps": steps, "options": options,
                             "minutes": history.get("seconds", time.time() - start) / 60,
