@@ -40,7 +40,7 @@ def test_sr_page_and_tfjs_match_keras(tmp_path):
     keras.utils.set_random_seed(0)
     result = peers.bench_web(sr_x2(), size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
     sides = _check_sides(result, peers.BACKENDS)
-    pages = 1 + len(peers.PAGE_VARIANTS)  # the page, then the page with 4 render targets
+    pages = 1 + len(peers.PAGE_VARIANTS)  # the page, then the page with 4 and with 8 render targets
     assert len(sides) == pages + 2 * len(peers.BACKENDS) and result["output_shape"] == [32, 32, 3]
     assert sides[0]["psnr_db"] >= 40
     assert sides[1]["engine"] == "page" and sides[1]["psnr_db"] == sides[0]["psnr_db"]

@@ -221,6 +221,14 @@ def test_web_page_mrt_equals_one_target(sr, tmp_path):
         result = page.run(image)
         assert len(result["passes"]) == 32
         np.testing.assert_array_equal(result["output"], expected)
+    with web.session(tmp_path / "mrt", max_draw_buffers=2) as page:  # passes of 2 targets
+        assert ("offers 2 (WEBGL_draw_buffers (simulated by the URL parameter max_draw_buffers; "
+                "the real limit is ") in page.message
+        result = page.run(image)
+        # L1 12 packs: 3 passes of 4 -> 6 of 2; L3 6: 4 + 2 -> 3; L2, L4 and the rest unchanged
+        assert len(result["passes"]) == 13 + 3 + 1
+        assert "L1.0-3/2" in [name for name, _ in result["passes"]]  # packs 2-3 of L1.0-3
+        np.testing.assert_array_equal(result["output"], expected)
 
 
 def test_bundle_refuses_an_mrt_net(sr):

@@ -103,8 +103,10 @@ def test_train_writes_the_plain_deployable_net(tmp_path):
 
     rng = np.random.default_rng(0)
     photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
-    model, history = superres.train(photos, tmp_path / "run", steps=2, batch=2, patch=12,
-                                    expand=16, qat=False, init="identity", verbose=0)
+    # 4 steps in epochs of at most 3: 2 epochs of 2 (not 2 of 3: 6 steps, as it once was)
+    model, history = superres.train(photos, tmp_path / "run", steps=4, batch=2, patch=12,
+                                    expand=16, qat=False, init="identity", verbose=0,
+                                    steps_per_epoch=3)
     saved = load_model(tmp_path / "run" / "model.keras")
     assert saved.count_params() == 7340 == sr_x2().count_params()
     assert [type(saved.get_layer(f"L{i}")) for i in range(1, 6)] == [GroupConv2D] * 5
@@ -112,7 +114,9 @@ def test_train_writes_the_plain_deployable_net(tmp_path):
     trained = keras.models.load_model(tmp_path / "run" / "checkpoint.keras")
     x = rng.random((1, 10, 9, 1)).astype(np.float32)
     np.testing.assert_allclose(saved(x), trained(x), atol=1e-5)
-    assert len(history["loss"]) == 1
+    assert len(history["loss"]) == 2 and int(trained.optimizer.iterations) == 4
+    assert [superres.epoch_plan(s, 250) for s in (300, 2000, 301, 100)] == \
+        [(2, 150), (8, 250), (2, 151), (1, 100)]
 
 
 def test_ablation_verdict_reads_gaps_against_the_noise():

@@ -26,6 +26,15 @@ MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
 TRAIN_KERNELS = ("bicubic_aa",)   # the degradation a net trains on unless told otherwise
 
 
+def epoch_plan(steps, steps_per_epoch):
+    """``(epochs, steps a epoch)`` for ``steps`` training steps in epochs of at most
+    ``steps_per_epoch``: as few epochs as that allows, all of one length, so that exactly
+    ``steps`` are trained when the epochs divide it (300 -> 2 x 150), else at most
+    ``epochs - 1`` more (301 -> 2 x 151)."""
+    epochs = math.ceil(steps / max(1, steps_per_epoch))
+    return epochs, math.ceil(steps / epochs)
+
+
 def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patch=48,
           learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
           init="identity", expand=None, qat=False, loss="l1", anchor=None, anchor_scale=0.5):
@@ -40,8 +49,7 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
     (:func:`workbench.nets.sr_recipes.collapse` of the trained one: plain ``sr_x2`` layers).
     """
     keras.utils.set_random_seed(seed)
-    steps_per_epoch = max(1, min(steps_per_epoch, steps))
-    epochs = math.ceil(steps / steps_per_epoch)
+    epochs, steps_per_epoch = epoch_plan(steps, steps_per_epoch)
     pairs = datasets.sr_training_pairs(train_images, SCALE, kernels)
     patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed)
     recipe = dict(init=init, expand=expand, qat=qat, anchor=anchor, anchor_scale=anchor_scale)
@@ -105,7 +113,8 @@ def figure_images(sr_set, wanted=()):
 def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_images=None):
     """PSNR/SSIM of bicubic and of each net, for every image, set and degradation kernel.
 
-    ``models``: label -> Keras model.  Returns ``(records, kept)``: one dict per
+    ``models``: label -> Keras model, or a function from the low-resolution RGB image to the
+    8-bit upscaled one (e.g. an ES 2.0 net's ``run``: the GPU output).  Returns ``(records, kept)``: one dict per
     (set, image, kernel, method) with ``psnr_y_studio``, ``ssim_y_studio`` and
     ``psnr_y_full``; ``kept[image][method]`` holds the outputs for the images named in
     ``keep_images`` (or, where a set has none of them, its first image) under the first
@@ -119,7 +128,8 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
             for kernel in kernels:
                 lr = images.degrade(hr, scale, kernel)
                 outputs = {"bicubic": images.upscale_bicubic(lr, scale)}
-                outputs.update({label: upscale(m, lr, scale) for label, m in models.items()})
+                outputs.update({label: upscale(m, lr, scale) if isinstance(m, keras.Model)
+                                else m(lr) for label, m in models.items()})
                 for method, out in outputs.items():
                     records.append({
                         "set": sr_set.name, "image": image_name, "kernel": kernel,

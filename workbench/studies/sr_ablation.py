@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import es2, references, tables
-from workbench.data import datasets, images, metrics
+from workbench.data import datasets
 from workbench.es2 import plan
 from workbench.files import read_json, write_json
 from workbench.ir import cost
@@ -35,17 +35,9 @@ def gpu_psnr(model, sr_sets, kernel="bicubic_aa", scale=superres.SCALE, net=None
     """``{set: {"psnr": mean dB, "ssim": mean}}`` of the net's ES 2.0 shaders' output
     (``net``: the model already compiled)."""
     net = net or es2.compile(model)
-    out = {}
-    for sr_set in sr_sets:
-        scores = []
-        for _, hr in sr_set.images:
-            hr = images.modcrop(hr, scale)
-            gpu = net.run(images.degrade(hr, scale, kernel))
-            scores.append((metrics.psnr(hr, gpu, scale, "studio"),
-                           metrics.ssim(hr, gpu, scale, "studio")))
-        out[sr_set.name] = {"psnr": float(np.mean([s[0] for s in scores])),
-                            "ssim": float(np.mean([s[1] for s in scores]))}
-    return out
+    records, _ = superres.evaluate({"gpu": net.run}, sr_sets, (kernel,), scale)
+    return {r["set"]: {"psnr": r["psnr_y_studio"], "ssim": r["ssim_y_studio"]}
+            for r in superres.summarize(records) if r["method"] == "gpu"}
 
 
 def per_pixel_cost(net):

@@ -23,10 +23,11 @@ and puts in ``<script id="result">`` and ``window.workbench.deviceReport`` the d
 
 URL parameters: ``image=URL`` runs that image on load; ``repeat=N`` times N more runs
 without the per-pass waits (``repeat_ms`` in the result); ``max_texture_size=N``,
-``max_texture_image_units=N``, ``no_float_textures=1``, ``no_webgl=1`` and ``no_draw_buffers=1``
-make the page act as if the browser's limit were that small (to test the messages, the tiling
-and the split of a pass with several render targets into one-target passes when the browser
-lacks ``WEBGL_draw_buffers``: same bytes, a note in the ready message).  An image whose
+``max_texture_image_units=N``, ``max_draw_buffers=N``, ``no_float_textures=1``, ``no_webgl=1``
+and ``no_draw_buffers=1`` make the page act as if the browser's limit were that small (to test
+the messages, the tiling and the split of a pass with more render targets than the browser
+offers into passes of as many as it does, one without ``WEBGL_draw_buffers``: same bytes, a
+note in the ready message).  An image whose
 textures would exceed MAX_TEXTURE_SIZE runs in overlapping tiles as in
 :mod:`workbench.es2.tiling` (``receptive_field`` in ``webgl.json``; the result's ``tiles``).
 The page reports its state in ``document.body.dataset.state`` (``loading``, ``ready``,
@@ -59,8 +60,8 @@ from workbench.files import json_text, write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js")
-LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "no_float_textures", "no_webgl",
-                    "no_draw_buffers")
+LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "max_draw_buffers",
+                    "no_float_textures", "no_webgl", "no_draw_buffers")
 PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat", "check")
 
 

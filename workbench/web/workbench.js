@@ -14,8 +14,8 @@
  *
  * URL parameters: image=URL; repeat=N (time N more runs without the per-pass waits); check=1
  * (run the embedded self-check of export-web --check: a device report, see runCheck);
- * max_texture_size=N, max_texture_image_units=N, no_float_textures=1, no_webgl=1,
- * no_draw_buffers=1 (act as if the browser's limit were that small, or it lacked the
+ * max_texture_size=N, max_texture_image_units=N, max_draw_buffers=N, no_float_textures=1,
+ * no_webgl=1, no_draw_buffers=1 (act as if the browser's limit were that small, or it lacked the
  * extension).  An image over MAX_TEXTURE_SIZE runs in overlapping tiles when webgl.json
  * gives the net's receptive_field (runImage).
  * State in document.body.dataset.state: loading, ready, running, done, error.
@@ -161,8 +161,8 @@ function browserLimits(gl, params) {
   const drawBuffers = params.has("no_draw_buffers") ? null : gl.getExtension("WEBGL_draw_buffers");
   return {
     drawBuffers: drawBuffers
-      ? { value: Math.min(gl.getParameter(drawBuffers.MAX_DRAW_BUFFERS_WEBGL),
-        gl.getParameter(drawBuffers.MAX_COLOR_ATTACHMENTS_WEBGL)), note: "" }
+      ? limit("MAX_DRAW_BUFFERS_WEBGL", "max_draw_buffers", Math.min(gl.getParameter(drawBuffers.MAX_DRAW_BUFFERS_WEBGL),
+        gl.getParameter(drawBuffers.MAX_COLOR_ATTACHMENTS_WEBGL)))
       : { value: 1, note: params.has("no_draw_buffers") ? " (simulated by the URL parameter no_draw_buffers)" : "" },
     textureSize: limit("MAX_TEXTURE_SIZE", "max_texture_size", gl.getParameter(gl.MAX_TEXTURE_SIZE)),
     viewport: limit("MAX_VIEWPORT_DIMS", "max_texture_size", Math.min(...gl.getParameter(gl.MAX_VIEWPORT_DIMS))),
@@ -193,38 +193,46 @@ function checkNetLimits(net, limits) {
   }
 }
 
-/** A one-target shader for output k of a pass that writes several (gl_FragData[i], one line
- *  each, as workbench/es2/shaders.py writes them): output k to gl_FragColor, the others
- *  dropped; the compiler then drops their arithmetic, and output k's is unchanged. */
-function singleTargetSource(source, k) {
-  return source.replace(/^#extension GL_EXT_draw_buffers : require\n/m, "")
-    .replace(/^( *)gl_FragData\[(\d+)\] = (.*)\n/gm,
-      (line, indent, i, value) => (Number(i) === k ? `${indent}gl_FragColor = ${value}\n` : ""));
+/** The shader of a pass that writes several outputs (gl_FragData[i], one line each, as
+ *  workbench/es2/shaders.py writes them) cut down to outputs ks: output ks[j] to
+ *  gl_FragData[j] (gl_FragColor when one is left, without the extension), the others dropped;
+ *  the compiler then drops their arithmetic, and the kept outputs' is unchanged. */
+function targetsSource(source, ks) {
+  const single = ks.length === 1;
+  return (single ? source.replace(/^#extension GL_EXT_draw_buffers : require\n/m, "") : source)
+    .replace(/^( *)gl_FragData\[(\d+)\] = (.*)\n/gm, (line, indent, i, value) => {
+      const j = ks.indexOf(Number(i));
+      return j < 0 ? "" : `${indent}${single ? "gl_FragColor" : `gl_FragData[${j}]`} = ${value}\n`;
+    });
 }
 
 /** Passes that write more render targets than the browser offers (no WEBGL_draw_buffers, or
- *  too few) become one pass per output, with the same bytes; returns a note, or "" if none. */
+ *  too few) become passes of as many outputs as it offers, with the same bytes; returns a
+ *  note, or "" if none. */
 function fitDrawBuffers(net, limits) {
   const most = Math.max(...net.manifest.passes.map((p) => p.outputs.length));
-  if (most <= limits.drawBuffers.value) return "";
+  const room = limits.drawBuffers.value;
+  if (most <= room) return "";
   const passes = [];
   const sources = [];
   net.manifest.passes.forEach((pass, i) => {
-    if (pass.outputs.length === 1) {
+    if (pass.outputs.length <= room) {
       passes.push(pass);
       sources.push(net.sources[i]);
       return;
     }
-    pass.outputs.forEach((output, k) => {
-      passes.push({ ...pass, name: `${pass.name}/${k}`, outputs: [output] });
-      sources.push(singleTargetSource(net.sources[i], k));
-    });
+    for (let k = 0; k < pass.outputs.length; k += room) {
+      const ks = pass.outputs.slice(k, k + room).map((_, j) => k + j);
+      passes.push({ ...pass, name: `${pass.name}/${k}`, outputs: ks.map((j) => pass.outputs[j]) });
+      sources.push(targetsSource(net.sources[i], ks));
+    }
   });
   const before = net.manifest.passes.length;
   [net.manifest.passes, net.sources] = [passes, sources];
+  const kind = room === 1 ? "one-target passes" : `passes of at most ${room} targets`;
   return `The net writes up to ${most} render targets per pass, but this browser offers `
-    + `${limits.drawBuffers.value} (WEBGL_draw_buffers${limits.drawBuffers.note}): its ${before} passes run as `
-    + `${passes.length} one-target passes, with the same output and more texture fetches.`;
+    + `${room} (WEBGL_draw_buffers${limits.drawBuffers.note}): its ${before} passes run as `
+    + `${passes.length} ${kind}, with the same output and more texture fetches.`;
 }
 
 /** Limits that depend on the image size: the largest texture. */
