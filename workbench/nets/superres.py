@@ -110,8 +110,10 @@ def figure_images(sr_set, wanted=()):
     return [n for n in names if n in (wanted or ())] or names[:1]
 
 
-def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_images=None):
-    """PSNR/SSIM of bicubic and of each net, for every image, set and degradation kernel.
+def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_images=None,
+             bicubic=True):
+    """PSNR/SSIM of bicubic (unless ``bicubic=False``) and of each net, for every image, set
+    and degradation kernel.
 
     ``models``: label -> Keras model, or a function from the low-resolution RGB image to the
     8-bit upscaled one (e.g. an ES 2.0 net's ``run``: the GPU output).  Returns ``(records, kept)``: one dict per
@@ -127,7 +129,7 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
             hr = images.modcrop(hr, scale)
             for kernel in kernels:
                 lr = images.degrade(hr, scale, kernel)
-                outputs = {"bicubic": images.upscale_bicubic(lr, scale)}
+                outputs = {"bicubic": images.upscale_bicubic(lr, scale)} if bicubic else {}
                 outputs.update({label: upscale(m, lr, scale) if isinstance(m, keras.Model)
                                 else m(lr) for label, m in models.items()})
                 for method, out in outputs.items():

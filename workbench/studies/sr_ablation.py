@@ -35,7 +35,7 @@ def gpu_psnr(model, sr_sets, kernel="bicubic_aa", scale=superres.SCALE, net=None
     """``{set: {"psnr": mean dB, "ssim": mean}}`` of the net's ES 2.0 shaders' output
     (``net``: the model already compiled)."""
     net = net or es2.compile(model)
-    records, _ = superres.evaluate({"gpu": net.run}, sr_sets, (kernel,), scale)
+    records, _ = superres.evaluate({"gpu": net.run}, sr_sets, (kernel,), scale, bicubic=False)
     return {r["set"]: {"psnr": r["psnr_y_studio"], "ssim": r["ssim_y_studio"]}
             for r in superres.summarize(records) if r["method"] == "gpu"}
 
