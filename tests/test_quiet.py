@@ -12,10 +12,11 @@ NOISE = [
     b"may see slightly different numerical results.\n",
     b"I0000 00:00:1795618010.287777   23012 cudart_stub.cc:31] Could not find cuda drivers on "
     b"your machine, GPU will not be used.\n",
+    b"[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel.\n",
 ]
 KEPT = [b"error: model x.keras not found\n", b"\rGPU:  50%|#####     | 1/2", b"\rGPU: 100%|#####"
         b"#####| 2/2\n", b"I0000 00:00:1.0 other.cc:1] a message we do not know\n",
-        b"W0000 a warning\n"]
+        b"W0000 a warning\n", b"[IPKernelApp] ERROR | something else\n"]
 
 
 def test_forward_drops_only_the_noise_lines():
@@ -24,7 +25,7 @@ def test_forward_drops_only_the_noise_lines():
     thread = threading.Thread(target=quiet._forward, args=(read, out_write))
     thread.start()
     for piece in [NOISE[0], KEPT[0], NOISE[1][:30], NOISE[1][30:] + KEPT[1], KEPT[2], NOISE[2],
-                  KEPT[3] + KEPT[4]]:
+                  KEPT[3] + NOISE[3] + KEPT[4], KEPT[5]]:
         os.write(write, piece)
     os.close(write)
     thread.join(5)
