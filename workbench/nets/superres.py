@@ -116,10 +116,10 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
     and degradation kernel.
 
     ``models``: label -> Keras model, or a function from the low-resolution RGB image to the
-    8-bit upscaled one (e.g. an ES 2.0 net's ``run``: the GPU output).  Returns ``(records, kept)``: one dict per
-    (set, image, kernel, method) with ``psnr_y_studio``, ``ssim_y_studio`` and
-    ``psnr_y_full``; ``kept[image][method]`` holds the outputs for the images named in
-    ``keep_images`` (or, where a set has none of them, its first image) under the first
+    8-bit upscaled one (e.g. an ES 2.0 net's ``run``: the GPU output).  Returns ``(records,
+    kept)``: one dict per (set, image, kernel, method) with ``psnr_y_studio``,
+    ``ssim_y_studio`` and ``psnr_y_full``; ``kept[image][method]`` holds the outputs for the
+    images named in ``keep_images`` (or, where a set has none of them, its first image) under the first
     kernel, for figures.
     """
     records, kept = [], {}

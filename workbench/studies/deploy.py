@@ -153,9 +153,8 @@ def upscale_file(source, target, model_path, precision=None, quality=95, device=
     output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
     is the input, or that cannot be saved, is refused before anything runs.  ``device``: the
     limits the net must fit (:func:`workbench.es2.limits.profile`), ``draw_buffers`` the render
-    targets a program may write.  An image whose textures
-    would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the device's ``max_texture_size`` if
-    smaller) runs in overlapping tiles, with the same bytes (:mod:`workbench.es2.tiling`).
+    targets a program may write.  An image whose textures would exceed this GPU's
+    GL_MAX_TEXTURE_SIZE (or the device's ``max_texture_size`` if smaller) runs in overlapping tiles, with the same bytes (:mod:`workbench.es2.tiling`).
     Returns ``(output shape, GPU seconds, tiles)``."""
     table = limits.profile(device, draw_buffers)
     images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
