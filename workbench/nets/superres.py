@@ -119,8 +119,8 @@ def evaluate(models: dict, sr_sets, kernels=MULTI_KERNELS, scale=SCALE, keep_ima
     8-bit upscaled one (e.g. an ES 2.0 net's ``run``: the GPU output).  Returns ``(records,
     kept)``: one dict per (set, image, kernel, method) with ``psnr_y_studio``,
     ``ssim_y_studio`` and ``psnr_y_full``; ``kept[image][method]`` holds the outputs for the
-    images named in ``keep_images`` (or, where a set has none of them, its first image) under the first
-    kernel, for figures.
+    images named in ``keep_images`` (or, where a set has none of them, its first image)
+    under the first kernel, for figures.
     """
     records, kept = [], {}
     for sr_set in sr_sets:
