@@ -1,7 +1,7 @@
 """ES 2.0 pass generators: one ``#version 100`` fragment shader per 4 output channels, or,
 with draw buffers (``GL_EXT_draw_buffers``), a convolution's shader writing up to N packs of 4
-that read the same inputs (``gl_FragData[i]``; each input texel fetched once for all of them,
-each pack's arithmetic as in its one-target shader, so the bytes are the same).
+(``gl_FragData[i]``; each input texel fetched once for all the packs that read it, each pack's
+arithmetic as in its one-target shader, so the bytes are the same).
 
 Each program is a small generator returning a :class:`Pass`: its source, its bindings and
 how its uniforms get their values; :data:`PASSES` maps each IR op type to its generator.
@@ -67,24 +67,33 @@ def _uniforms(samplers, vectors):
         "".join(f"uniform vec2 {v};\n" for v in vectors)
 
 
-_FETCH_MASKED = """vec4 fetch(sampler2D s, vec2 p) {
-    vec2 inside = step(vec2(0.0), p) * step(p, u_in_size);
-    return texture2D(s, p / u_in_size) * (inside.x * inside.y);
-}
-"""
-_FETCH = """vec4 fetch(sampler2D s, vec2 p) {
-    return texture2D(s, p / u_in_size);
-}
-"""
+def coordinates(size, stride, masked) -> list[str]:
+    """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
+    each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
+    divided by ``u_in_size``; the window's first tap at ``(gl_FragCoord.xy - 0.5) * stride +
+    0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}`` / ``my{dy}``: 1.0 where that column or
+    row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
+    Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked)."""
+    lines = ["    vec2 inv = 1.0 / u_in_size;",
+             f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
+    for axis in "xy":
+        for d in range(size):
+            step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
+            lines.append(f"    float {axis}{d} = uv.{axis}{step};")
+            if masked:  # a texel centre outside lies half a texel beyond 0 or 1
+                lines.append(f"    float m{axis}{d} = step(0.0, {axis}{d}) * step({axis}{d}, 1.0);")
+    return lines
 
 
 def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
-    ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
-    program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``."""
+    ``4*pack .. 4*pack+3`` of each; several packs make one program with draw buffers,
+    ``gl_FragData[i]`` for ``packs[i]``, each input texel fetched once for all that read it
+    (a program may hold several groups of a grouped conv)."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
-    in_packs = op.input_packs(packs[0])
+    reads = [op.input_packs(p) for p in packs]  # each output's input packs, in kernel order
+    in_packs = list(dict.fromkeys(q for r in reads for q in r))
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
@@ -98,31 +107,35 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
         bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
         vectors["u_out_size"] = ("size", op.name)
     masked = op.padding == "same" and op.size > 1
-    body = [f"    vec2 base = (gl_FragCoord.xy - 0.5) * {glsl_float(op.stride)} + 0.5 - u_pad;"]
+    body = coordinates(op.size, glsl_float(op.stride), masked)
     body += [f"    vec4 {s} = {glsl_vec(op.bias[o])};" for s, o in zip(sums, outs)]
     if many:  # a texel fetched once, used by every output
         body.append("    float y;" if op.luma_input else "    vec4 t;")
     for dy in range(op.size):
         for dx in range(op.size):
-            where = f"base + vec2({glsl_float(dx)}, {glsl_float(dy)})"
+            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if masked else "")
+            if masked:
+                body.append(f"    float m{dx}_{dy} = mx{dx} * my{dy};")
             if op.luma_input:
-                y = f"dot(fetch(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)})"
+                y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
                 if many:
                     body.append(f"    y = {y};")
                     y = "y"
                 body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
                          for s, o in zip(sums, outs)]
                 continue
-            for j, sampler in enumerate(samplers[:len(in_packs)]):
-                chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
+            for sampler, q in zip(samplers, in_packs):
                 products = []
-                for s, o in zip(sums, outs):
+                for s, o, r in zip(sums, outs, reads):
+                    if q not in r:
+                        continue
+                    j = r.index(q)  # the output's group reads kernel channels 4j .. 4j+3
                     m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
-                    for i, c in enumerate(chans):
+                    for i, c in enumerate(range(j * ir.PACK, min((j + 1) * ir.PACK, count))):
                         m[i, :len(o)] = op.kernel[dy, dx, c, o]
                     if np.any(m):
                         products.append((s, m))
-                texel = f"fetch({sampler}, {where})"
+                texel = f"(texture2D({sampler}, {where}){mask})"
                 if len(products) > 1:
                     body.append(f"    t = {texel};")
                     texel = "t"
@@ -135,7 +148,6 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
         target = f"gl_FragData[{k}]" if many else "gl_FragColor"
         body.append(f"    {target} = {activations.get(op.activation).glsl.format(x=s)};")
     source = (_header(precision, many) + _uniforms(samplers, vectors)
-              + (_FETCH_MASKED if masked else _FETCH)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
     return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors)
