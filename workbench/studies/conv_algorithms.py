@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from workbench import references, tables
+from workbench import references, tables, timings
 from workbench.es31.conv import ALGORITHMS, Layer, time_conv
 from workbench.files import read_json, write_json
 
@@ -47,15 +45,14 @@ def _by_size(records):
     return out
 
 
+def _runs(record):
+    return record.get("runs_ms") or [record["ms"]]
+
+
 def faster(ra, rb):
-    """``"a"`` or ``"b"`` where one record's runs are faster beyond the spread (its 75th
-    percentile below the other's 25th), else None: a tie the timings cannot split."""
-    qa, qb = (np.percentile(r.get("runs_ms") or [r["ms"]], (25, 75)) for r in (ra, rb))
-    if qa[1] < qb[0]:
-        return "a"
-    if qb[1] < qa[0]:
-        return "b"
-    return None
+    """``"a"`` or ``"b"`` where one record is faster beyond the spread of its runs
+    (:func:`workbench.timings.faster`), else None."""
+    return timings.faster(_runs(ra), _runs(rb))
 
 
 def fastest(records) -> str:
@@ -103,7 +100,7 @@ def ratio_table(records, a="direct", b="im2col_gemm"):
         w, h = map(int, label.split("x"))
         row = {"size": label, **{f"{k} ms": r["ms"] for k, r in t.items()}}
         if a in t and b in t:
-            qa, qb = (np.percentile(t[k].get("runs_ms") or [t[k]["ms"]], (25, 75)) for k in (a, b))
+            qa, qb = (timings.quartiles(_runs(t[k])) for k in (a, b))
             row[f"{a} / {b} here"] = t[a]["ms"] / t[b]["ms"]
             row["range"] = f"{qa[0] / qb[1]:.2f}-{qa[1] / qb[0]:.2f}"
             row["faster"] = {"a": a, "b": b, None: "tie"}[faster(t[a], t[b])]

@@ -28,7 +28,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import es2, ir, references, tables, web
+from workbench import es2, ir, references, tables, timings, web
 from workbench.data import datasets, metrics
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
@@ -173,8 +173,9 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
                 "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/", "variants": variants, "programs": PAGE_PROGRAMS})
     for side in result["sides"]:
         side.update(fidelity(reference, _decode(side, reference, logits), logits))
-        side.update(median_ms=float(np.median(side["runs_ms"])), min_ms=min(side["runs_ms"]),
-                    max_ms=max(side["runs_ms"]))
+        q1, q3 = timings.quartiles(side["runs_ms"])
+        side.update(median_ms=float(np.median(side["runs_ms"])), q1_ms=q1, q3_ms=q3,
+                    min_ms=min(side["runs_ms"]), max_ms=max(side["runs_ms"]))
     for backend in backends:
         mine = [s for s in result["sides"] if s.get("backend") == backend]
         best = min(mine, key=lambda s: s["median_ms"])
@@ -194,7 +195,8 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
 # --- tables and the report ----------------------------------------------------------------------
 
 def table_rows(result) -> list[dict]:
-    """One row per side: initialisation, first run, median (min..max), fidelity vs Keras."""
+    """One row per side: initialisation, first run, median (quartiles; min..max), fidelity vs
+    Keras."""
     rows = []
     for s in result["sides"]:
         grouping = GROUPING_TEXT.get(s["grouping"], s["grouping"]) + (
@@ -202,7 +204,8 @@ def table_rows(result) -> list[dict]:
         row = {"side": s["name"], "convs as": grouping,
                "init / compile ms": f"{s['init_ms']:,.0f}",
                "first run ms": f"{s['first_run_ms']:,.1f}",
-               "median ms (min..max)": f"{s['median_ms']:,.1f} ({s['min_ms']:,.1f}..{s['max_ms']:,.1f})"}
+               "median ms (quartiles; min..max)": f"{s['median_ms']:,.1f} ({s['q1_ms']:,.0f}.."
+                                                   f"{s['q3_ms']:,.0f}; {s['min_ms']:,.0f}..{s['max_ms']:,.0f})"}
         if result["kind"] == "logits":
             row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.2g}"
             row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
@@ -210,6 +213,25 @@ def table_rows(result) -> list[dict]:
             row["PSNR vs Keras dB"] = f"{s['psnr_db']:.1f}"
         rows.append(row)
     return rows
+
+
+def verdicts(result) -> list[str]:
+    """Each of our page's rows against each TF.js backend's faster grouping, from the same
+    run's timings: faster or slower only beyond the quartiles (:func:`workbench.timings.faster`),
+    else level."""
+    if not all("q1_ms" in s for s in result["sides"]):  # a result from before quartiles
+        return []
+    ours = [s for s in result["sides"] if s["engine"] == "page"]
+    peers = [s for s in result["sides"] if s.get("fastest_grouping")]
+    lines = []
+    for a in ours:
+        for b in peers:
+            ratio = b["median_ms"] / a["median_ms"]
+            word = {"a": f"faster ({ratio:.2f}x)", "b": f"slower ({ratio:.2f}x)",
+                    None: f"level (medians {ratio:.2f}x; quartiles overlap)"}
+            lines.append(f"{a['name']} vs {b['name']}: "
+                         f"{word[timings.faster(a['runs_ms'], b['runs_ms'])]}")
+    return lines
 
 
 def profile_rows(result, top=None) -> list[dict]:
@@ -265,7 +287,10 @@ def report_section(directory) -> str | None:
                     f"{r['page_compile_ms']:,.0f} ms (SwiftShader), llvmpipe "
                     f"{r['llvmpipe_compile_ms']:,.0f} ms; the reference article on a Raspberry "
                     f"Pi 3: {lo}-{hi} s.")
+    verdict = "".join(f"\n- {line}" for line in verdicts(r))
     return ("\n\n".join(notes) + "\n\n" + tables.markdown(table_rows(r))
+            + ("\n\nFaster beyond the spread (one side's 75th percentile below the other's 25th), "
+               "same run:" + verdict if verdict else "")
             + "\n\n" + compile_line
             + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
             "target, median of the profile runs; by layer, the largest first):\n\n"
