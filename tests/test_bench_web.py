@@ -53,6 +53,9 @@ def test_sr_page_and_tfjs_match_keras(tmp_path):
     assert rows[-1]["layer"] == "total"
     assert rows[-1]["page ms"] == pytest.approx(sum(p[2] for p in result["page_passes"]))
     assert sum(r["page %"] for r in rows[:-1]) == pytest.approx(100)
+    mrt = result["variant_passes"]["ours, 4 render targets (MRT)"]  # profiled too
+    assert rows[-1]["4 render targets (MRT) ms"] == pytest.approx(sum(p[2] for p in mrt))
+    assert len(mrt) < len(names) and {p[1] for p in mrt} == {p[1] for p in result["page_passes"]}
     peers.save_results(tmp_path, result)
     saved = json.loads((tmp_path / peers.RESULT).read_text())
     assert saved["sides"][1]["psnr_db"] == sides[1]["psnr_db"]

@@ -29,37 +29,21 @@ def conv_units(op: ir.Conv, packs) -> int:
 
 
 def conv_programs(op: ir.Conv, draw_buffers=1, units=None, fetches=None) -> list[list[int]]:
-    """The output packs of each program of ``op``.  The packs of one group of a grouped conv
-    (the consecutive packs that read the same input packs) fill programs of up to
-    ``draw_buffers`` targets; a group that fits whole beside the whole groups of the program
-    before joins it (same fetches in all, fewer passes).  A program ends early where one more
-    output would exceed ``units`` texture units or ``fetches`` per fragment (None: no budget).
-    ``draw_buffers=1``: one pack per program, the plain ES 2.0 form."""
-    budget = (draw_buffers, units or float("inf"), fetches or float("inf"))
-
-    def fits(packs):
-        return all(n <= most for n, most in zip(
-            (len(packs), conv_units(op, packs), conv_fetches(op, packs)), budget))
-
-    groups = []
+    """The output packs of each program of ``op``: runs of up to ``draw_buffers`` consecutive
+    packs that read the same input packs (one group of a grouped conv), a run ended early where
+    one more output would exceed ``units`` texture units or ``fetches`` per fragment (None: no
+    budget).  ``draw_buffers=1``: one pack per program, the plain ES 2.0 form."""
+    units, fetches = units or float("inf"), fetches or float("inf")
+    programs = []
     for pack in range(op.out_packs()):
-        if groups and op.input_packs(groups[-1][0]) == op.input_packs(pack):
-            groups[-1].append(pack)
+        last = programs[-1] if programs else None
+        if (last and len(last) < draw_buffers
+                and op.input_packs(last[0]) == op.input_packs(pack)
+                and conv_units(op, last + [pack]) <= units
+                and conv_fetches(op, last + [pack]) <= fetches):
+            last.append(pack)
         else:
-            groups.append([pack])
-    programs, whole = [], False  # whole: the last program holds whole groups
-    for group in groups:
-        if whole and fits(programs[-1] + group):
-            programs[-1] += group
-            continue
-        chunks = [[group[0]]]
-        for pack in group[1:]:
-            if fits(chunks[-1] + [pack]):
-                chunks[-1].append(pack)
-            else:
-                chunks.append([pack])
-        programs += chunks
-        whole = len(chunks) == 1
+            programs.append([pack])
     return programs
 
 

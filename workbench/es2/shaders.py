@@ -1,7 +1,7 @@
 """ES 2.0 pass generators: one ``#version 100`` fragment shader per 4 output channels, or,
 with draw buffers (``GL_EXT_draw_buffers``), a convolution's shader writing up to N packs of 4
-(``gl_FragData[i]``; each input texel fetched once for all the packs that read it, each pack's
-arithmetic as in its one-target shader, so the bytes are the same).
+that read the same inputs (``gl_FragData[i]``; each input texel fetched once for all of them,
+each pack's arithmetic as in its one-target shader, so the bytes are the same).
 
 Each program is a small generator returning a :class:`Pass`: its source, its bindings and
 how its uniforms get their values; :data:`PASSES` maps each IR op type to its generator.
@@ -87,13 +87,11 @@ def coordinates(size, stride, masked) -> list[str]:
 
 def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
-    ``4*pack .. 4*pack+3`` of each; several packs make one program with draw buffers,
-    ``gl_FragData[i]`` for ``packs[i]``, each input texel fetched once for all that read it
-    (a program may hold several groups of a grouped conv)."""
+    ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
+    program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
-    reads = [op.input_packs(p) for p in packs]  # each output's input packs, in kernel order
-    in_packs = list(dict.fromkeys(q for r in reads for q in r))
+    in_packs = op.input_packs(packs[0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
@@ -124,14 +122,12 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
                 body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
                          for s, o in zip(sums, outs)]
                 continue
-            for sampler, q in zip(samplers, in_packs):
+            for j, sampler in enumerate(samplers[:len(in_packs)]):
+                chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
                 products = []
-                for s, o, r in zip(sums, outs, reads):
-                    if q not in r:
-                        continue
-                    j = r.index(q)  # the output's group reads kernel channels 4j .. 4j+3
+                for s, o in zip(sums, outs):
                     m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
-                    for i, c in enumerate(range(j * ir.PACK, min((j + 1) * ir.PACK, count))):
+                    for i, c in enumerate(chans):
                         m[i, :len(o)] = op.kernel[dy, dx, c, o]
                     if np.any(m):
                         products.append((s, m))

@@ -235,7 +235,8 @@ def verdicts(result) -> list[str]:
 
 
 def profile_rows(result, top=None) -> list[dict]:
-    """Per layer (op): the page's and llvmpipe's pass times and their shares of the total."""
+    """Per layer (op): the page's and llvmpipe's pass times and their shares of the total, and
+    the page's other rows' (render targets) times."""
     def by_op(passes):
         totals = {}
         for _, op, ms in passes:
@@ -243,11 +244,15 @@ def profile_rows(result, top=None) -> list[dict]:
         return totals, sum(totals.values())
     page, page_total = by_op(result["page_passes"])
     gl, gl_total = by_op(result["llvmpipe_passes"])
+    variants = {name.removeprefix("ours, ") + " ms": by_op(passes)
+                for name, passes in result.get("variant_passes", {}).items()}
     rows = [{"layer": op, "page ms": page[op], "page %": 100 * page[op] / page_total,
-             "llvmpipe ms": gl.get(op, 0.0), "llvmpipe %": 100 * gl.get(op, 0.0) / gl_total}
+             "llvmpipe ms": gl.get(op, 0.0), "llvmpipe %": 100 * gl.get(op, 0.0) / gl_total,
+             **{k: v.get(op, 0.0) for k, (v, _) in variants.items()}}
             for op in sorted(page, key=page.get, reverse=True)]
     rows.append({"layer": "total", "page ms": page_total, "page %": 100.0,
-                 "llvmpipe ms": gl_total, "llvmpipe %": 100.0})
+                 "llvmpipe ms": gl_total, "llvmpipe %": 100.0,
+                 **{k: total for k, (_, total) in variants.items()}})
     return rows[:top] if top else rows
 
 
@@ -293,7 +298,8 @@ def report_section(directory) -> str | None:
                "same run:" + verdict if verdict else "")
             + "\n\n" + compile_line
             + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
-            "target, median of the profile runs; by layer, the largest first):\n\n"
+            "target, median of the profile runs; by layer, the one-target page's largest first, "
+            "the render-target rows beside it):\n\n"
             + tables.markdown(profile_rows(r), digits=1)
             + f"\n\nTop passes, page: {top_passes(r['page_passes'])}. "
             f"llvmpipe: {top_passes(r['llvmpipe_passes'])}.")

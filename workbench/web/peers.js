@@ -115,7 +115,7 @@ const median = (v) => { const s = [...v].sort((a, b) => a - b); const m = s.leng
 
 /** One side of the benchmark: {name, ..., run: async () => ({ms, output: typed array})}. */
 function pageSide(name, runner, pixels, programs) {
-  return { name, engine: "page", grouping: programs, init_ms: runner.compileMs,
+  return { name, engine: "page", grouping: programs, init_ms: runner.compileMs, runner,
     run: async () => {
       const r = runImage(runner, pixels, page.limits, false);
       const out = page.net.spec.output;  // a classifier's logits decoded as the page decodes them
@@ -190,7 +190,9 @@ async function benchPeers({ input, width, height, runs, warmup, backends, groupi
     for (const side of sides) side.runs_ms.push((await side.run()).ms);
   }
   const pagePasses = profilePage(page.runner, pixels, profile);
-  return { sides: sides.map(({ run, ...rest }) => rest), page_passes: pagePasses, tfjs,
+  const variantPasses = Object.fromEntries(sides.filter((s) => s.runner && s.runner !== page.runner)
+    .map((s) => [s.name, profilePage(s.runner, pixels, profile)]));
+  return { sides: sides.map(({ run, runner, ...rest }) => rest), page_passes: pagePasses, variant_passes: variantPasses, tfjs,
     renderer: page.limits.renderer, user_agent: navigator.userAgent };
 }
 
