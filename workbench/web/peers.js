@@ -150,7 +150,9 @@ function profilePage(runner, pixels, count) {
  *  image.  Returns {sides: [{name, engine, backend, grouping, init_ms, first_run_ms, runs_ms,
  *  output (base64: float32, but the page's image as RGBA8 bytes)}]; `variants`: {name: {folder,
  *  programs}} of other exports of the net beside the page, run as more page sides (loadNet(folder));
- *  `programs`: what a program of the page writes (the table's grouping column)., page_passes, tfjs, renderer}. */
+ *  `programs`: what a program of the page writes (the table's grouping column).  Also returns
+ *  page_passes and variant_passes ({side name: passes}: each pass's median time, profilePage),
+ *  tfjs, renderer. */
 async function benchPeers({ input, width, height, runs, warmup, backends, groupings, profile, wasmPath, variants, programs }) {
   const bytes = Uint8ClampedArray.from(atob(input), (c) => c.charCodeAt(0));
   const pixels = new ImageData(bytes, width, height);
