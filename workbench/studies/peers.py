@@ -201,11 +201,12 @@ def table_rows(result) -> list[dict]:
     for s in result["sides"]:
         grouping = GROUPING_TEXT.get(s["grouping"], s["grouping"]) + (
             " (faster)" if s.get("fastest_grouping") and s["grouping"] in GROUPINGS else "")
+        q1, q3 = timings.quartiles(s["runs_ms"])  # from the runs: peers.json of any age
         row = {"side": s["name"], "convs as": grouping,
                "init / compile ms": f"{s['init_ms']:,.0f}",
                "first run ms": f"{s['first_run_ms']:,.1f}",
-               "median ms (quartiles; min..max)": f"{s['median_ms']:,.1f} ({s['q1_ms']:,.0f}.."
-                                                   f"{s['q3_ms']:,.0f}; {s['min_ms']:,.0f}..{s['max_ms']:,.0f})"}
+               "median ms (quartiles; min..max)": f"{s['median_ms']:,.1f} ({q1:,.0f}..{q3:,.0f}; "
+                                                   f"{s['min_ms']:,.0f}..{s['max_ms']:,.0f})"}
         if result["kind"] == "logits":
             row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.2g}"
             row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
@@ -222,10 +223,10 @@ def verdicts(result) -> list[str]:
     if not all("q1_ms" in s for s in result["sides"]):  # a result from before quartiles
         return []
     ours = [s for s in result["sides"] if s["engine"] == "page"]
-    peers = [s for s in result["sides"] if s.get("fastest_grouping")]
+    tfjs_best = [s for s in result["sides"] if s.get("fastest_grouping")]
     lines = []
     for a in ours:
-        for b in peers:
+        for b in tfjs_best:
             ratio = b["median_ms"] / a["median_ms"]
             word = {"a": f"faster ({ratio:.2f}x)", "b": f"slower ({ratio:.2f}x)",
                     None: f"level (medians {ratio:.2f}x; quartiles overlap)"}
