@@ -57,32 +57,38 @@ def test_sr_page_and_tfjs_match_keras(tmp_path):
     assert rows[-1]["4 render targets (MRT) ms"] == pytest.approx(sum(p[2] for p in mrt))
     assert len(mrt) < len(names) and {p[1] for p in mrt} == {p[1] for p in result["page_passes"]}
     peers.save_results(tmp_path, result)
-    saved = json.loads((tmp_path / peers.RESULT).read_text())
-    assert saved["sides"][1]["psnr_db"] == sides[1]["psnr_db"]
+    saved = json.loads((tmp_path / peers.RESULT).read_text())["results"]
+    assert len(saved) == 1 and saved[0]["sides"][1]["psnr_db"] == sides[1]["psnr_db"]
     text = (tmp_path / peers.TABLE).read_text()
     assert "| TF.js wasm | " in text and "Raspberry Pi 3: 3.5-4.0 s" in text
     assert "- ours, 4 render targets (MRT) vs TF.js wasm: " in text  # a verdict per pair
 
 
 @needs_tfjs
-def test_classifier_preset_from_the_command_line(tmp_path, capsys):
+def test_classifier_preset_from_the_command_line_on_both_gls(tmp_path, capsys):
     # WASM alone: TF.js WebGL would compile this net's shaders for ~8 s (the SR test has it)
     assert main(["bench", "web", "--model", "tiny", "--runs", "2", "--backends", "wasm",
                  "--out", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / peers.RESULT).read_text())
-    sides = _check_sides(result, ["wasm"])
+    results = json.loads((tmp_path / peers.RESULT).read_text())["results"]
+    assert [r["gl"] for r in results] == ["swiftshader", "llvmpipe"]  # the default: both
+    assert "SwiftShader" in results[0]["renderer"] and "llvmpipe" in results[1]["renderer"]
     pages = 1 + len(peers.PAGE_VARIANTS)
-    assert len(sides) == pages + 2
-    assert result["kind"] == "logits" and result["size"] == [16, 16]
-    assert all(s["top1_equal"] for s in sides)
-    for s in sides[:pages]:  # 8-bit storage, 16-bit fixed-point logits
-        assert s["max_logit_diff"] <= 8 / 256
-    for s in sides[pages:]:
-        assert s["max_logit_diff"] < 1e-4, s["name"]
-    assert "max logit diff vs Keras" in capsys.readouterr().out
+    for result in results:
+        sides = _check_sides(result, ["wasm"])
+        assert len(sides) == pages + 2
+        assert result["kind"] == "logits" and result["size"] == [16, 16]
+        assert all(s["top1_equal"] for s in sides)
+        for s in sides[:pages]:  # 8-bit storage, 16-bit fixed-point logits; MRT: the same bytes
+            assert s["max_logit_diff"] == sides[0]["max_logit_diff"] <= 8 / 256, s["name"]
+        for s in sides[pages:]:
+            assert s["max_logit_diff"] < 1e-4, s["name"]
+    out = capsys.readouterr().out
+    assert "max logit diff vs Keras" in out and "### WebGL on Mesa llvmpipe" in out
     assert main(["bench", "web", "--backends", "webgl,gpu", "--out", str(tmp_path)]) == 2
     assert "--backends: unknown TF.js backend(s) gpu; known: webgl, wasm, cpu" in \
         capsys.readouterr().err
+    assert main(["bench", "web", "--gl", "angle", "--out", str(tmp_path)]) == 2
+    assert "--gl: unknown GL(s) angle; known: swiftshader, llvmpipe" in capsys.readouterr().err
 
 
 def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):

@@ -102,7 +102,8 @@ def _bench(args):
     elif args.what == "web":
         from workbench.studies import peers
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-        peers.run(args.model, args.size, args.runs, args.out, backends=backends)
+        gls = [g.strip() for g in args.gl.split(",") if g.strip()]
+        peers.run(args.model, args.size, args.runs, args.out, backends=backends, gls=gls)
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -227,6 +228,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
     p.add_argument("--backends", default="webgl,wasm,cpu", help="web: TF.js backends, comma "
                    "separated (default: webgl,wasm,cpu; empty: the page alone)")
+    p.add_argument("--gl", default="swiftshader,llvmpipe", help="web: the GLs behind the "
+                   "browser's WebGL, comma separated, a run each (default: swiftshader,llvmpipe: "
+                   "Chromium's SwiftShader, Mesa's llvmpipe through ANGLE's GL back end)")
     p.add_argument("--size", type=int, default=256, help="sr, draw-buffers, web: input size "
                    "(side of a square)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")

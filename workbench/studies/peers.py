@@ -14,6 +14,10 @@ is marked.  Each of :data:`PAGE_VARIANTS` (multiple render targets) is exported 
 page and gets a row of its own.  Then the profile: the page's passes, each timed to a 1-pixel
 ``readPixels``, and the same passes on llvmpipe (:mod:`workbench.es2.runner` timings), by layer and top passes.
 
+The browser's WebGL runs on one GL a session (:data:`workbench.web.browser.GLS`): SwiftShader
+(Chromium's own, its Subzero JIT) and Mesa llvmpipe (ANGLE's GL back end, LLVM); ``bench web``
+runs each in turn, the same benchmark, a result and a section per GL.
+
 :func:`save_results` writes ``peers.json`` and ``peers.md`` into the figures folder; the
 report's "Peers" section (:func:`report_section`) appears when ``peers.json`` is there.
 """
@@ -33,9 +37,10 @@ from workbench.data import datasets, metrics
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
 from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier, load_model, reference_sr
-from workbench.web import tfjs
+from workbench.web import browser, tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
+GL_NAMES = {"swiftshader": "SwiftShader", "llvmpipe": "Mesa llvmpipe"}  # keys: browser.GLS
 BACKENDS = ("webgl", "wasm", "cpu")
 # More rows of our page: name -> (``es2.compile`` options, what a program writes).  A browser
 # that offers fewer draw buffers runs a variant's passes in smaller groups (the row says so).
@@ -118,6 +123,13 @@ def _stage(folder, net, variants):
     return reason, folders
 
 
+def _check_known(option, what, values, known):
+    """ValueError naming ``option`` and the values of ``values`` not in ``known``."""
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        raise ValueError(f"{option}: unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")
+
+
 def llvmpipe_profile(net, image, count=5) -> list:
     """[[pass, op, ms]]: the median over ``count`` runs (after one untimed) of each pass on this
     machine's GL (the es2 runner's timings: a pass until ``glFinish``)."""
@@ -130,17 +142,15 @@ def llvmpipe_profile(net, image, count=5) -> list:
 
 
 def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupings=GROUPINGS,
-              profile_runs=5, verbose=True) -> dict:
-    """The benchmark (module docstring).  ``model``: see :func:`resolve_model`; ``size``: the
+              profile_runs=5, verbose=True, gl="swiftshader") -> dict:
+    """The benchmark (module docstring) with WebGL on ``gl`` (a key of
+    :data:`workbench.web.browser.GLS`).  ``model``: see :func:`resolve_model`; ``size``: the
     input's side (a fixed-size net uses its own).  Returns the result dict that
     :func:`save_results` writes; ``skipped`` says why the TF.js rows are missing, if they are."""
     if runs < 1 or warmup < 0 or size < 1:
         raise ValueError(f"--runs {runs}, --size {size}: need runs >= 1, size >= 1 (warm-up "
                          f"{warmup} >= 0)")
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise ValueError(f"--backends: unknown TF.js backend(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(BACKENDS)}")
+    _check_known("--backends", "TF.js backend(s)", backends, BACKENDS)
     model, label = resolve_model(model)
     net = es2.compile(model)
     graph = net.graph
@@ -159,7 +169,7 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
             backends = ()
             if verbose:
                 print(f"TF.js rows skipped: {skipped}")
-        with web.session(folder) as page:
+        with web.session(folder, gl=gl) as page:
             if page.state == "error":
                 raise web.PageError(page.message)
             if backends:
@@ -182,7 +192,7 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
         for s in mine:
             s["fastest_grouping"] = s is best
     out_shape = reference.shape
-    result.update(model=label, kind="logits" if logits else "image", size=[size, size],
+    result.update(gl=gl, model=label, kind="logits" if logits else "image", size=[size, size],
                   output_shape=list(out_shape), runs=runs, warmup=warmup, skipped=skipped,
                   programs=len(net.passes),
                   page_compile_ms=result["sides"][0]["init_ms"],
@@ -248,11 +258,11 @@ def profile_rows(result, top=None) -> list[dict]:
     variants = {name.removeprefix("ours, ") + " ms": by_op(passes)
                 for name, passes in result.get("variant_passes", {}).items()}
     rows = [{"layer": op, "page ms": page[op], "page %": 100 * page[op] / page_total,
-             "llvmpipe ms": gl.get(op, 0.0), "llvmpipe %": 100 * gl.get(op, 0.0) / gl_total,
+             "moderngl ms": gl.get(op, 0.0), "moderngl %": 100 * gl.get(op, 0.0) / gl_total,
              **{k: v.get(op, 0.0) for k, (v, _) in variants.items()}}
             for op in sorted(page, key=page.get, reverse=True)]
     rows.append({"layer": "total", "page ms": page_total, "page %": 100.0,
-                 "llvmpipe ms": gl_total, "llvmpipe %": 100.0,
+                 "moderngl ms": gl_total, "moderngl %": 100.0,
                  **{k: total for k, (_, total) in variants.items()}})
     return rows[:top] if top else rows
 
@@ -263,11 +273,25 @@ def top_passes(passes, count=5) -> str:
     return ", ".join(f"{name} {ms:.1f} ms ({100 * ms / total:.0f} %)" for name, _, ms in best)
 
 
+def load_results(directory) -> list[dict]:
+    """The results in ``peers.json``, one per GL (a file of one result, from before GLs, too)."""
+    saved = read_json(Path(directory) / RESULT)
+    if not saved:
+        return []
+    return saved["results"] if "results" in saved else [saved]
+
+
 def report_section(directory) -> str | None:
-    """The peers table, the pass profile and the compile times, from ``peers.json``."""
-    r = read_json(Path(directory) / RESULT)
-    if not r:
-        return None
+    """Per GL: the peers table, the verdicts, the compile times and the pass profile, from
+    ``peers.json``."""
+    results = load_results(directory)
+    if len(results) == 1:
+        return _gl_section(results[0])
+    return "\n\n".join(f"### WebGL on {GL_NAMES[r['gl']]}\n\n{_gl_section(r)}"
+                       for r in results) or None
+
+
+def _gl_section(r) -> str:
     h, w = r["size"]
     lo, hi = r["reference_compile_s"]
     backends = r["tfjs"]["backends"]
@@ -290,7 +314,8 @@ def report_section(directory) -> str | None:
                      "here); WebGL version "
                      f"{backends.get('webgl', {}).get('flags', {}).get('WEBGL_VERSION')}.")
     compile_line = (f"Shader compile + link + one draw of every program: the page "
-                    f"{r['page_compile_ms']:,.0f} ms (SwiftShader), llvmpipe "
+                    f"{r['page_compile_ms']:,.0f} ms ({GL_NAMES[r.get('gl', 'swiftshader')]}), "
+                    "moderngl on llvmpipe "
                     f"{r['llvmpipe_compile_ms']:,.0f} ms; the reference article on a Raspberry "
                     f"Pi 3: {lo}-{hi} s.")
     verdict = "".join(f"\n- {line}" for line in verdicts(r))
@@ -300,26 +325,39 @@ def report_section(directory) -> str | None:
             + "\n\n" + compile_line
             + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
             "target, median of the profile runs; by layer, the one-target page's largest first, "
-            "the render-target rows beside it):\n\n"
+            "the render-target rows beside it; moderngl: the same passes on this machine's GL "
+            "outside the browser, the es2 runner):\n\n"
             + tables.markdown(profile_rows(r), digits=1)
             + f"\n\nTop passes, page: {top_passes(r['page_passes'])}. "
-            f"llvmpipe: {top_passes(r['llvmpipe_passes'])}.")
+            f"moderngl: {top_passes(r['llvmpipe_passes'])}.")
 
 
-def save_results(directory, result) -> dict:
-    """``peers.json`` and ``peers.md`` in ``directory``."""
+def save_results(directory, results) -> list[dict]:
+    """``peers.json`` and ``peers.md`` in ``directory``; ``results``: one per GL (or one)."""
+    results = [results] if isinstance(results, dict) else list(results)
     directory = Path(directory)
-    write_json(directory / RESULT, result)
-    write_text(directory / TABLE, f"# Peers: {result['model']}\n\n{report_section(directory)}\n")
-    return result
+    write_json(directory / RESULT, {"results": results})
+    write_text(directory / TABLE, f"# Peers: {results[0]['model']}\n\n{report_section(directory)}\n")
+    return results
 
 
-def run(model=None, size=256, runs=10, out=None, warmup=2, backends=BACKENDS) -> dict:
-    """The ``bench web`` command: measure, write into ``out`` (default: the figures folder),
-    print the section."""
-    result = bench_web(model, size, runs, warmup, backends)
+def run(model=None, size=256, runs=10, out=None, warmup=2, backends=BACKENDS,
+        gls=tuple(browser.GLS)) -> list[dict]:
+    """The ``bench web`` command: measure on each GL of ``gls`` in turn (one where WebGL does not
+    reach it is skipped with a line saying why), write into ``out`` (default: the figures
+    folder), print the sections."""
+    _check_known("--gl", "GL(s)", gls, browser.GLS)
+    results, reasons = [], []
+    for gl in gls:
+        try:
+            results.append(bench_web(model, size, runs, warmup, backends, gl=gl))
+        except browser.BrowserUnavailable as err:
+            reasons.append(f"WebGL on {gl} skipped: {err}")
+            print(reasons[-1])
+    if not results:
+        raise ValueError("bench web: no GL ran; " + "; ".join(reasons))
     out = Path(out) if out else figures_dir()
-    save_results(out, result)
+    save_results(out, results)
     print(report_section(out))
     print(f"\nwritten: {out / TABLE}, {out / RESULT}")
-    return result
+    return results

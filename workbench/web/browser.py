@@ -1,10 +1,15 @@
-"""Headless Chromium for the browser tests: WebGL 1.0 through SwiftShader, driven by Playwright.
+"""Headless Chromium for the browser tests: WebGL 1.0 through ANGLE, driven by Playwright.
 
 Playwright drives the system's Chromium (Debian package ``chromium``); it never downloads a browser
 of its own. ``open_page()`` is the one entry point::
 
     with workbench.web.browser.open_page() as page:
         page.goto("http://127.0.0.1:8000/index.html")
+
+Two software GLs behind WebGL (:data:`GLS`): ``swiftshader``, Chromium's own (ANGLE on SwiftShader's
+Vulkan, shaders compiled by its Subzero JIT; the default, what Chromium uses without a GPU), and
+``llvmpipe``, Mesa's (ANGLE's OpenGL ES back end on Mesa's EGL, as on a Linux machine whose GL is
+Mesa; shaders compiled by LLVM).
 """
 from __future__ import annotations
 
@@ -16,16 +21,20 @@ import shutil
 import threading
 from pathlib import Path
 
-# Flags from docs/design.md, "The machine": software WebGL (SwiftShader through ANGLE), nothing that reaches the network.
+# Flags from docs/design.md, "The machine": software WebGL (GLS), nothing that reaches the network.
 CHROMIUM_FLAGS = [
     "--no-sandbox",
-    "--use-angle=swiftshader",
-    "--enable-unsafe-swiftshader",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
 ]
+# WebGL's GL -> Chromium flags.  Chromium keeps software GLs off its GPU list: llvmpipe needs the
+# block list ignored (and falls back to SwiftShader where Mesa's EGL is missing; see ``open_page``).
+GLS = {
+    "swiftshader": ["--use-angle=swiftshader", "--enable-unsafe-swiftshader"],
+    "llvmpipe": ["--use-angle=gl-egl", "--ignore-gpu-blocklist"],
+}
 
 
 class BrowserUnavailable(RuntimeError):
@@ -45,19 +54,36 @@ def chromium_path() -> str:
 
 
 @contextlib.contextmanager
-def open_page(width: int = 1280, height: int = 900):
-    """A Playwright page in headless Chromium; the browser is closed on exit."""
+def open_page(width: int = 1280, height: int = 900, gl: str = "swiftshader"):
+    """A Playwright page in headless Chromium with WebGL on ``gl`` (a key of :data:`GLS`); the
+    browser is closed on exit.  :class:`BrowserUnavailable` when WebGL runs on another GL."""
+    if gl not in GLS:
+        raise ValueError(f"unknown GL {gl!r} for WebGL; known: {', '.join(GLS)}")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as error:
         raise BrowserUnavailable("Playwright is not installed: pip install -e '.[dev]'") from error
     executable = chromium_path()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=executable, headless=True,
+                                             args=CHROMIUM_FLAGS + GLS[gl])
         try:
-            yield browser.new_page(viewport={"width": width, "height": height})
+            page = browser.new_page(viewport={"width": width, "height": height})
+            renderer = page.evaluate(_RENDERER)
+            if gl not in renderer.lower():
+                raise BrowserUnavailable(f"Chromium's WebGL runs on {renderer!r}, not on {gl} "
+                                         f"(flags {' '.join(GLS[gl])})")
+            yield page
         finally:
             browser.close()
+
+
+_RENDERER = """() => {
+  const gl = document.createElement("canvas").getContext("webgl");
+  if (!gl) return "no WebGL";
+  const debug = gl.getExtension("WEBGL_debug_renderer_info");
+  return gl.getParameter(debug ? debug.UNMASKED_RENDERER_WEBGL : gl.RENDERER);
+}"""
 
 
 @contextlib.contextmanager
