@@ -15,7 +15,7 @@ skip_module_without_chromium()
 from workbench.__main__ import main
 from workbench.nets.models import sr_x2
 from workbench.studies import peers
-from workbench.web import tfjs  # noqa: E402
+from workbench.web import browser, tfjs  # noqa: E402
 
 pytestmark = pytest.mark.gl
 needs_tfjs = pytest.mark.skipif(tfjs.unavailable() is not None, reason=str(tfjs.unavailable()))
@@ -38,7 +38,7 @@ def _check_sides(result, backends):
 @needs_tfjs
 def test_sr_page_and_tfjs_match_keras(tmp_path):
     keras.utils.set_random_seed(0)
-    result = peers.bench_web(sr_x2(), size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
+    [result] = peers.bench_web(sr_x2(), size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
     sides = _check_sides(result, peers.BACKENDS)
     pages = 1 + len(peers.PAGE_VARIANTS)  # the page, then the page with 4 and with 8 render targets
     assert len(sides) == pages + 2 * len(peers.BACKENDS) and result["output_shape"] == [32, 32, 3]
@@ -92,13 +92,19 @@ def test_classifier_preset_from_the_command_line_on_both_gls(tmp_path, capsys):
 
 
 def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
-    """Also a row per es2.compile option of PAGE_VARIANTS (here: mediump)."""
+    """Also a row per es2.compile option of PAGE_VARIANTS (here: mediump); a GL that WebGL
+    does not reach (here: llvmpipe's flags replaced by SwiftShader's) is skipped with a line."""
     monkeypatch.setenv(tfjs.CACHE_ENV, str(tmp_path / "empty"))
     monkeypatch.setattr(peers, "PAGE_VARIANTS", {"mediump": ({"precision": "mediump"}, "m")})
+    monkeypatch.setitem(browser.GLS, "llvmpipe", browser.GLS["swiftshader"])
     keras.utils.set_random_seed(0)
-    result = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1)
+    [result] = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1,
+                               gls=("llvmpipe", "swiftshader"))
+    assert result["gl"] == "swiftshader" and result["llvmpipe_compile_ms"] > 0
     assert [s["name"] for s in result["sides"]] == ["ours (WebGL 1.0 page)", "ours, mediump"]
     assert result["sides"][1]["grouping"] == "m" and result["sides"][1]["psnr_db"] >= 40
-    line = capsys.readouterr().out.strip().splitlines()[0]
-    assert line.startswith("TF.js rows skipped: TensorFlow.js 4.22.0 is not in ")
-    assert result["skipped"] in line and result["sides"][0]["psnr_db"] >= 40
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("TF.js rows skipped: TensorFlow.js 4.22.0 is not in ")
+    assert result["skipped"] in lines[0] and result["sides"][0]["psnr_db"] >= 40
+    assert lines[1].startswith("WebGL on llvmpipe skipped: Chromium's WebGL runs on 'ANGLE "
+                               "(Google, Vulkan 1.3.0 (SwiftShader Device")

@@ -4,7 +4,8 @@ program writes up to N output packs that read the same inputs, fetching each inp
 The arithmetic of every output pack is its one-target shader's, so the bytes must be equal: on
 llvmpipe every tensor of the MRT net equals the one-target net's and the emulator's; in headless
 Chromium (SwiftShader, which has WEBGL_draw_buffers) the MRT page equals the one-target page, and
-so does its fallback when the extension is missing (simulated by ``no_draw_buffers=1``).
+so does its fallback when the extension is missing (simulated by ``no_draw_buffers=1``); so it
+does with the browser's WebGL on Mesa llvmpipe (ANGLE's GL back end).
 The fetch counts are checked against a count made here from the conv shapes alone.
 """
 import json
@@ -194,7 +195,9 @@ def test_mrt_shaders_pass_glslang(sr, tiny):
         glslang.validate_many(shaders, draw_buffers=1)  # the check has teeth
 
 
-def test_web_page_mrt_equals_one_target(sr, tmp_path):
+def _pages(sr, folder, gl):
+    """(web module, one-target page's output on ``gl``, an image) with both pages exported
+    into ``folder``; after checking the MRT page there writes the same bytes in fewer passes."""
     pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
     from workbench import web
     from workbench.web import browser
@@ -203,16 +206,25 @@ def test_web_page_mrt_equals_one_target(sr, tmp_path):
     except browser.BrowserUnavailable as error:
         pytest.skip(str(error))
     one, mrt = sr
-    web.export(one, tmp_path / "one")
-    web.export(mrt, tmp_path / "mrt")
+    web.export(one, folder / "one")
+    web.export(mrt, folder / "mrt")
     image = _image(20, 18, seed=4)
-    with web.session(tmp_path / "one") as page:
+    with web.session(folder / "one", gl=gl) as page:
         expected = page.run(image)["output"]
-    with web.session(tmp_path / "mrt") as page:  # SwiftShader has WEBGL_draw_buffers
+    with web.session(folder / "mrt", gl=gl) as page:  # both GLs have WEBGL_draw_buffers
         assert "render targets" not in page.message
         result = page.run(image)
         assert [name for name, _ in result["passes"]] == [p.name for p in mrt.passes]
         np.testing.assert_array_equal(result["output"], expected)
+    return web, expected, image
+
+
+def test_web_page_mrt_equals_one_target_on_llvmpipe(sr, tmp_path):
+    _pages(sr, tmp_path, "llvmpipe")
+
+
+def test_web_page_mrt_equals_one_target(sr, tmp_path):
+    web, expected, image = _pages(sr, tmp_path, "swiftshader")
     with web.session(tmp_path / "mrt", no_draw_buffers=1) as page:  # fallback: split passes
         assert page.state == "ready"
         assert ("The net writes up to 4 render targets per pass, but this browser offers 1 "

@@ -142,15 +142,17 @@ def llvmpipe_profile(net, image, count=5) -> list:
 
 
 def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupings=GROUPINGS,
-              profile_runs=5, verbose=True, gl="swiftshader") -> dict:
-    """The benchmark (module docstring) with WebGL on ``gl`` (a key of
-    :data:`workbench.web.browser.GLS`).  ``model``: see :func:`resolve_model`; ``size``: the
-    input's side (a fixed-size net uses its own).  Returns the result dict that
+              profile_runs=5, verbose=True, gls=("swiftshader",)) -> list[dict]:
+    """The benchmark (module docstring), a browser session with WebGL on each GL of ``gls``
+    (keys of :data:`workbench.web.browser.GLS`; one that WebGL does not reach is skipped with a
+    line saying why).  ``model``: see :func:`resolve_model`; ``size``: the input's side (a
+    fixed-size net uses its own).  Returns a result dict per GL that ran, what
     :func:`save_results` writes; ``skipped`` says why the TF.js rows are missing, if they are."""
     if runs < 1 or warmup < 0 or size < 1:
         raise ValueError(f"--runs {runs}, --size {size}: need runs >= 1, size >= 1 (warm-up "
                          f"{warmup} >= 0)")
     _check_known("--backends", "TF.js backend(s)", backends, BACKENDS)
+    _check_known("--gl", "GL(s)", gls, browser.GLS)
     model, label = resolve_model(model)
     net = es2.compile(model)
     graph = net.graph
@@ -162,6 +164,12 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
     image = pixels[..., :3].astype(np.float32) / 255  # what every side sees
     logits = isinstance(graph.op(graph.output), ir.Dense)
     reference = keras_output(model, graph, image)
+    shared = dict(model=label, kind="logits" if logits else "image", size=[size, size],
+                  output_shape=list(reference.shape), runs=runs, warmup=warmup,
+                  programs=len(net.passes), llvmpipe_compile_ms=1000 * net.compile_seconds,
+                  llvmpipe_passes=llvmpipe_profile(net, image, profile_runs),
+                  reference_compile_s=list(references.SR_PI3_COMPILE_S))
+    results, reasons = [], []
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         folder = Path(tmp) / "page"
         skipped, variants = _stage(folder, net, page_variants(model))
@@ -169,18 +177,41 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
             backends = ()
             if verbose:
                 print(f"TF.js rows skipped: {skipped}")
-        with web.session(folder, gl=gl) as page:
-            if page.state == "error":
-                raise web.PageError(page.message)
-            if backends:
-                for script in ("tfjs/tf.min.js", "tfjs/tf-backend-wasm.min.js"):
-                    page.page.add_script_tag(url=script)
-            page.page.add_script_tag(url="peers.js")
-            result = page.page.evaluate("config => benchPeers(config)", {
-                "input": base64.b64encode(pixels.tobytes()).decode(), "width": size,
-                "height": size, "runs": runs, "warmup": warmup, "backends": list(backends),
-                "groupings": list(groupings), "profile": profile_runs,
-                "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/", "variants": variants, "programs": PAGE_PROGRAMS})
+        config = {"input": base64.b64encode(pixels.tobytes()).decode(), "width": size,
+                  "height": size, "runs": runs, "warmup": warmup, "backends": list(backends),
+                  "groupings": list(groupings), "profile": profile_runs, "variants": variants,
+                  "programs": PAGE_PROGRAMS}
+        for gl in gls:
+            try:
+                result = _browser_run(folder, gl, config, bool(backends))
+            except browser.BrowserUnavailable as err:
+                reasons.append(f"WebGL on {gl} skipped: {err}")
+                print(reasons[-1])
+                continue
+            _score(result, reference, logits, backends)
+            results.append({**shared, **result, "gl": gl, "skipped": skipped,
+                            "page_compile_ms": result["sides"][0]["init_ms"]})
+    if not results:
+        raise ValueError("bench web: no GL ran; " + "; ".join(reasons))
+    return results
+
+
+def _browser_run(folder, gl, config, tfjs_scripts) -> dict:
+    """``benchPeers(config)`` (peers.js) on the page staged in ``folder``, WebGL on ``gl``."""
+    with web.session(folder, gl=gl) as page:
+        if page.state == "error":
+            raise web.PageError(page.message)
+        if tfjs_scripts:
+            for script in ("tfjs/tf.min.js", "tfjs/tf-backend-wasm.min.js"):
+                page.page.add_script_tag(url=script)
+        page.page.add_script_tag(url="peers.js")
+        return page.page.evaluate("config => benchPeers(config)", {
+            **config, "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/"})
+
+
+def _score(result, reference, logits, backends):
+    """Each side's fidelity against ``reference`` and its timing summary; the faster grouping
+    per TF.js backend marked (in place)."""
     for side in result["sides"]:
         side.update(fidelity(reference, _decode(side, reference, logits), logits))
         q1, q3 = timings.quartiles(side["runs_ms"])
@@ -191,15 +222,6 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
         best = min(mine, key=lambda s: s["median_ms"])
         for s in mine:
             s["fastest_grouping"] = s is best
-    out_shape = reference.shape
-    result.update(gl=gl, model=label, kind="logits" if logits else "image", size=[size, size],
-                  output_shape=list(out_shape), runs=runs, warmup=warmup, skipped=skipped,
-                  programs=len(net.passes),
-                  page_compile_ms=result["sides"][0]["init_ms"],
-                  llvmpipe_compile_ms=1000 * net.compile_seconds,
-                  llvmpipe_passes=llvmpipe_profile(net, image, profile_runs),
-                  reference_compile_s=list(references.SR_PI3_COMPILE_S))
-    return result
 
 
 # --- tables and the report ----------------------------------------------------------------------
@@ -343,19 +365,9 @@ def save_results(directory, results) -> list[dict]:
 
 def run(model=None, size=256, runs=10, out=None, warmup=2, backends=BACKENDS,
         gls=tuple(browser.GLS)) -> list[dict]:
-    """The ``bench web`` command: measure on each GL of ``gls`` in turn (one where WebGL does not
-    reach it is skipped with a line saying why), write into ``out`` (default: the figures
-    folder), print the sections."""
-    _check_known("--gl", "GL(s)", gls, browser.GLS)
-    results, reasons = [], []
-    for gl in gls:
-        try:
-            results.append(bench_web(model, size, runs, warmup, backends, gl=gl))
-        except browser.BrowserUnavailable as err:
-            reasons.append(f"WebGL on {gl} skipped: {err}")
-            print(reasons[-1])
-    if not results:
-        raise ValueError("bench web: no GL ran; " + "; ".join(reasons))
+    """The ``bench web`` command: measure on each GL of ``gls``, write into ``out`` (default:
+    the figures folder), print the sections."""
+    results = bench_web(model, size, runs, warmup, backends, gls=gls)
     out = Path(out) if out else figures_dir()
     save_results(out, results)
     print(report_section(out))
