@@ -2,6 +2,7 @@
 import pytest
 
 from workbench import timings
+from workbench.files import write_json
 from workbench.studies import peers
 
 
@@ -35,6 +36,16 @@ def test_peer_verdicts_read_the_spread():
     for side in result["sides"]:
         del side["q1_ms"]
     assert peers.verdicts(result) == []  # a peers.json from before the quartiles
+
+
+def test_peers_json_of_either_age(tmp_path):
+    """peers.json holds a result per GL; one from before GLs (a result alone) reads as one."""
+    one, two = {"gl": "swiftshader", "sides": []}, {"gl": "llvmpipe", "sides": []}
+    assert peers.load_results(tmp_path) == []
+    write_json(tmp_path / peers.RESULT, {"results": [one, two]})
+    assert peers.load_results(tmp_path) == [one, two]
+    write_json(tmp_path / peers.RESULT, one)
+    assert peers.load_results(tmp_path) == [one]
 
 
 @pytest.mark.parametrize("ra, rb, expected", [
