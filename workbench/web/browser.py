@@ -21,7 +21,7 @@ import shutil
 import threading
 from pathlib import Path
 
-# Flags from docs/design.md, "The machine": software WebGL (GLS), nothing that reaches the network.
+# Flags for every session: no sandbox (root in CI), nothing that reaches the network; the GL: GLS.
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-background-networking",
