@@ -198,8 +198,8 @@ def test_mrt_shaders_pass_glslang(sr, tiny):
 
 def _pages(sr, folder, gl):
     """Export the one-target and the MRT page into ``folder``, check that with WebGL on ``gl``
-    the MRT page writes the one-target page's bytes in its own (fewer) passes; (the web module,
-    those bytes, the image) for more checks.  Skipped where WebGL does not reach ``gl``."""
+    the MRT page writes the one-target page's bytes in its own (fewer) passes; (those bytes,
+    the image) for more checks.  Skipped where WebGL does not reach ``gl``."""
     pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
     from workbench import web
     from workbench.web import browser
@@ -221,18 +221,19 @@ def _pages(sr, folder, gl):
         result = page.run(image)
         assert [name for name, _ in result["passes"]] == [p.name for p in mrt.passes]
         np.testing.assert_array_equal(result["output"], expected)
-    return web, expected, image
+    return expected, image
 
 
 def test_web_page_mrt_equals_one_target_on_llvmpipe(sr, tmp_path):
     from workbench.data import images
-    _, expected, image = _pages(sr, tmp_path, "llvmpipe")
+    expected, image = _pages(sr, tmp_path, "llvmpipe")
     # the browser on llvmpipe writes the bytes the es2 runner's moderngl (llvmpipe) writes
     np.testing.assert_array_equal(expected[..., :3], images.to_uint8(sr[0].run(image)))
 
 
 def test_web_page_mrt_equals_one_target(sr, tmp_path):
-    web, expected, image = _pages(sr, tmp_path, "swiftshader")
+    from workbench import web
+    expected, image = _pages(sr, tmp_path, "swiftshader")
     with web.session(tmp_path / "mrt", no_draw_buffers=1) as page:  # fallback: split passes
         assert page.state == "ready"
         assert ("The net writes up to 4 render targets per pass, but this browser offers 1 "

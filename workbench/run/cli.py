@@ -90,6 +90,11 @@ def _bundle(args):
     return 0
 
 
+def _names(text) -> list[str]:
+    """A comma-separated option's names, blanks dropped (``""`` -> none)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def _bench(args):
     from workbench.studies import bench
     if args.what == "sr":
@@ -101,9 +106,8 @@ def _bench(args):
         bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "web":
         from workbench.studies import peers
-        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-        gls = [g.strip() for g in args.gl.split(",") if g.strip()]
-        peers.run(args.model, args.size, args.runs, args.out, backends=backends, gls=gls)
+        peers.run(args.model, args.size, args.runs, args.out, backends=_names(args.backends),
+                  gls=_names(args.gl))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
