@@ -1,8 +1,9 @@
 # Two commands on a fresh Debian/Ubuntu machine:
 #   make reproduce   train, evaluate and deploy; tables and figures into figures/$(PROFILE)/
 #   make test        the test suite (what CI runs)
-# Each does its own set-up: system libraries (apt, when root), .venv, pip install, and
-# TensorFlow.js from npm into .cache/tfjs (when npm is there; only `bench web` uses it).
+# Each does its own set-up: system libraries (apt, when root), .venv, pip install,
+# TensorFlow.js from npm into .cache/tfjs (when npm is there; only `bench web` uses it), and the
+# target GPUs' Mesa drivers with their drm-shims into .cache/mesa (`make drivers`, once a machine).
 
 PYTHON ?= python3
 VENV := .venv
@@ -19,13 +20,17 @@ endif
 endif
 export MPLBACKEND := Agg
 
-.PHONY: setup system-deps tfjs test reproduce clean
+.PHONY: setup system-deps tfjs drivers test reproduce clean
 
-setup: system-deps $(STAMP) tfjs
+setup: system-deps $(STAMP) tfjs drivers
 
 # TensorFlow.js (pinned) for `bench web`, into .cache/tfjs when npm is there; else a note
 tfjs:
 	@bash tools/tfjs.sh
+
+# vc4, v3d, freedreno, etnaviv, panfrost, lima: compile-only, for `python -m workbench drivers`
+drivers:
+	@bash tools/drivers.sh
 
 system-deps:
 	@bash tools/system_deps.sh

@@ -1,6 +1,9 @@
 """Train the reference x2 SR checkpoint with a recipe, or export one from a (partial) run.
 
   python tools/sr_reference.py train RUN_DIR STEPS [option:value ...]   (resumable)
+
+Options: the recipe options of ``superres.train`` and ``data:NAME``, the SR training set under
+the data root's ``sr/`` (default ``train``; ``train291`` is T91 + BSD200).
   python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
 
 Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net), ``OUT_STEM.json`` and
@@ -25,7 +28,7 @@ from sr_ablation import parse  # noqa: E402
 
 def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
-    images = [im for _, im in datasets.sr_images("train").images]
+    images = [im for _, im in datasets.sr_images(options.pop("data", "train")).images]
     superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
 
 

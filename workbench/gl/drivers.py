@@ -1,0 +1,368 @@
+"""The target GPUs' own shader compilers, without the hardware: Mesa's drivers on a drm-shim.
+
+``tools/drivers.sh`` (``make drivers``) builds Mesa's GL drivers for VideoCore IV (vc4), the
+Pi 4 (v3d), Adreno (freedreno), Vivante (etnaviv) and Mali (panfrost, lima) with their
+drm-shims: libraries preloaded into a process that fake the kernel driver, so that the real
+GL driver and its back-end compiler run on x86 (Mesa's own CI compiles its shader database
+this way).  Nothing is drawn anywhere: command streams go to a no-op.
+
+:func:`compile_programs` compiles ES 2.0 programs through one :data:`TARGETS` driver in a child
+process (``python -m workbench.gl.drivers``, with the shim preloaded and the build's EGL
+first on the library path; never in the caller's process), draws each once (most of these
+drivers run their back end at the first draw) and returns, per program, the GL status, the
+driver's own statistics (its ``shaderdb`` debug messages, through KHR_debug) and every
+message it printed.  A program the back end refused is marked failed even when
+``GL_COMPILE_STATUS`` and ``GL_LINK_STATUS`` said success (etnaviv does that: "compiled
+shaders are not okay" at draw time, and nothing drawn).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MESA_VERSION = "22.3.6"
+BUILD_COMMAND = "make drivers"
+
+
+def build_dir() -> Path:
+    """Where ``tools/drivers.sh`` installs the build: ``$WORKBENCH_DRIVERS`` if set, else
+    ``.cache/mesa/<version>`` in the checkout."""
+    env = os.environ.get("WORKBENCH_DRIVERS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / ".cache" / "mesa" / MESA_VERSION
+
+
+class DriversUnavailable(RuntimeError):
+    """The driver build is missing; the message says how to make it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One GPU as a Mesa driver sees it.  ``driver``: the DRI driver the loader is told to
+    use; ``shim``: the drm-shim library; ``env``: what selects the GPU model in the shim;
+    ``debug``: the variable and value that make the compiler report its statistics."""
+
+    name: str
+    gpu: str
+    driver: str
+    shim: str
+    debug: tuple[str, str]
+    env: tuple = ()
+    boards: str = ""
+
+
+def _adreno(gpu_id, boards):
+    return Target(f"a{gpu_id}", f"Adreno {gpu_id}", "msm", "freedreno",
+                  ("FD_MESA_DEBUG", "shaderdb"), (("FD_GPU_ID", str(gpu_id)),), boards)
+
+
+def _vivante(model, boards):
+    return Target(model.lower(), f"Vivante {model}", "etnaviv", "etnaviv",
+                  ("ETNA_MESA_DEBUG", "shaderdb,dbg_msgs"), (("ETNA_SHIM_GPU", model),), boards)
+
+
+def _mali(model, gpu_id, flag, boards):
+    return Target(model.lower(), f"Mali-{model}", "panfrost", "panfrost",
+                  (flag, "shaderdb"), (("PAN_GPU_ID", gpu_id),), boards)
+
+
+TARGETS = {t.name: t for t in (
+    Target("vc4", "VideoCore IV", "vc4", "vc4", ("VC4_DEBUG", "shaderdb"),
+           boards="Raspberry Pi Zero, 1, 2, 3"),
+    Target("v3d", "VideoCore VI", "v3d", "v3d", ("V3D_DEBUG", "shaderdb"), boards="Raspberry Pi 4"),
+    _adreno(305, "Snapdragon 400 phones (Moto G 2013)"),
+    _adreno(320, "Nexus 4, Nexus 7 2013"),
+    _adreno(530, "Snapdragon 820 phones"),
+    _vivante("GC2000", "i.MX6 Quad boards"),
+    _vivante("GC3000", "i.MX6 QuadPlus boards"),
+    _mali("T720", "720", "MIDGARD_MESA_DEBUG", "budget phones and TV boxes of 2016"),
+    _mali("T860", "860", "MIDGARD_MESA_DEBUG", "RK3399 boards, Huawei P20 Lite class (T830)"),
+    _mali("G52", "7212", "BIFROST_MESA_DEBUG", "phones of 2019-2021"),
+    Target("mali400", "Mali-400", "lima", "lima", ("LIMA_DEBUG", "shaderdb"),
+           boards="Allwinner boards, phones of 2012-2014"),
+)}
+
+
+def target(name) -> Target:
+    if name not in TARGETS:
+        raise ValueError(f"unknown driver target {name!r}; valid: {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+def available() -> str | None:
+    """None when the driver build is there, else why not (one line naming the command)."""
+    lib = build_dir() / "lib"
+    missing = [f"lib{t.shim}_noop_drm_shim.so" for t in TARGETS.values()
+               if not (lib / f"lib{t.shim}_noop_drm_shim.so").exists()]
+    if not (lib / "libEGL.so.1").exists() or missing:
+        return (f"the target GPUs' drivers are not built ({build_dir()}): run `{BUILD_COMMAND}` "
+                f"(Mesa {MESA_VERSION} from Debian's source, ~15-25 min on 2 cores)")
+    return None
+
+
+def environment(t: Target) -> dict:
+    """The child process's environment: the shim preloaded, the build's EGL and DRI drivers
+    first, the compiler's statistics on, no shader cache (a cached shader is not compiled)."""
+    lib = build_dir() / "lib"
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": str(lib / f"lib{t.shim}_noop_drm_shim.so"),
+        "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib),
+                                                         os.environ.get("LD_LIBRARY_PATH")])),
+        "LIBGL_DRIVERS_PATH": str(lib / "dri"),
+        "MESA_LOADER_DRIVER_OVERRIDE": t.driver,
+        "EGL_PLATFORM": "surfaceless",
+        "PYOPENGL_PLATFORM": "egl",
+        "MESA_SHADER_CACHE_DISABLE": "true",
+        "MESA_GLSL_CACHE_DISABLE": "true",
+        t.debug[0]: t.debug[1],
+        **dict(t.env),
+    })
+    return env
+
+
+@dataclass
+class ProgramReport:
+    """What one driver said of one program.  ``ok``: compiled, linked and drawn without a
+    driver error; ``stats``: the fragment shader's numbers as the driver names them
+    (``instructions`` under that name for every driver; vc4 also ``threads``, ``uniforms``,
+    ``max_temps``, ``estimated_cycles``...); ``errors``: the driver's error lines."""
+
+    name: str
+    ok: bool
+    stats: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+    messages: list = field(default_factory=list)
+
+
+def compile_programs(target_name, vertex, programs, timeout=600):
+    """Compile ``programs`` (``[(name, fragment source, render targets)]``) with the vertex
+    shader ``vertex`` through the driver of ``target_name``; a :class:`ProgramReport` each."""
+    import subprocess  # the parent side only
+    import pickle
+
+    t = target(target_name)
+    why = available()
+    if why:
+        raise DriversUnavailable(why)
+    request = pickle.dumps({"vertex": vertex, "programs": list(programs)})
+    proc = subprocess.run([sys.executable, "-m", __name__], input=request, capture_output=True,
+                          env=environment(t), timeout=timeout)
+    if proc.returncode != 0 or not proc.stdout:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"{t.name} ({t.gpu}) driver process failed "
+                           f"(exit {proc.returncode}): " + " / ".join(tail))
+    raw = pickle.loads(proc.stdout)
+    if isinstance(raw, str):
+        raise RuntimeError(f"{t.name} ({t.gpu}): {raw}")
+    return [report(t, r) for r in raw]
+
+
+# --- reading what the drivers say -------------------------------------------------------------
+
+# "FS shader: 492 inst, 1 threads, ..." (vc4); "fragment shader: 744 inst, ..." (ir3, midgard);
+# the fragment shader's line is the one whose stage name starts with f/F.
+_STAT = re.compile(r"(-?\d+(?:\.\d+)?)(?::(\d+))? ([a-z][a-z0-9_() -]*?)(?=,|$)")
+_NAMES = {"inst": "instructions", "max-temps": "max_temps", "estimated-cycles": "estimated_cycles",
+          "spills:fills": "spills", "temps": "temps", "immediates": "immediates"}
+_ERRORS = ("not okay", "failed", "exceeds", "error", "out of memory", "unsupported")
+# what a shim says because it is no kernel driver (fences, sync files): not about the program
+_SHIM_NOISE = ("export failed", "create syncobj failed")
+
+
+def parse_stats(message: str) -> dict | None:
+    """The numbers of one ``shaderdb`` line of a fragment shader, ``{name: int}`` (``spills``
+    and ``fills`` apart), or None for another stage or another kind of message."""
+    head, _, rest = message.partition(" shader: ")
+    if not rest or head.strip().lower()[:1] not in ("f", "m") or head.strip().upper() in ("MESA_SHADER_VERTEX",):
+        return None
+    if head.strip().lower() not in ("fs", "frag", "fragment", "mesa_shader_fragment"):
+        return None
+    stats = {}
+    for number, second, name in _STAT.findall(rest.strip().rstrip(".")):
+        name = name.strip()
+        if name == "spills:fills":
+            stats["spills"], stats["fills"] = int(number), int(second or 0)
+        else:
+            value = float(number) if "." in number else int(number)
+            stats[_NAMES.get(name, name.replace("-", "_").replace(" ", "_"))] = value
+    return stats or None
+
+
+def report(t: Target, raw: dict) -> ProgramReport:
+    """A :class:`ProgramReport` from the child's raw record of one program."""
+    lines = [m.strip() for m in raw["messages"] if m.strip()]
+    lines += [l.strip() for l in raw["stderr"].splitlines() if l.strip()]
+    stats = {}
+    for line in lines:
+        parsed = parse_stats(line)
+        if parsed:
+            stats = parsed  # the last variant compiled is the one drawn
+    errors = [l for l in lines if parse_stats(l) is None and any(e in l.lower() for e in _ERRORS)
+              and not any(n in l for n in _SHIM_NOISE)]
+    for what in ("compile", "link"):
+        if not raw[what]:
+            errors.insert(0, f"GL {what} failed: {raw[what + '_log'].strip()}")
+    if raw["gl_error"]:
+        errors.append(f"GL error 0x{raw['gl_error']:04x} at the draw")
+    ok = raw["compile"] and raw["link"] and not errors and bool(stats or not _needs_stats(t))
+    if raw["compile"] and raw["link"] and not errors and not stats and _needs_stats(t):
+        errors.append("the driver compiled no fragment shader (no statistics at the draw)")
+    return ProgramReport(raw["name"], ok, stats, errors, lines)
+
+
+def _needs_stats(t: Target) -> bool:
+    return True
+
+
+# --- the child process ------------------------------------------------------------------------
+
+GL_DEBUG_OUTPUT = 0x92E0
+GL_DEBUG_OUTPUT_SYNCHRONOUS = 0x8242
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                             ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class _Stderr:
+    """The process's C-level stderr (fd 2) sent to a file, read piece by piece."""
+
+    def __init__(self):
+        self.file = tempfile.TemporaryFile()
+        os.dup2(self.file.fileno(), 2)
+
+    def take(self) -> str:
+        self.file.seek(0)
+        text = self.file.read().decode(errors="replace")
+        self.file.seek(0)
+        self.file.truncate()
+        return text
+
+
+def _serve(request):
+    """Compile, link and draw every program of ``request``; a raw record each."""
+    from OpenGL import EGL  # noqa: F401  (PYOPENGL_PLATFORM=egl: EGL before GLES2)
+    from OpenGL import GLES2 as gl
+
+    from workbench.gl.egl import es2_context, gl_function
+
+    es2_context()
+    messages = []
+
+    def on_message(source, kind, ident, severity, length, text, user):
+        messages.append(ctypes.string_at(text, length).decode(errors="replace"))
+
+    callback = _CALLBACK(on_message)
+    gl_function("glDebugMessageCallbackKHR", None, [_CALLBACK, ctypes.c_void_p])(callback, None)
+    gl.glEnable(GL_DEBUG_OUTPUT)
+    gl.glEnable(GL_DEBUG_OUTPUT_SYNCHRONOUS)
+    stderr = _Stderr()
+    vertex = _shader(gl, gl.GL_VERTEX_SHADER, request["vertex"])[0]
+    quad = (ctypes.c_float * 8)(-1, -1, 1, -1, -1, 1, 1, 1)
+    draw_buffers = gl_function("glDrawBuffersEXT", None, [ctypes.c_int, ctypes.c_void_p],
+                               missing_ok=True)
+    records = []
+    for name, source, targets in request["programs"]:
+        messages.clear()
+        stderr.take()
+        shader, compiled, compile_log = _shader(gl, gl.GL_FRAGMENT_SHADER, source)
+        record = {"name": name, "compile": compiled, "compile_log": compile_log, "link": False,
+                  "link_log": "", "gl_error": 0}
+        if compiled:
+            program = gl.glCreateProgram()
+            gl.glAttachShader(program, vertex)
+            gl.glAttachShader(program, shader)
+            gl.glBindAttribLocation(program, 0, "a_pos")
+            gl.glLinkProgram(program)
+            record["link"] = bool(gl.glGetProgramiv(program, gl.GL_LINK_STATUS))
+            record["link_log"] = _text(gl.glGetProgramInfoLog(program))
+            if record["link"]:
+                record["gl_error"] = _draw(gl, program, quad, targets, draw_buffers)
+            gl.glDeleteProgram(program)
+        gl.glDeleteShader(shader)
+        record["messages"] = list(messages)
+        record["stderr"] = stderr.take()
+        records.append(record)
+    return records
+
+
+def _text(log):
+    return log.decode(errors="replace") if isinstance(log, bytes) else str(log or "")
+
+
+def _shader(gl, kind, source):
+    shader = gl.glCreateShader(kind)
+    gl.glShaderSource(shader, source)
+    gl.glCompileShader(shader)
+    return shader, bool(gl.glGetShaderiv(shader, gl.GL_COMPILE_STATUS)), _text(
+        gl.glGetShaderInfoLog(shader))
+
+
+def _draw(gl, program, quad, targets, draw_buffers):
+    """Draw a 4x4 quad with the program into ``targets`` RGBA8 textures, every sampler bound
+    to an RGBA8 NEAREST texture of its own unit; returns glGetError after the draw."""
+    gl.glUseProgram(program)
+    count = int(gl.glGetProgramiv(program, gl.GL_ACTIVE_UNIFORMS))
+    unit = 0
+    textures = []
+    for i in range(count):
+        name, size, kind = gl.glGetActiveUniform(program, i)
+        if kind == gl.GL_SAMPLER_2D:
+            textures.append(_texture(gl, 3, 3))
+            gl.glActiveTexture(gl.GL_TEXTURE0 + unit)
+            gl.glBindTexture(gl.GL_TEXTURE_2D, textures[-1])
+            gl.glUniform1i(gl.glGetUniformLocation(program, name), unit)
+            unit += 1
+    outputs = [_texture(gl, 4, 4) for _ in range(targets)]
+    fbo = gl.glGenFramebuffers(1)
+    gl.glBindFramebuffer(gl.GL_FRAMEBUFFER, fbo)
+    for i, tex in enumerate(outputs):
+        gl.glFramebufferTexture2D(gl.GL_FRAMEBUFFER, gl.GL_COLOR_ATTACHMENT0 + i, gl.GL_TEXTURE_2D,
+                                  tex, 0)
+    if targets > 1 and draw_buffers:
+        attachments = (ctypes.c_uint * targets)(*(gl.GL_COLOR_ATTACHMENT0 + i for i in range(targets)))
+        draw_buffers(targets, attachments)
+    gl.glViewport(0, 0, 4, 4)
+    gl.glEnableVertexAttribArray(0)
+    gl.glVertexAttribPointer(0, 2, gl.GL_FLOAT, False, 0, quad)
+    gl.glDrawArrays(gl.GL_TRIANGLE_STRIP, 0, 4)
+    gl.glFlush()  # not glFinish: lima's shim never signals the fence it would wait for
+    error = int(gl.glGetError())
+    gl.glBindFramebuffer(gl.GL_FRAMEBUFFER, 0)
+    gl.glDeleteFramebuffers(1, [fbo])
+    gl.glDeleteTextures(len(textures + outputs), textures + outputs)
+    return error
+
+
+def _texture(gl, width, height):
+    tex = gl.glGenTextures(1)
+    gl.glBindTexture(gl.GL_TEXTURE_2D, tex)
+    gl.glTexImage2D(gl.GL_TEXTURE_2D, 0, gl.GL_RGBA, width, height, 0, gl.GL_RGBA,
+                    gl.GL_UNSIGNED_BYTE, None)
+    for key, value in ((gl.GL_TEXTURE_MIN_FILTER, gl.GL_NEAREST), (gl.GL_TEXTURE_MAG_FILTER, gl.GL_NEAREST),
+                       (gl.GL_TEXTURE_WRAP_S, gl.GL_CLAMP_TO_EDGE), (gl.GL_TEXTURE_WRAP_T, gl.GL_CLAMP_TO_EDGE)):
+        gl.glTexParameteri(gl.GL_TEXTURE_2D, key, value)
+    return tex
+
+
+def main():
+    """The child: a pickled request on stdin, the pickled records (or a one-line error) on
+    stdout; the driver's own output never reaches the terminal."""
+    import pickle
+
+    request = pickle.load(sys.stdin.buffer)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints must not corrupt the reply
+    try:
+        reply = _serve(request)
+    except Exception as err:  # one line for the parent
+        reply = f"{type(err).__name__}: {err}"
+    pickle.dump(reply, out)
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
