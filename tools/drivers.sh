@@ -16,6 +16,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="$root/.cache/mesa"
 prefix="$cache/$VERSION"
 stamp="$prefix/.built"
+mkdir -p "$cache"
 [ -f "$stamp" ] && exit 0
 
 # the Python that runs Mesa's code generators must be the system's, with mako

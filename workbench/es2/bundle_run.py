@@ -158,8 +158,9 @@ class Net:
             uniforms = [(gl.glGetUniformLocation(prog, k), v)
                         for k, v in plan["uniforms"][p["name"]].items()]
             output = (p.get("outputs") or [p["output"]])[0]  # bundles are one-target nets
+            mask = tuple(p.get("channels") is None or k in p["channels"] for k in range(4))
             self.passes.append((p["name"], prog, units, uniforms,
-                                (output["tensor"], output["pack"]), p["viewport"]))
+                                (output["tensor"], output["pack"]), p.get("viewport"), mask))
         gl.glFinish()
         self.compile_ms = 1000 * (time.perf_counter() - start)
         gl.glBindBuffer(gl.GL_ARRAY_BUFFER, gl.glGenBuffers(1))
@@ -198,7 +199,7 @@ class Net:
         for p in range(image.shape[2] // 4):
             self.upload((self.input, p), image[..., 4 * p:4 * p + 4])
         timings = []
-        for pass_name, prog, units, uniforms, output, viewport in self.passes:
+        for pass_name, prog, units, uniforms, output, viewport, mask in self.passes:
             start = time.perf_counter()
             gl.glUseProgram(prog)
             for unit, (location, key, filt) in enumerate(units):
@@ -214,7 +215,9 @@ class Net:
             _, fbo, w, h = self.textures[output]
             gl.glBindFramebuffer(gl.GL_FRAMEBUFFER, fbo)
             gl.glViewport(*(viewport or (0, 0, w, h)))
+            gl.glColorMask(*mask)  # a program may write some components of its output only
             gl.glDrawArrays(gl.GL_TRIANGLE_STRIP, 0, 4)
+            gl.glColorMask(True, True, True, True)
             if finish:
                 gl.glFinish()
                 timings.append([pass_name, 1000 * (time.perf_counter() - start)])

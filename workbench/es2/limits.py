@@ -37,6 +37,11 @@ class Limits:
     storage_range: tuple = (0.0, 1.0)
     dynamic_indexing: bool = False    # only constant or loop-index expressions as indices
     constant_loop_bounds: bool = True  # for loops with constant bounds; no while/do
+    constant_vectors: int | None = None  # vec4 slots a fragment shader's uniforms and literal
+    #                                   constants share, where the compiler keeps literals in the
+    #                                   uniform file (Vivante); None: literals cost no uniforms
+    driver: str | None = None         # the Mesa driver target that checks it
+    #                                   (:data:`workbench.gl.drivers.TARGETS`)
 
     @property
     def channels_per_program(self):
@@ -91,14 +96,27 @@ ES2 = Limits()
 #        lists 4096 as supported by ~all devices; that page was not re-read for this table).
 #        Units, varyings, uniforms and precision stay at [ES2] (fragment highp is optional; the
 #        page warns when a browser lacks it).
+# [GC2000] Vivante GC2000 (i.MX6 Quad), as Mesa etnaviv 22.3.6 drives it: 64 vec4 fragment
+#        uniforms (src/gallium/drivers/etnaviv/etnaviv_screen.c, etna_determine_uniform_limits:
+#        "taken from gcmCONFIGUREUNIFORMS in the Vivante kernel driver"; a GC2000 of revision
+#        0x5108, 168 constants, falls in the 168 / 64 case), and the compiler keeps literal
+#        constants in the same file (etnaviv_compiler_nir.c, etna_compile_check_limits counts
+#        uniforms.count, immediates included).  Its compiler rejected the SR net's grouped 3x3
+#        programs (432 weight literals: "Number of uniforms (111) exceeds maximum 64") while GL
+#        reported success; with 2 output channels a program they fit (python -m workbench
+#        drivers).  Texture size 8192 (etnaviv: max_texture_size for GC2000's features);
+#        highp: Vivante's shader cores compute in fp32.  Draw buffers: etnaviv 22.3 offers 1.
 _ES2_MINIMUM = replace(ES2, name="es2-minimum", max_texture_size=64, float_precision="mediump")
 PROFILES = {p.name: p for p in (
     _ES2_MINIMUM,                                                              # [ES2]
     replace(_ES2_MINIMUM, name="videocore4", max_texture_size=2048,            # [VC4] [MRT]
-            float_precision="highp", sampled_channels=(128, 96)),
-    replace(_ES2_MINIMUM, name="mali400", max_texture_size=4096),              # [MALI] [MRT]
+            float_precision="highp", sampled_channels=(128, 96), driver="vc4"),
+    replace(_ES2_MINIMUM, name="mali400", max_texture_size=4096,               # [MALI] [MRT]
+            driver="mali400"),
     replace(_ES2_MINIMUM, name="adreno3xx", max_texture_size=4096,             # [A3XX]
-            texture_units=16, float_precision="highp", draw_buffers=4),
+            texture_units=16, float_precision="highp", draw_buffers=4, driver="a320"),
+    replace(_ES2_MINIMUM, name="gc2000", max_texture_size=8192,                # [GC2000]
+            float_precision="highp", constant_vectors=64, driver="gc2000"),
     replace(_ES2_MINIMUM, name="webgl1-minimum", max_texture_size=4096),       # [WEB]
 )}
 

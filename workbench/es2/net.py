@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import emulate, fixed16, limits, mediump, plan
+from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import (
     VERTEX_SHADER,
@@ -41,6 +41,7 @@ class Net:
 
     def __init__(self, graph: ir.Graph, passes: list[Pass], precision="highp"):
         self.graph, self.passes, self.precision = graph, passes, precision
+        self.changes: list[str] = []  # what compile(fit=True) changed for a driver
         self._runner = None
 
     @property
@@ -151,7 +152,7 @@ class Net:
                         "inputs": [asdict(b) for b in p.inputs],
                         "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
                         "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
-                        "viewport": p.viewport} for p in self.passes],
+                        "viewport": p.viewport, "channels": p.channels} for p in self.passes],
         }
         return files
 
@@ -168,7 +169,8 @@ def output_values(graph: ir.Graph, stored):
 
 
 def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
-            limits_table=None, draw_buffers=None, mediump_warn_db=None) -> Net:
+            limits_table=None, draw_buffers=None, mediump_warn_db=None, check_driver=False,
+            fit=False) -> Net:
     """Keras model -> IR -> limits check -> passes.
 
     ``device``: the limits to fit, a profile name (``"videocore4"``, see
@@ -180,7 +182,12 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     may write (``GL_EXT_draw_buffers``), default the device's (1 for ES2); at most the
     device's, but with no device named any number (the runtime checks GL_MAX_DRAW_BUFFERS).
     ``mediump_warn_db``: warn (:class:`workbench.es2.mediump.MediumpWarning`) when on a
-    float16-mediump GPU an op's output is predicted below this PSNR against highp."""
+    float16-mediump GPU an op's output is predicted below this PSNR against highp.
+    ``check_driver``: compile every program with the device's own compiler (its Mesa driver
+    on a drm-shim, :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a
+    target name) and refuse, naming program, target and message, what it refuses; ``fit``:
+    instead split the refused layers' programs until it takes them (``net.changes`` says
+    what changed)."""
     table = limits.profile(device if device is not None else limits_table, draw_buffers)
     draw_buffers = limits.check_draw_buffers(draw_buffers, table)
     precision = limits.check_precision(precision, table)
@@ -192,9 +199,27 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
-    passes = generate(graph, precision, draw_buffers, table)
-    limits.check_passes(passes, table, graph)
-    return Net(graph, passes, precision)
+
+    def passes_with(channels=None):
+        passes = generate(graph, precision, draw_buffers, table, channels)
+        limits.check_passes(passes, table, graph)
+        return passes
+
+    changes = []
+    target = (check_driver if isinstance(check_driver, str) else table.driver) \
+        if (check_driver or fit) else None
+    if (check_driver or fit) and target is None:
+        raise ValueError(f"device {table.name!r} names no driver target to check with; name "
+                         "one (check_driver='vc4') or a device profile that has one")
+    if fit:
+        passes, _, changes = drivers.fit(graph, passes_with, target)
+    else:
+        passes = passes_with()
+        if target:
+            drivers.require(Net(graph, passes, precision), target)
+    net = Net(graph, passes, precision)
+    net.changes = changes
+    return net
 
 
 def load_net(path, precision=None, device=None, draw_buffers=None):
@@ -242,6 +267,7 @@ def load(directory) -> Net:
                    [Binding(**b) for b in p["inputs"]],
                    [(o["tensor"], o["pack"]) for o in p.get("outputs") or [p["output"]]],
                    {k: tuple(v) for k, v in p["uniform_values"].items()},
-                   tuple(p["viewport"]) if p.get("viewport") else None)
+                   tuple(p["viewport"]) if p.get("viewport") else None,
+                   tuple(p["channels"]) if p.get("channels") is not None else None)
               for p in manifest["passes"]]
     return Net(graph, passes, manifest["precision"])

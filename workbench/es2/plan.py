@@ -47,6 +47,24 @@ def conv_programs(op: ir.Conv, draw_buffers=1, units=None, fetches=None) -> list
     return programs
 
 
+def conv_constants(op: ir.Conv, channels) -> int:
+    """The vec4 constant slots a program of ``op`` writing ``channels`` output channels needs
+    where the compiler keeps literals in the uniform file (Vivante): its weights and biases,
+    4 to a slot, plus 8 for the coordinates' constants (measured on etnaviv: the SR net's
+    3x3 program of 432 weights took 111 slots, 109 for the weights and biases)."""
+    taps = op.size * op.size * (1 if op.luma_input else op.kernel.shape[2])
+    return -(-channels * (taps + 1) // ir.PACK) + 8
+
+
+def conv_channels(op: ir.Conv, constant_vectors=None) -> int:
+    """Output channels one program of ``op`` writes: 4 (a whole pack), or 2 or 1 when its
+    literals would not fit ``constant_vectors`` slots (None: no such budget)."""
+    for channels in (4, 2, 1):
+        if constant_vectors is None or conv_constants(op, channels) <= constant_vectors:
+            return channels
+    return 1
+
+
 def conv_cost(op: ir.Conv, shapes, programs=None) -> Cost:
     """``programs``: output packs per program (:func:`conv_programs`); default one each."""
     h, w, _ = shapes[op.name]

@@ -52,7 +52,7 @@ class Runner:
         return {"program": program,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
                 "uniforms": uniform_values(p, self.shapes),
-                "outputs": p.outputs, "viewport": p.viewport}
+                "outputs": p.outputs, "viewport": p.viewport, "channels": p.channels}
 
     def run(self, image, keep=False):
         """Run every pass; returns ``{texture key: array}`` of the output textures (all of

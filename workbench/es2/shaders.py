@@ -45,6 +45,8 @@ class Pass:
     outputs: list[tuple[str, int]]
     uniforms: dict[str, tuple] = field(default_factory=dict)
     viewport: tuple[int, int, int, int] | None = None  # (x, y, width, height); None: all
+    channels: tuple[int, ...] | None = None  # components of its one output it writes (the
+    #   runtime's colour mask; the others are another program's); None: all four
 
 
 # --- GLSL text ------------------------------------------------------------------------------
@@ -85,16 +87,22 @@ def coordinates(size, stride, masked) -> list[str]:
     return lines
 
 
-def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
+def conv_pass(op: ir.Conv, packs, precision="highp", channels=None) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
-    program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``."""
+    program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
+    pack, only these components of it (0-3), the others' weights left out of the program (a
+    compiler that keeps literals in a small constant file takes it then); the runtime masks
+    the rest, so a component's arithmetic, and its bytes, are those of the whole program."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
+    if channels is not None and many:
+        raise ValueError("a program that writes part of a pack writes one pack")
     in_packs = op.input_packs(packs[0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
+    kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     _, count = op.group_channels(packs[0])  # the group's channels are 0..count-1 of the kernel
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
     vectors = {"u_in_size": ("size", op.input),
@@ -106,8 +114,9 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
         vectors["u_out_size"] = ("size", op.name)
     masked = op.padding == "same" and op.size > 1
     body = coordinates(op.size, glsl_float(op.stride), masked)
-    body += [f"    vec4 {s} = {glsl_vec(op.bias[o])};" for s, o in zip(sums, outs)]
-    if many:  # a texel fetched once, used by every output
+    body += [f"    vec4 {s} = {glsl_vec(_kept(op.bias[o], kept))};" for s, o in zip(sums, outs)]
+    part = "".join("xyzw"[k] for k in kept)
+    if many or (channels is not None and not op.luma_input):  # a texel fetched once
         body.append("    float y;" if op.luma_input else "    vec4 t;")
     for dy in range(op.size):
         for dx in range(op.size):
@@ -119,6 +128,10 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
                 if many:
                     body.append(f"    y = {y};")
                     y = "y"
+                if channels is not None:
+                    body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
+                                f" * {y};")
+                    continue
                 body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
                          for s, o in zip(sums, outs)]
                 continue
@@ -132,6 +145,14 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
                     if np.any(m):
                         products.append((s, m))
                 texel = f"(texture2D({sampler}, {where}){mask})"
+                if channels is not None:  # the kept rows of mat4 * t, summed in its order
+                    if products:
+                        m = products[0][1]
+                        body.append(f"    t = {texel};")
+                        terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
+                                 if np.any(m[i, kept])]
+                        body.append(f"    sum.{part} += {' + '.join(terms)};")
+                    continue
                 if len(products) > 1:
                     body.append(f"    t = {texel};")
                     texel = "t"
@@ -146,7 +167,23 @@ def conv_pass(op: ir.Conv, packs, precision="highp") -> Pass:
     source = (_header(precision, many) + _uniforms(samplers, vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
-    return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors)
+    if channels is not None:
+        name += ".c" + "".join(map(str, channels))
+    return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors,
+                channels=tuple(channels) if channels is not None else None)
+
+
+def _kept(values, kept):
+    """``values`` (one per output component) with the components not in ``kept`` zeroed."""
+    values = np.array(values, np.float32)
+    values[[k for k in range(len(values)) if k not in kept]] = 0.0
+    return values
+
+
+def _vec(values, kept):
+    """The ``kept`` components of ``values`` as a GLSL float, vec2 or vec3 literal."""
+    values = np.pad(np.asarray(values, np.float32), (0, ir.PACK))[list(kept)]
+    return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
 
 
 def depth_to_space_pass(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
@@ -273,7 +310,16 @@ def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:
             for op in graph.ops if isinstance(op, ir.Dense)}
 
 
-def conv_passes(op: ir.Conv, shapes, precision="highp", draw_buffers=1, limits=ES2) -> list[Pass]:
+def conv_passes(op: ir.Conv, shapes, precision="highp", draw_buffers=1, limits=ES2,
+                channels=None) -> list[Pass]:
+    """``channels``: output channels a program writes (4, 2 or 1; default what ``limits``'
+    constant budget allows, :func:`workbench.es2.plan.conv_channels`); under 4, each pack is
+    drawn by several programs of that many components each, one target each."""
+    channels = channels or plan.conv_channels(op, limits.constant_vectors)
+    if channels < ir.PACK:
+        return [conv_pass(op, pack, precision, tuple(range(k, k + channels)))
+                for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
+                if k < op.cout - pack * ir.PACK]
     return [conv_pass(op, packs, precision) for packs in plan.conv_programs(
         op, draw_buffers, limits.texture_units, limits.fetches_per_fragment)]
 
@@ -288,15 +334,19 @@ def depth_to_space_passes(op: ir.DepthToSpace, shapes, precision="highp", draw_b
 PASSES = {ir.Conv: conv_passes, ir.DepthToSpace: depth_to_space_passes, ir.Dense: dense_passes}
 
 
-def generate(graph: ir.Graph, precision="highp", draw_buffers=1, limits=ES2) -> list[Pass]:
+def generate(graph: ir.Graph, precision="highp", draw_buffers=1, limits=ES2,
+             channels=None) -> list[Pass]:
     """All passes of ``graph``, in execution order; ``draw_buffers``: render targets one
-    program may write, within ``limits``' texture units and fetches per fragment."""
+    program may write, within ``limits``' texture units and fetches per fragment;
+    ``channels``: ``{conv layer: output channels a program}`` where a driver asked for fewer
+    than the limits give (:func:`workbench.es2.drivers.fit`)."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     passes = []
     for op in graph.ops:
         if type(op) not in PASSES:
             raise LimitError(f"layer {op.name!r}: no ES 2.0 shader for {type(op).__name__}")
-        passes += PASSES[type(op)](op, shapes, precision, draw_buffers, limits)
+        extra = {"channels": channels[op.name]} if channels and op.name in channels else {}
+        passes += PASSES[type(op)](op, shapes, precision, draw_buffers, limits, **extra)
     return passes
 
 

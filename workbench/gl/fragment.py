@@ -98,8 +98,9 @@ class Worker:
         (timings, arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
-        "outputs": [key, ...], "viewport": (x, y, width, height) or None}``; several outputs
-        are drawn as draw buffers 0, 1, ... of one framebuffer.
+        "outputs": [key, ...], "viewport": (x, y, width, height) or None, "channels": the
+        components written (a colour mask) or None}``; several outputs are drawn as draw
+        buffers 0, 1, ... of one framebuffer.
         """
         for key, data in uploads.items():
             self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
@@ -117,7 +118,10 @@ class Worker:
             for name, value in p["uniforms"].items():
                 if name in prog:
                     prog[name].value = value
-            self._framebuffer(tuple(p["outputs"])).use()
+            fbo = self._framebuffer(tuple(p["outputs"]))
+            channels = p.get("channels")  # the colour mask; moderngl applies it at use()
+            fbo.color_mask = tuple(channels is None or k in channels for k in range(4))
+            fbo.use()
             if p.get("viewport"):
                 self.ctx.viewport = tuple(p["viewport"])
             vao.render(self.mgl.TRIANGLE_STRIP)

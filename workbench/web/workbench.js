@@ -401,7 +401,10 @@ class Runner {
     const target = this.textures.get(textureKey(pass.outputs[0].tensor, pass.outputs[0].pack));
     gl.bindFramebuffer(gl.FRAMEBUFFER, pass.fbo || target.fbo);
     gl.viewport(...(pass.viewport || [0, 0, target.width, target.height]));
+    const channels = pass.channels; // a program may write some components of its output only
+    if (channels != null) gl.colorMask(...[0, 1, 2, 3].map((k) => channels.includes(k)));
     gl.drawArrays(gl.TRIANGLE_STRIP, 0, 4);
+    if (channels != null) gl.colorMask(true, true, true, true);
     return target;
   }
 
