@@ -5,7 +5,8 @@ and returns what the driver said of each; :func:`require` refuses, in one line n
 program, the target and the driver's message, a net the target's compiler cannot take;
 :func:`fit` re-plans the refused layers with fewer output channels a program (a compiler
 that keeps literals in a small constant file, as Vivante's does, then takes them) until the
-driver accepts.  A colour mask lets several programs write one RGBA target, so the bytes
+driver accepts, and keeps VideoCore IV's programs within its two-thread register budget
+where its estimated cycles say that pays.  A colour mask lets several programs write one RGBA target, so the bytes
 stay those of the whole-pack programs: the cost is passes and texel fetches, not dB.
 """
 from __future__ import annotations
@@ -25,8 +26,7 @@ class DriverRejected(LimitError):
 def check(net, target: str) -> list[drivers.ProgramReport]:
     """What the driver of ``target`` (:data:`workbench.gl.drivers.TARGETS`) says of every
     program of ``net``, in pass order."""
-    return drivers.compile_programs(target, VERTEX_SHADER,
-                                    [(p.name, p.source, len(p.outputs)) for p in net.passes])
+    return _compiled(lambda _: net.passes, None, target)[1]
 
 
 def failures(net, reports) -> list[tuple]:
@@ -55,28 +55,66 @@ def require(net, target: str):
 
 
 def fit(graph, generate, target: str):
-    """Passes of ``graph`` that ``target``'s compiler takes: ``generate(channels)`` makes the
-    passes with ``{conv layer: output channels a program}``; each refused convolution gets the
-    next smaller count (4, 2, 1) until the driver accepts every program.  Returns ``(passes,
-    reports, changes)``: ``changes`` says per layer what was changed; a program still refused
-    at 1 channel, or one of another op, raises :class:`DriverRejected`."""
-    channels: dict[str, int] = {}
+    """Passes of ``graph`` that ``target``'s compiler takes, and runs well: ``generate(options)``
+    makes the passes with ``{conv layer: {"channels": n, "inline_masks": bool}}``.
+
+    1. Each refused convolution gets the next smaller count of output channels a program
+       (4, 2, 1) until the driver accepts every program.
+    2. Where the driver estimates cycles (vc4), a convolution with single-threaded programs
+       computes its padding masks per tap (fewer live registers), kept only when the
+       driver's estimated cycles of that layer drop.
+
+    Returns ``(passes, reports, changes)``: ``changes`` says per layer what changed and what
+    it measured; a program still refused at 1 channel, or one of another op, raises
+    :class:`DriverRejected`."""
+    options: dict[str, dict] = {}
+    changes = []
+    gpu = drivers.target(target).gpu
     while True:
-        passes = generate(channels)
-        reports = drivers.compile_programs(target, VERTEX_SHADER,
-                                           [(p.name, p.source, len(p.outputs)) for p in passes])
+        passes, reports = _compiled(generate, options, target)
         failed = [(p, r) for p, r in zip(passes, reports) if not r.ok]
         if not failed:
             break
         for layer in dict.fromkeys(p.op for p, _ in failed):
-            smaller = [c for c in CHANNELS if c < _channels(passes, layer)]
+            now = _channels(passes, layer)
+            smaller = [c for c in CHANNELS if c < now]
             if not isinstance(graph.op(layer), ir.Conv) or not smaller:
                 raise DriverRejected(rejection(target, failed) + "; nothing left to split")
-            channels[layer] = smaller[0]
-    changes = [f"layer {name!r}: {c} output channel{'s' if c > 1 else ''} a program (was "
-               f"{ir.PACK}), for the {drivers.target(target).gpu} compiler"
-               for name, c in channels.items()]
+            options.setdefault(layer, {})["channels"] = smaller[0]
+            changes.append(f"layer {layer!r}: {smaller[0]} output channel"
+                           f"{'s' if smaller[0] > 1 else ''} a program (was {now}): the {gpu} "
+                           f"compiler refused it ({_reason(failed, layer)})")
+    single = dict.fromkeys(p.op for p, r in zip(passes, reports)
+                           if r.stats.get("threads") == 1 and "estimated_cycles" in r.stats
+                           and isinstance(graph.op(p.op), ir.Conv))
+    for layer in single:
+        trial = {**options, layer: {**options.get(layer, {}), "inline_masks": True}}
+        new_passes, new_reports = _compiled(generate, trial, target)
+        before, after = (_layer_stat(ps, rs, layer, "estimated_cycles")
+                         for ps, rs in ((passes, reports), (new_passes, new_reports)))
+        if all(r.ok for r in new_reports) and after < before:
+            options, passes, reports = trial, new_passes, new_reports
+            threads = min(r.stats.get("threads", 1) for p, r in zip(passes, reports)
+                          if p.op == layer)
+            changes.append(f"layer {layer!r}: padding masks computed per tap, {threads} threads "
+                           f"instead of 1 on {gpu}: estimated cycles {before:,} -> {after:,}")
     return passes, reports, changes
+
+
+def _compiled(generate, options, target):
+    passes = generate(options)
+    return passes, drivers.compile_programs(
+        target, VERTEX_SHADER, [(p.name, p.source, len(p.outputs)) for p in passes])
+
+
+def _reason(failed, layer) -> str:
+    errors = next(r.errors for p, r in failed if p.op == layer)
+    return errors[0] if errors else "no reason given"
+
+
+def _layer_stat(passes, reports, layer, key) -> int:
+    """The sum of statistic ``key`` over the programs of ``layer``."""
+    return sum(r.stats.get(key, 0) for p, r in zip(passes, reports) if p.op == layer)
 
 
 def _channels(passes, layer) -> int:

@@ -200,8 +200,8 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
 
-    def passes_with(channels=None):
-        passes = generate(graph, precision, draw_buffers, table, channels)
+    def passes_with(layer_options=None):
+        passes = generate(graph, precision, draw_buffers, table, layer_options)
         limits.check_passes(passes, table, graph)
         return passes
 

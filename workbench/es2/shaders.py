@@ -69,31 +69,40 @@ def _uniforms(samplers, vectors):
         "".join(f"uniform vec2 {v};\n" for v in vectors)
 
 
-def coordinates(size, stride, masked) -> list[str]:
+def _mask(axis, d) -> str:
+    """1.0 where column (``x``) or row (``y``) ``d`` of the window lies inside the texture,
+    0.0 in the zero padding (a texel centre outside lies half a texel beyond 0 or 1)."""
+    return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
+
+
+def coordinates(size, stride, masked, inline_masks=False) -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     divided by ``u_in_size``; the window's first tap at ``(gl_FragCoord.xy - 0.5) * stride +
     0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}`` / ``my{dy}``: 1.0 where that column or
     row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
-    Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked)."""
+    Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
+    ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
+    live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1)."""
     lines = ["    vec2 inv = 1.0 / u_in_size;",
              f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
     for axis in "xy":
         for d in range(size):
             step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
             lines.append(f"    float {axis}{d} = uv.{axis}{step};")
-            if masked:  # a texel centre outside lies half a texel beyond 0 or 1
-                lines.append(f"    float m{axis}{d} = step(0.0, {axis}{d}) * step({axis}{d}, 1.0);")
+            if masked and not inline_masks:
+                lines.append(f"    float m{axis}{d} = {_mask(axis, d)};")
     return lines
 
 
-def conv_pass(op: ir.Conv, packs, precision="highp", channels=None) -> Pass:
+def conv_pass(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
     pack, only these components of it (0-3), the others' weights left out of the program (a
     compiler that keeps literals in a small constant file takes it then); the runtime masks
-    the rest, so a component's arithmetic, and its bytes, are those of the whole program."""
+    the rest, so a component's arithmetic, and its bytes, are those of the whole program.
+    ``inline_masks``: see :func:`coordinates` (the same 0/1 masks: the same bytes)."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     if channels is not None and many:
@@ -113,7 +122,7 @@ def conv_pass(op: ir.Conv, packs, precision="highp", channels=None) -> Pass:
         bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
         vectors["u_out_size"] = ("size", op.name)
     masked = op.padding == "same" and op.size > 1
-    body = coordinates(op.size, glsl_float(op.stride), masked)
+    body = coordinates(op.size, glsl_float(op.stride), masked, inline_masks)
     body += [f"    vec4 {s} = {glsl_vec(_kept(op.bias[o], kept))};" for s, o in zip(sums, outs)]
     part = "".join("xyzw"[k] for k in kept)
     if many or (channels is not None and not op.luma_input):  # a texel fetched once
@@ -122,7 +131,9 @@ def conv_pass(op: ir.Conv, packs, precision="highp", channels=None) -> Pass:
         for dx in range(op.size):
             where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if masked else "")
             if masked:
-                body.append(f"    float m{dx}_{dy} = mx{dx} * my{dy};")
+                mx, my = ((f"({_mask('x', dx)})", f"({_mask('y', dy)})") if inline_masks
+                          else (f"mx{dx}", f"my{dy}"))
+                body.append(f"    float m{dx}_{dy} = {mx} * {my};")
             if op.luma_input:
                 y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
                 if many:
@@ -311,17 +322,19 @@ def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:
 
 
 def conv_passes(op: ir.Conv, shapes, precision="highp", draw_buffers=1, limits=ES2,
-                channels=None) -> list[Pass]:
+                channels=None, inline_masks=False) -> list[Pass]:
     """``channels``: output channels a program writes (4, 2 or 1; default what ``limits``'
     constant budget allows, :func:`workbench.es2.plan.conv_channels`); under 4, each pack is
-    drawn by several programs of that many components each, one target each."""
+    drawn by several programs of that many components each, one target each.
+    ``inline_masks``: see :func:`coordinates`."""
     channels = channels or plan.conv_channels(op, limits.constant_vectors)
     if channels < ir.PACK:
-        return [conv_pass(op, pack, precision, tuple(range(k, k + channels)))
+        return [conv_pass(op, pack, precision, tuple(range(k, k + channels)), inline_masks)
                 for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
                 if k < op.cout - pack * ir.PACK]
-    return [conv_pass(op, packs, precision) for packs in plan.conv_programs(
-        op, draw_buffers, limits.texture_units, limits.fetches_per_fragment)]
+    return [conv_pass(op, packs, precision, inline_masks=inline_masks)
+            for packs in plan.conv_programs(op, draw_buffers, limits.texture_units,
+                                            limits.fetches_per_fragment)]
 
 
 def depth_to_space_passes(op: ir.DepthToSpace, shapes, precision="highp", draw_buffers=1,
@@ -335,17 +348,17 @@ PASSES = {ir.Conv: conv_passes, ir.DepthToSpace: depth_to_space_passes, ir.Dense
 
 
 def generate(graph: ir.Graph, precision="highp", draw_buffers=1, limits=ES2,
-             channels=None) -> list[Pass]:
+             layer_options=None) -> list[Pass]:
     """All passes of ``graph``, in execution order; ``draw_buffers``: render targets one
     program may write, within ``limits``' texture units and fetches per fragment;
-    ``channels``: ``{conv layer: output channels a program}`` where a driver asked for fewer
-    than the limits give (:func:`workbench.es2.drivers.fit`)."""
+    ``layer_options``: ``{conv layer: {"channels": 2, "inline_masks": True}}``, what a
+    driver asked for beyond the limits (:func:`workbench.es2.drivers.fit`)."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     passes = []
     for op in graph.ops:
         if type(op) not in PASSES:
             raise LimitError(f"layer {op.name!r}: no ES 2.0 shader for {type(op).__name__}")
-        extra = {"channels": channels[op.name]} if channels and op.name in channels else {}
+        extra = (layer_options or {}).get(op.name, {})
         passes += PASSES[type(op)](op, shapes, precision, draw_buffers, limits, **extra)
     return passes
 
