@@ -35,7 +35,7 @@ def _levels(x):
 
 @pytest.mark.parametrize("name, size, units, highp", [
     ("es2-minimum", 64, 8, False), ("videocore4", 2048, 8, True), ("mali400", 4096, 8, False),
-    ("adreno3xx", 4096, 16, True), ("webgl1-minimum", 4096, 8, False)])
+    ("adreno3xx", 4096, 16, True), ("gc2000", 8192, 8, True), ("webgl1-minimum", 4096, 8, False)])
 def test_profiles_hold_their_numbers(name, size, units, highp):
     p = limits.profile(name)
     assert (p.name, p.max_texture_size, p.texture_units) == (name, size, units)
@@ -56,7 +56,7 @@ def test_default_is_es2_with_the_per_program_minimums():
 
 def test_unknown_profile_is_one_line_naming_the_valid_ones():
     with pytest.raises(ValueError, match="unknown device profile 'pi5'; valid: es2-minimum, "
-                       "videocore4, mali400, adreno3xx, webgl1-minimum$"):
+                       "videocore4, mali400, adreno3xx, gc2000, webgl1-minimum$"):
         limits.profile("pi5")
 
 

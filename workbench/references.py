@@ -6,6 +6,7 @@ studio-range luma, ``crop_border = scale``) with ``bicubic_aa`` low resolution."
 SR_PARAMETERS = 7340
 SR_PROGRAMS = 32
 SR_PI3_MS = 130.0                 # 256x256 -> 512x512 on a Raspberry Pi 3
+SR_PI_ZERO_MS = 171.0             # the same on a Raspberry Pi Zero W
 SR_PI3_COMPILE_S = (3.5, 4.0)     # compile + link of every shader on a Pi 3
 SR_DEVICES_PSNR_DB = 45.8         # outputs of a Pi, a phone and a desktop GPU agree within this
 
@@ -27,6 +28,7 @@ DOGS120_TEXTURE_MB = 6.0          # texture memory stays below this
 DOGS120_TOP1_TF = 72.28           # % top-1 in Keras
 DOGS120_TOP1_GPU = 72.13          # % top-1 through the ES 2.0 shaders
 DOGS120_PI_ZERO_MS = 595.0        # per image on a Pi Zero W
+DOGS120_PI3BPLUS_MS = 328.0       # per image on a Pi 3 B+
 
 # Convolution-algorithm study on a Tegra K1: 3x3 conv, 3 -> 16 channels, ms; (width, height)
 CONV_STUDY_MS = {(32, 32): {"direct": 2.3, "im2col_gemm": 4.2},

@@ -36,7 +36,7 @@ def build_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / ".cache" / "mesa" / MESA_VERSION
 
 
-class DriversUnavailable(RuntimeError):
+class DriversUnavailable(FileNotFoundError):
     """The driver build is missing; the message says how to make it."""
 
 
@@ -85,6 +85,11 @@ TARGETS = {t.name: t for t in (
     Target("mali400", "Mali-400", "lima", "lima", ("LIMA_DEBUG", "shaderdb"),
            boards="Allwinner boards, phones of 2012-2014"),
 )}
+
+
+# The drivers table's targets: the Pi 0-3 and Pi 4, Adreno 3xx/5xx, Vivante, Mali Midgard,
+# Bifrost and Utgard.
+TABLE_TARGETS = ("vc4", "v3d", "a320", "a530", "gc2000", "t720", "t860", "g52", "mali400")
 
 
 def target(name) -> Target:
@@ -159,42 +164,62 @@ def compile_programs(target_name, vertex, programs, timeout=600):
     raw = pickle.loads(proc.stdout)
     if isinstance(raw, str):
         raise RuntimeError(f"{t.name} ({t.gpu}): {raw}")
-    return [report(t, r) for r in raw]
+    return [report(t, r, raw["info"]) for r in raw["records"]]
+
+
+def info(target_name) -> dict:
+    """What the driver of ``target_name`` answers: GL_RENDERER, its limits
+    (``GL_MAX_TEXTURE_SIZE``, ...) and extensions (a list)."""
+    import pickle
+    import subprocess
+
+    why = available()
+    if why:
+        raise DriversUnavailable(why)
+    proc = subprocess.run([sys.executable, "-m", __name__],
+                          input=pickle.dumps({"vertex": "", "programs": []}),
+                          capture_output=True, env=environment(target(target_name)), timeout=120)
+    raw = pickle.loads(proc.stdout) if proc.stdout else "no reply"
+    if isinstance(raw, str):
+        raise RuntimeError(f"{target_name}: {raw}")
+    return raw["info"]
 
 
 # --- reading what the drivers say -------------------------------------------------------------
 
-# "FS shader: 492 inst, 1 threads, ..." (vc4); "fragment shader: 744 inst, ..." (ir3, midgard);
-# the fragment shader's line is the one whose stage name starts with f/F.
-_STAT = re.compile(r"(-?\d+(?:\.\d+)?)(?::(\d+))? ([a-z][a-z0-9_() -]*?)(?=,|$)")
-_NAMES = {"inst": "instructions", "max-temps": "max_temps", "estimated-cycles": "estimated_cycles",
-          "spills:fills": "spills", "temps": "temps", "immediates": "immediates"}
+# "MESA_SHADER_FRAGMENT shader: 492 inst, 1 threads, ..." (vc4, v3d, panfrost, lima), "FRAG
+# shader: 744 inst, ..." (freedreno, etnaviv): one "<number> <name>" item a comma.
+_FRAGMENT = ("FRAG", "MESA_SHADER_FRAGMENT")
+_ITEM = re.compile(r"(-?\d+(?:\.\d+)?)(?::(\d+))? (\S.*)")
+_NAMES = {"inst": "instructions", "max-temps": "max_temps", "estimated-cycles": "estimated_cycles"}
 _ERRORS = ("not okay", "failed", "exceeds", "error", "out of memory", "unsupported")
 # what a shim says because it is no kernel driver (fences, sync files): not about the program
 _SHIM_NOISE = ("export failed", "create syncobj failed")
 
 
 def parse_stats(message: str) -> dict | None:
-    """The numbers of one ``shaderdb`` line of a fragment shader, ``{name: int}`` (``spills``
-    and ``fills`` apart), or None for another stage or another kind of message."""
-    head, _, rest = message.partition(" shader: ")
-    if not rest or head.strip().lower()[:1] not in ("f", "m") or head.strip().upper() in ("MESA_SHADER_VERTEX",):
-        return None
-    if head.strip().lower() not in ("fs", "frag", "fragment", "mesa_shader_fragment"):
+    """The numbers of one ``shaderdb`` line of a fragment shader, ``{name: number}``
+    (``spills:fills`` as ``spills`` and ``fills``), or None for another stage or message."""
+    stage, _, rest = message.partition(" shader: ")
+    if stage.strip() not in _FRAGMENT or not rest:
         return None
     stats = {}
-    for number, second, name in _STAT.findall(rest.strip().rstrip(".")):
-        name = name.strip()
+    for item in rest.strip().rstrip(".").split(", "):
+        found = _ITEM.fullmatch(item.strip())
+        if not found:
+            continue
+        number, second, name = found.groups()
         if name == "spills:fills":
-            stats["spills"], stats["fills"] = int(number), int(second or 0)
+            stats["spills"], stats["fills"] = int(number), int(second)
         else:
             value = float(number) if "." in number else int(number)
             stats[_NAMES.get(name, name.replace("-", "_").replace(" ", "_"))] = value
     return stats or None
 
 
-def report(t: Target, raw: dict) -> ProgramReport:
-    """A :class:`ProgramReport` from the child's raw record of one program."""
+def report(t: Target, raw: dict, gl_info=None) -> ProgramReport:
+    """A :class:`ProgramReport` from the child's raw record of one program (``gl_info``: the
+    driver's :func:`info`, to say why a program of several render targets did not link)."""
     lines = [m.strip() for m in raw["messages"] if m.strip()]
     lines += [l.strip() for l in raw["stderr"].splitlines() if l.strip()]
     stats = {}
@@ -206,21 +231,24 @@ def report(t: Target, raw: dict) -> ProgramReport:
               and not any(n in l for n in _SHIM_NOISE)]
     for what in ("compile", "link"):
         if not raw[what]:
-            errors.insert(0, f"GL {what} failed: {raw[what + '_log'].strip()}")
+            why = raw[what + "_log"].strip()
+            most = (gl_info or {}).get("MAX_DRAW_BUFFERS", 1)
+            if not why and raw["targets"] > most:
+                why = (f"the program writes {raw['targets']} render targets, the driver's "
+                       f"GL_MAX_DRAW_BUFFERS is {most}")
+            errors.insert(0, f"GL {what} failed: {why or 'no log'}")
     if raw["gl_error"]:
         errors.append(f"GL error 0x{raw['gl_error']:04x} at the draw")
-    ok = raw["compile"] and raw["link"] and not errors and bool(stats or not _needs_stats(t))
-    if raw["compile"] and raw["link"] and not errors and not stats and _needs_stats(t):
+    if raw["compile"] and raw["link"] and not errors and not stats:
         errors.append("the driver compiled no fragment shader (no statistics at the draw)")
-    return ProgramReport(raw["name"], ok, stats, errors, lines)
-
-
-def _needs_stats(t: Target) -> bool:
-    return True
+    return ProgramReport(raw["name"], not errors, stats, errors, lines)
 
 
 # --- the child process ------------------------------------------------------------------------
 
+LIMITS = {"MAX_TEXTURE_SIZE": 0x0D33, "MAX_TEXTURE_IMAGE_UNITS": 0x8872,
+          "MAX_FRAGMENT_UNIFORM_VECTORS": 0x8DFD, "MAX_VARYING_VECTORS": 0x8DFC,
+          "MAX_DRAW_BUFFERS": 0x8824}
 GL_DEBUG_OUTPUT = 0x92E0
 GL_DEBUG_OUTPUT_SYNCHRONOUS = 0x8242
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
@@ -250,6 +278,9 @@ def _serve(request):
     from workbench.gl.egl import es2_context, gl_function
 
     es2_context()
+    gl_info = {"renderer": _string(gl, gl.GL_RENDERER),
+               "extensions": _string(gl, gl.GL_EXTENSIONS).split(),
+               **{k: int(gl.glGetIntegerv(enum)) for k, enum in LIMITS.items()}}
     messages = []
 
     def on_message(source, kind, ident, severity, length, text, user):
@@ -260,6 +291,8 @@ def _serve(request):
     gl.glEnable(GL_DEBUG_OUTPUT)
     gl.glEnable(GL_DEBUG_OUTPUT_SYNCHRONOUS)
     stderr = _Stderr()
+    if not request["programs"]:
+        return {"info": gl_info, "records": []}
     vertex = _shader(gl, gl.GL_VERTEX_SHADER, request["vertex"])[0]
     quad = (ctypes.c_float * 8)(-1, -1, 1, -1, -1, 1, 1, 1)
     draw_buffers = gl_function("glDrawBuffersEXT", None, [ctypes.c_int, ctypes.c_void_p],
@@ -270,7 +303,7 @@ def _serve(request):
         stderr.take()
         shader, compiled, compile_log = _shader(gl, gl.GL_FRAGMENT_SHADER, source)
         record = {"name": name, "compile": compiled, "compile_log": compile_log, "link": False,
-                  "link_log": "", "gl_error": 0}
+                  "link_log": "", "gl_error": 0, "targets": targets}
         if compiled:
             program = gl.glCreateProgram()
             gl.glAttachShader(program, vertex)
@@ -286,7 +319,12 @@ def _serve(request):
         record["messages"] = list(messages)
         record["stderr"] = stderr.take()
         records.append(record)
-    return records
+    return {"info": gl_info, "records": records}
+
+
+def _string(gl, name) -> str:
+    value = gl.glGetString(name)
+    return (value if isinstance(value, bytes) else ctypes.string_at(value)).decode(errors="replace")
 
 
 def _text(log):

@@ -56,6 +56,14 @@ def reference_sr() -> Path:
     return path
 
 
+def reference_cifar10() -> Path:
+    """The CIFAR-10 reference classifier of this checkout (``models/cifar10_reference.keras``,
+    with its card beside it); it may not exist (callers check)."""
+    from workbench.files import project_root
+
+    return project_root() / "models" / "cifar10_reference.keras"
+
+
 SR_WIDTHS = (48, 32, 24, 16)
 SR_KERNELS = (5, 3, 1, 3)
 SR_GROUPS = (1, 4, 1, 2)

@@ -90,6 +90,28 @@ def _bundle(args):
     return 0
 
 
+def _drivers(args):
+    from workbench.nets.models import load_model, reference_sr
+    from workbench.studies import compilers
+
+    targets = _names(args.target)
+    for t in targets:
+        compilers.drivers.target(t)  # an unknown name: one line before any work
+    models, sizes = {}, {}
+    for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
+        if name in ("sr", "sr-mrt4"):
+            models[name] = (load_model(reference_sr()), {"draw_buffers": 4} if name != "sr" else {})
+            sizes[name] = ("sr", 256)
+        elif name in ("cifar10", "dogs120"):
+            models[name] = (compilers.classifier(name), {})
+            if name == "dogs120":
+                sizes[name] = ("dogs120", 385)
+        else:
+            models[Path(name).stem] = (load_model(name), {})
+    compilers.run(models, targets, args.out, sizes)
+    return 0
+
+
 def _names(text) -> list[str]:
     """A comma-separated option's names, blanks dropped (``""`` -> none)."""
     return [name.strip() for name in text.split(",") if name.strip()]
@@ -143,6 +165,7 @@ def _add_model_and_out(p, model_kinds, what):
 
 def parser() -> argparse.ArgumentParser:
     from workbench.data import fetch
+    from workbench.gl.drivers import TABLE_TARGETS as DRIVER_TARGETS
 
     top = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
     top.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -205,6 +228,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for devices.md, devices.json and the figure (default: "
                    "the figures folder, figures/ or figures/<profile>)")
     p.set_defaults(func=_devices)
+
+    p = commands.add_parser("drivers", help="compile every program of a net through the "
+                            "target GPUs' own compilers (Mesa's vc4, v3d, freedreno, etnaviv, "
+                            "panfrost and lima on drm-shims; `make drivers` builds them): what "
+                            "each takes or refuses, its statistics, a predicted Pi time")
+    p.add_argument("--model", action="append", metavar="M", help="repeatable: a .keras model, "
+                   "or sr / sr-mrt4 (the SR reference checkpoint, one or 4 render targets a "
+                   "program), cifar10 (the reference classifier, else random weights), dogs120 "
+                   "(random weights, 385x385, ~1,100 programs: minutes a target); default: sr, "
+                   "sr-mrt4, cifar10")
+    p.add_argument("--target", default=",".join(DRIVER_TARGETS), help="comma-separated "
+                   f"driver targets (default: {','.join(DRIVER_TARGETS)}; also "
+                   "a305, gc3000)")
+    p.add_argument("--out", help="folder for drivers.md, drivers.json and the figure (default: "
+                   "the figures folder)")
+    p.set_defaults(func=_drivers)
 
     p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
                             "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "

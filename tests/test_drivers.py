@@ -1,0 +1,203 @@
+"""The target GPUs' own compilers (workbench.gl.drivers, workbench.es2.drivers,
+workbench.studies.compilers): Mesa's drivers on their drm-shims, built by `make drivers`.
+
+References: the drivers' statistics lines as Mesa 22.3.6 prints them (parser); what the
+drivers answer (GL_MAX_* against the device profiles); the emulator and TensorFlow for the
+bytes of the nets planned for a driver; the time model against a hand computation.  The
+tests that need the build skip, saying why, where it is absent.
+"""
+from dataclasses import replace
+
+import keras
+import numpy as np
+import pytest
+
+from workbench import es2
+from workbench.__main__ import main
+from workbench.data import metrics
+from workbench.es2 import drivers as es2_drivers
+from workbench.es2 import limits
+from workbench.gl import drivers
+from workbench.nets.layers import Act, GroupConv2D
+from workbench.nets.models import dogs_classifier, load_model, reference_sr
+from workbench.studies import compilers
+
+def _small():
+    x = keras.Input((None, None, 4))
+    return keras.Model(x, Act("bounded_relu")(GroupConv2D(4, 1)(x)))
+
+
+needs_build = pytest.mark.skipif(drivers.available() is not None,
+                                 reason=drivers.available() or "")
+
+
+@pytest.mark.parametrize("line, stats", [
+    ("MESA_SHADER_FRAGMENT shader: 492 inst, 1 threads, 239 uniforms, 46 max-temps, "
+     "2372 estimated-cycles",
+     {"instructions": 492, "threads": 1, "uniforms": 239, "max_temps": 46,
+      "estimated_cycles": 2372}),
+    ("FRAG shader: 704 instructions, 10 temps, 120 immediates, 0 loops",
+     {"instructions": 704, "temps": 10, "immediates": 120, "loops": 0}),
+    ("MESA_SHADER_FRAGMENT shader: 172 inst, 0 loops, 12:48 spills:fills",
+     {"instructions": 172, "loops": 0, "spills": 12, "fills": 48}),
+    ("MESA_SHADER_FRAGMENT shader: 403 inst, 351 tuples, 53 clauses, 0.833333 cycles, "
+     "0.500000 texture",
+     {"instructions": 403, "tuples": 351, "clauses": 53, "cycles": 0.833333, "texture": 0.5}),
+    ("FRAG shader: 744 inst, 13 nops, 731 non-nops, 16 full, 6 waves, 0 loops\n",
+     {"instructions": 744, "nops": 13, "non_nops": 731, "full": 16, "waves": 6, "loops": 0}),
+    ("MESA_SHADER_VERTEX shader: 19 inst, 1 threads, 3 uniforms", None),
+    ("VERT shader: 8 instructions, 1 temps, 4 immediates, 0 loops", None),
+    ("Falling back to strategy 'lower thread count' for MESA_SHADER_FRAGMENT prog 1/1", None),
+])
+def test_statistics_lines_of_each_driver(line, stats):
+    assert drivers.parse_stats(line) == stats
+
+
+def test_unknown_target_is_one_line_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown driver target 'a999'; valid: vc4, v3d, a305"):
+        drivers.target("a999")
+
+
+def test_missing_build_is_one_line_naming_make_drivers(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORKBENCH_DRIVERS", str(tmp_path))
+    assert "make drivers" in drivers.available()
+    with pytest.raises(drivers.DriversUnavailable, match="run `make drivers`"):
+        es2.compile(_small(), device="gc2000", check_driver=True)
+    assert main(["drivers", "--model", "sr", "--target", "vc4", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the target GPUs' drivers are not built") and "\n" not in err
+
+
+def test_a_profile_without_a_driver_is_refused_with_the_cure():
+    with pytest.raises(ValueError, match="names no driver target.*check_driver='vc4'"):
+        es2.compile(_small(), device="webgl1-minimum", check_driver=True)
+
+
+def test_split_programs_give_the_bytes_of_whole_packs():
+    """Programs of 2 and 1 output channels (a colour mask each) against the emulator and the
+    whole-pack net, with a residual, 'same' padding and a last pack of 2 channels."""
+    x = inputs = keras.Input((None, None, 8))
+    y = GroupConv2D(8, 3, padding="same")(x)
+    y = Act("bounded_relu")(keras.layers.Add()([y, x]))
+    y = Act("bounded_relu")(GroupConv2D(6, 3, padding="same")(y))
+    model = keras.Model(inputs, y)
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32) for w in model.get_weights()])
+    image = rng.integers(0, 256, (20, 24, 8)).astype(np.float32) / 255
+    whole = es2.compile(model)
+    expected = whole.run(image)
+    # 3x3x8 taps + a bias = 73 literals a channel: 4 channels 81 slots (with 8 for the
+    # coordinates), 2 channels 45, 1 channel 27; the 6-channel layer's last pack has 2 channels
+    for budget, channels, programs in ((50, 2, 4 + 3), (30, 1, 8 + 6)):
+        net = es2.compile(model, device=replace(limits.ES2, constant_vectors=budget))
+        assert {len(p.channels) for p in net.passes} == {channels}
+        assert len(net.passes) == programs
+        np.testing.assert_array_equal(net.run(image), expected)
+        np.testing.assert_array_equal(np.round(net.run(image) * 255),
+                                      np.round(net.emulate(image) * 255))
+        again = es2.load(net.save(f"/tmp/wb-split-{channels}", force=True))
+        assert [p.channels for p in again.passes] == [p.channels for p in net.passes]
+
+
+def test_split_programs_cost_passes_and_fetches_not_bytes():
+    model = load_model(reference_sr())
+    plain, vivante = es2.compile(model), es2.compile(model, device="gc2000")
+    a, b = plain.cost((64, 64)), vivante.cost((64, 64))
+    assert [b[k].programs for k in ("L2", "L4")] == [2 * a["L2"].programs, 2 * a["L4"].programs]
+    assert b["L2"].texel_fetches == 2 * a["L2"].texel_fetches
+    assert b["L2"].multiply_adds == a["L2"].multiply_adds and b["L1"] == a["L1"]
+
+
+def test_pi_time_is_the_sum_of_qpu_clocks_over_the_board_clock():
+    """Hand computation: a pass of 256x256 fragments at 1,000 estimated cycles takes
+    65,536 / 16 x 4 x 1,000 / 12 clocks = 1.365 M clocks, 3.41 ms at 400 MHz."""
+    net = es2.compile(_small())
+    reports = [{"stats": {"estimated_cycles": 1000}}]
+    predicted = compilers.predict_pi(net, reports, (256, 256))
+    assert predicted["clocks"][net.passes[0].name] == pytest.approx(65536 / 16 * 4 * 1000 / 12)
+    assert predicted["ms"]["Raspberry Pi 3 B / B+"] == pytest.approx(65536 / 16 * 4 * 1000 / 12 / 400e3)
+    assert predicted["ms"]["Raspberry Pi Zero W"] == pytest.approx(65536 / 16 * 4 * 1000 / 12 / 300e3)
+
+
+@needs_build
+@pytest.mark.parametrize("device", ["videocore4", "mali400", "adreno3xx", "gc2000"])
+def test_profiles_ask_no_more_than_their_driver_offers(device):
+    profile = limits.profile(device)
+    offered = drivers.info(profile.driver)
+    assert profile.texture_units <= offered["MAX_TEXTURE_IMAGE_UNITS"]
+    assert profile.max_texture_size <= offered["MAX_TEXTURE_SIZE"]
+    assert profile.draw_buffers <= offered["MAX_DRAW_BUFFERS"]
+    assert profile.fragment_uniform_vectors <= offered["MAX_FRAGMENT_UNIFORM_VECTORS"]
+    if profile.constant_vectors:
+        assert profile.constant_vectors == offered["MAX_FRAGMENT_UNIFORM_VECTORS"]
+
+
+@needs_build
+@pytest.mark.parametrize("target", ["vc4", "gc2000"])
+def test_tiny_classifier_through_the_driver_reads_its_statistics(target):
+    net = es2.compile(dogs_classifier("tiny"), device=compilers.profile_for(target))
+    reports = es2_drivers.check(net, target)
+    assert len(reports) == len(net.passes)
+    assert all(r.ok for r in reports), [r.errors for r in reports if not r.ok]
+    for r in reports:
+        assert r.stats["instructions"] > 0
+        if target == "vc4":
+            assert r.stats["threads"] in (1, 2)
+            assert r.stats["estimated_cycles"] >= r.stats["instructions"]
+        else:
+            assert r.stats["temps"] >= 1 and r.stats["immediates"] >= 0
+
+
+@needs_build
+def test_vivante_refuses_the_sr_nets_grouped_3x3_programs_while_gl_says_success():
+    model = load_model(reference_sr())
+    net = es2.compile(model)
+    reports = es2_drivers.check(net, "gc2000")
+    refused = [p.name for p, r in zip(net.passes, reports) if not r.ok]
+    assert refused == [p.name for p in net.passes if p.op in ("L2", "L4")]  # 12 programs
+    assert all("Number of uniforms" in r.errors[0] and "exceeds maximum 64" in r.errors[0]
+               for r in reports if not r.ok)
+    with pytest.raises(es2_drivers.DriverRejected,
+                       match=r"program 'L2.0' \(layer 'L2'\): the Vivante GC2000 compiler "
+                             r"\(gc2000, Mesa 22.3.6\) refuses it: .*uniforms.*11 more"):
+        es2.compile(model, check_driver="gc2000")
+
+
+@needs_build
+def test_the_gc2000_net_is_taken_and_computes_what_tf_computes():
+    model = load_model(reference_sr())
+    for net in (es2.compile(model, device="gc2000", check_driver=True),
+                es2.compile(model, check_driver="gc2000", fit=True)):
+        assert {p.op for p in net.passes if p.channels} == {"L2", "L4"}
+        image = np.random.default_rng(1).random((48, 40, 3)).astype(np.float32)
+        gpu, kept = net.run(image), net.run(image, keep=True)
+        for name, stored in net.emulate(image, keep=True).items():
+            np.testing.assert_array_equal(kept[name], stored)
+        from workbench.nets import superres
+        tf_out = superres.upscale(model, image, rounded=False)
+        assert metrics.psnr(tf_out, gpu, 0, "studio") >= 45
+    assert len(net.changes) == 2 and "refused" in net.changes[0]
+
+
+@needs_build
+def test_fit_gives_videocore4s_5x5_layer_two_threads():
+    model = load_model(reference_sr())
+    net = es2.compile(model, device="videocore4", fit=True)
+    assert len(net.changes) == 1 and net.changes[0].startswith("layer 'L1': padding masks")
+    reports = es2_drivers.check(net, "vc4")
+    assert {r.stats["threads"] for p, r in zip(net.passes, reports) if p.op == "L1"} == {2}
+    image = np.random.default_rng(2).random((32, 32, 3)).astype(np.float32)
+    np.testing.assert_array_equal(net.run(image), es2.compile(model).run(image))
+
+
+@needs_build
+def test_cli_prints_the_drivers_table(tmp_path, capsys):
+    assert main(["drivers", "--model", "sr", "--target", "vc4,gc2000",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| sr | gc2000 | Vivante GC2000 | ES 2.0 | 20 / 32 |" in out
+    assert "| sr | gc2000 (fit) | Vivante GC2000 | profile gc2000, fit=True | 44 / 44 |" in out
+    assert "Raspberry Pi Zero W" in out
+    assert (tmp_path / "drivers.json").exists() and (tmp_path / "drivers_instructions.png").exists()
+    assert main(["drivers", "--target", "vc5"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: unknown driver target 'vc5'")

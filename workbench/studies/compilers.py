@@ -1,0 +1,240 @@
+"""The target GPUs' own compilers on the shipped nets: the drivers table, a figure, and a time
+predicted for the Raspberry Pi from VideoCore IV's compiler (``python -m workbench drivers``).
+
+Every program of each net goes through each target's Mesa driver (:mod:`workbench.es2.drivers`):
+the table says per target and net how many programs it takes, how large the largest is, the
+fewest threads, the most spills, and why it refused what it refused.  Each net is also
+compiled as ``es2.compile(..., device=<the target's profile>, fit=True)`` plans it where a
+profile names that target, so the table shows the refusal and its cure side by side.
+
+Pi time model (:func:`predict_pi`): VideoCore IV has 12 QPUs (3 slices of 4); a QPU runs one
+instruction for 16 fragments in 4 clock cycles (4-wide ALUs, 16-wide vectors).  vc4's
+compiler estimates each program's cycles (instructions plus the texture-fetch latency its
+scheduler could not hide).  So a pass of F fragments takes ``F / 16 * 4 * cycles / 12``
+V3D clocks, and the net the sum over its passes, at the board's V3D clock (Raspberry Pi
+documentation, config.txt "Overclocking options", default values: ``v3d_freq`` 400 MHz on
+the Pi 3 B and 3 B+, 300 on the Pi Zero W).  It leaves out: the texture units' throughput
+and cache misses, memory bandwidth, binning and per-tile costs, the CPU's draw calls
+and what the latency-hiding of 2-thread programs saves beyond the estimate.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from workbench import references, tables
+from workbench.es2 import drivers as es2_drivers
+from workbench.es2 import limits, plan
+from workbench.files import figures_dir, read_json, write_json, write_text
+from workbench.gl import drivers
+
+RESULT = "drivers.json"
+TABLE = "drivers.md"
+FIGURE = "drivers_instructions"
+DEFAULT_TARGETS = drivers.TABLE_TARGETS
+QPUS, FRAGMENTS_PER_INSTRUCTION, CLOCKS_PER_INSTRUCTION = 12, 16, 4
+BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
+MEASURED_MS = {  # the reference articles' timings: (net, input side, board) -> ms
+    ("sr", 256, "Raspberry Pi 3 B / B+"): references.SR_PI3_MS,  # a 3 B
+    ("sr", 256, "Raspberry Pi Zero W"): references.SR_PI_ZERO_MS,
+    ("dogs120", 385, "Raspberry Pi Zero W"): references.DOGS120_PI_ZERO_MS,
+    ("dogs120", 385, "Raspberry Pi 3 B / B+"): references.DOGS120_PI3BPLUS_MS,  # a 3 B+
+}
+
+
+def classifier(preset):
+    """The classifier of ``preset``: ``cifar10`` the reference checkpoint where models/ has it,
+    else (and for ``dogs120``) the preset with random weights (the programs' shapes and
+    sizes are those of a trained one)."""
+    from workbench.nets.models import dogs_classifier, load_model, reference_cifar10
+
+    if preset == "cifar10" and reference_cifar10().exists():
+        return load_model(reference_cifar10())
+    return dogs_classifier(preset)
+
+
+def profile_for(target) -> str | None:
+    """The device profile whose ``driver`` is ``target`` (None: no profile names it)."""
+    return next((p.name for p in limits.PROFILES.values() if p.driver == target), None)
+
+
+def compile_nets(models: dict, targets=DEFAULT_TARGETS) -> dict:
+    """Every net of ``models`` (``{label: (keras model, es2.compile options)}``) through each
+    target: ``{label:
+    {target: {"passes": [...], "reports": [...], "changes": [...], "compiled_for": ...}}}``.
+    A net is compiled for the ES 2.0 limits, and where a profile names the target also
+    for that profile with ``fit=True``: the row of the fitted net is ``"<target> (fit)"``."""
+    from workbench import es2
+
+    results = {}
+    for label, (model, options) in models.items():
+        plain = es2.compile(model, **options)
+        rows = {}
+        for target in targets:
+            rows[target] = _row(plain, es2_drivers.check(plain, target), "ES 2.0")
+            device = profile_for(target)
+            if device:
+                table = limits.profile(device)
+                fitted = es2.compile(model, **{
+                    **options, "device": device, "fit": True,
+                    "precision": limits.check_precision(None, table),
+                    "draw_buffers": min(options.get("draw_buffers", 1), table.draw_buffers)})
+                rows[f"{target} (fit)"] = _row(fitted, es2_drivers.check(fitted, target),
+                                               f"profile {device}, fit=True", fitted.changes)
+        results[label] = {"programs": len(plain.passes), "targets": rows,
+                          "net": plain, "input_size": plain.graph.input_size}
+    return results
+
+
+def _row(net, reports, compiled_for, changes=()):
+    return {"compiled_for": compiled_for, "changes": list(changes),
+            "passes": [{"name": p.name, "op": p.op, "outputs": len(p.outputs)}
+                       for p in net.passes],
+            "reports": [asdict(r) for r in reports],
+            "net": net}
+
+
+def summary_rows(results) -> list[dict]:
+    """One row per (net, target): programs taken / refused, the largest program, the fewest
+    threads, the most registers and spills, the first refusal."""
+    rows = []
+    for label, result in results.items():
+        for key, row in result["targets"].items():
+            target = drivers.target(key.split(" ")[0])
+            reports = row["reports"]
+            stats = [r["stats"] for r in reports if r["stats"]]
+            failed = [r for r in reports if not r["ok"]]
+
+            def most(name, values=stats):
+                found = [s[name] for s in values if name in s]
+                return max(found) if found else ""
+
+            threads = [s["threads"] for s in stats if "threads" in s]
+            rows.append({
+                "net": label, "target": key, "GPU": target.gpu,
+                "compiled for": row["compiled_for"],
+                "programs ok": f"{len(reports) - len(failed)} / {len(reports)}",
+                "largest (instructions)": most("instructions"),
+                "fewest threads": min(threads) if threads else "",
+                "registers": most("registers") or most("max_temps") or most("temps") or
+                most("full"),
+                "spills": most("spills"),
+                "refused because": (failed[0]["errors"] or ["?"])[0] if failed else "",
+            })
+    return rows
+
+
+def predict_pi(net, reports, hw) -> dict:
+    """Predicted ms of ``net`` for an input of ``hw = (height, width)`` on each board of
+    :data:`BOARDS_MHZ`, from vc4's estimated cycles (``reports``, in pass order); also the
+    V3D clocks per pass."""
+    textures = plan.textures(net.graph, hw)
+    clocks = {}
+    for p, r in zip(net.passes, reports):
+        if p.viewport:
+            fragments = p.viewport[2] * p.viewport[3]
+        else:
+            w, h, _ = textures[p.outputs[0]]
+            fragments = w * h
+        cycles = r["stats"]["estimated_cycles"]
+        clocks[p.name] = fragments / FRAGMENTS_PER_INSTRUCTION * CLOCKS_PER_INSTRUCTION * cycles / QPUS
+    total = sum(clocks.values())
+    return {"clocks": clocks, "ms": {b: total / (mhz * 1e3) for b, mhz in BOARDS_MHZ.items()}}
+
+
+def pi_rows(results, sizes) -> list[dict]:
+    """Predicted against measured Pi times: ``sizes`` = ``{net label: (kind, side)}`` with
+    ``kind`` a key of :data:`MEASURED_MS` ("sr", "dogs120"); each vc4 row of the table."""
+    rows = []
+    for label, (kind, side) in sizes.items():
+        for key in ("vc4", "vc4 (fit)"):
+            row = results[label]["targets"].get(key)
+            if not row or not all(r["ok"] for r in row["reports"]):
+                continue
+            predicted = predict_pi(row["net"], row["reports"], (side, side))["ms"]
+            for board, ms in predicted.items():
+                measured = MEASURED_MS.get((kind, side, board))
+                rows.append({"net": label, "compiled for": row["compiled_for"],
+                             "input": f"{side}x{side}", "board": board,
+                             "V3D MHz": BOARDS_MHZ[board], "predicted ms": round(ms, 1),
+                             "measured ms (article)": measured or "",
+                             "predicted / measured": round(ms / measured, 2) if measured else ""})
+    return rows
+
+
+def figure(results, label):
+    """Instructions per program of net ``label`` on each target (ES 2.0 plan)."""
+    import matplotlib.pyplot as plt
+
+    result = results[label]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for key, row in result["targets"].items():
+        if "(fit)" in key:
+            continue
+        values = [r["stats"].get("instructions", float("nan")) for r in row["reports"]]
+        ok = [r["ok"] for r in row["reports"]]
+        line, = ax.plot(range(len(values)), values, marker=".", label=drivers.target(key).gpu)
+        refused = [i for i, good in enumerate(ok) if not good]
+        if refused:
+            ax.plot(refused, [0] * len(refused), "x", color=line.get_color(), markersize=8,
+                    label=f"{drivers.target(key).gpu}: refused")
+    names = [p["name"] for p in next(iter(result["targets"].values()))["passes"]]
+    step = max(1, len(names) // 16)
+    ax.set_xticks(range(0, len(names), step), names[::step], rotation=60, fontsize=7)
+    ax.set_ylabel("instructions (driver's count)")
+    ax.set_title(f"{label}: fragment-shader instructions per program, each target's compiler "
+                 f"(Mesa {drivers.MESA_VERSION})", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def save_results(directory, results, pi_sizes=None) -> dict:
+    """``drivers.json``, ``drivers.md`` and the figure (of the first net) in ``directory``."""
+    from workbench.figures import save_figure
+
+    directory = Path(directory)
+    saved = {"mesa": drivers.MESA_VERSION,
+             "nets": {label: {"programs": r["programs"],
+                              "targets": {k: {key: v for key, v in row.items() if key != "net"}
+                                          for k, row in r["targets"].items()}}
+                      for label, r in results.items()},
+             "summary": summary_rows(results),
+             "pi": pi_rows(results, pi_sizes or {})}
+    write_json(directory / RESULT, saved)
+    write_text(directory / TABLE, f"# The target GPUs' compilers\n\n{section(saved)}\n")
+    save_figure(figure(results, next(iter(results))), FIGURE, directory)
+    return saved
+
+
+def section(saved) -> str:
+    changes = [f"- {label}, {key}: {c}" for label, r in saved["nets"].items()
+               for key, row in r["targets"].items() for c in row["changes"]]
+    text = (f"Every program through each target's own compiler (Mesa {saved['mesa']} drivers on "
+            "their drm-shims; a program counts as refused when the driver says so at the "
+            "draw, also where GL_COMPILE_STATUS and GL_LINK_STATUS said success).\n\n"
+            + tables.markdown(saved["summary"]))
+    if changes:
+        text += "\n\nWhat `fit=True` changed:\n" + "\n".join(changes)
+    if saved["pi"]:
+        text += ("\n\nPredicted from vc4's estimated cycles (12 QPUs, 16 fragments per "
+                 "instruction in 4 clocks, the board's default V3D clock) against the "
+                 "reference articles' measured times:\n\n" + tables.markdown(saved["pi"]))
+    return text
+
+
+def report_section(directory) -> str | None:
+    saved = read_json(Path(directory) / RESULT)
+    return section(saved) if saved else None
+
+
+def run(models: dict, targets=DEFAULT_TARGETS, out=None, pi_sizes=None) -> dict:
+    """The ``drivers`` command: compile, save into ``out`` (default the figures folder), print."""
+    why = drivers.available()
+    if why:
+        raise drivers.DriversUnavailable(why)
+    out = Path(out) if out else figures_dir()
+    saved = save_results(out, compile_nets(models, targets), pi_sizes)
+    print(section(saved))
+    print(f"\nwritten: {out / TABLE}, {out / RESULT}, {out / FIGURE}.png/.svg")
+    return saved
