@@ -119,8 +119,9 @@ class Worker:
                 if name in prog:
                     prog[name].value = value
             fbo = self._framebuffer(tuple(p["outputs"]))
-            channels = p.get("channels")  # the colour mask; moderngl applies it at use()
-            fbo.color_mask = tuple(channels is None or k in channels for k in range(4))
+            channels = p.get("channels")  # the colour mask (of a one-target pass); moderngl
+            if len(p["outputs"]) == 1:   # applies it at use()
+                fbo.color_mask = tuple(channels is None or k in channels for k in range(4))
             fbo.use()
             if p.get("viewport"):
                 self.ctx.viewport = tuple(p["viewport"])

@@ -15,6 +15,7 @@ from workbench.files import PROFILE_ENV, figures_dir, write_text
 from workbench.nets import superres
 from workbench.studies import (
     activation_study,
+    compilers,
     conv_algorithms,
     deploy,
     devices,
@@ -32,6 +33,8 @@ SECTIONS = [
     ("Classifier: TensorFlow vs the GPU", deploy.CLASSIFIER_NOTEBOOK, deploy.classifier_section),
     ("Cost per op", deploy.SR_NOTEBOOK, deploy.cost_section),
     ("Timings on this machine", deploy.SR_NOTEBOOK, deploy.timings_section),
+    ("The target GPUs' own compilers (Mesa drivers on drm-shims)", deploy.SR_NOTEBOOK,
+     compilers.report_section),
     ("Activation study", activation_study.NOTEBOOK, activation_study.report_section),
     ("Channel shuffle", shuffle.NOTEBOOK, shuffle.report_section),
     ("Convolution algorithms (ES 3.1 compute)", conv_algorithms.NOTEBOOK,
