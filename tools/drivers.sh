@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the target GPUs' own GL drivers, compile-only, into .cache/mesa/<version>/ (one build
-# per machine; a stamp file marks it done):
+# Build the target GPUs' own GL drivers, compile-only, into $WORKBENCH_DRIVERS, default
+# ~/.cache/workbench/mesa/<version>/ (one build per machine, shared by every checkout; a stamp
+# file marks it done):
 #   vc4 (VideoCore IV: Pi Zero-3), v3d (Pi 4/5), freedreno (Adreno), etnaviv (Vivante),
 #   panfrost (Mali Midgard/Bifrost), lima (Mali-400/450),
 # each with its drm-shim: an LD_PRELOAD library that fakes the kernel driver, so that the GL
@@ -13,8 +14,8 @@ set -euo pipefail
 
 VERSION=22.3.6
 root="$(cd "$(dirname "$0")/.." && pwd)"
-cache="$root/.cache/mesa"
-prefix="$cache/$VERSION"
+prefix="${WORKBENCH_DRIVERS:-${XDG_CACHE_HOME:-$HOME/.cache}/workbench/mesa/$VERSION}"
+cache="$(dirname "$prefix")"
 stamp="$prefix/.built"
 mkdir -p "$cache"
 [ -f "$stamp" ] && exit 0
@@ -42,8 +43,7 @@ if [ ${#missing[@]} -gt 0 ] || [ -n "$need_src" ]; then
     sh -c "$cmd" >"$cache.apt.log" 2>&1 || { tail -n 20 "$cache.apt.log" >&2; exit 1; }
 fi
 
-mkdir -p "$cache"
-work="$cache/work"
+work="$cache/work-$VERSION"
 rm -rf "$work" && mkdir -p "$work"
 cd "$work"
 echo "drivers: fetching Debian's mesa $VERSION source"

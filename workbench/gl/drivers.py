@@ -30,10 +30,11 @@ BUILD_COMMAND = "make drivers"
 
 
 def build_dir() -> Path:
-    """Where ``tools/drivers.sh`` installs the build: ``$WORKBENCH_DRIVERS`` if set, else
-    ``.cache/mesa/<version>`` in the checkout."""
+    """Where ``tools/drivers.sh`` installs the build (one a machine): ``$WORKBENCH_DRIVERS`` if
+    set, else ``~/.cache/workbench/mesa/<version>`` (``$XDG_CACHE_HOME`` for ``~/.cache``)."""
     env = os.environ.get("WORKBENCH_DRIVERS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / ".cache" / "mesa" / MESA_VERSION
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(env) if env else Path(cache) / "workbench" / "mesa" / MESA_VERSION
 
 
 class DriversUnavailable(FileNotFoundError):
