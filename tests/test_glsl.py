@@ -358,3 +358,21 @@ def test_sr_demux_after_a_size_change_is_refused(conv):
     with pytest.raises(ir.LoweringError, match="layer 'd2s'"):
         ir.from_keras(model)  # the ES 3.1 back end lowers through the same check
     es2.compile(_model(1, GroupConv2D(4, 3), Act("bounded_relu"), DepthToSpace(2)))  # fits
+
+
+def test_image_ranges_are_checked_at_the_api_boundary():
+    """uint8 (as np.asarray of a PIL image) is converted; floats outside [0, 1] and NaN are
+    refused in one line by the GPU run and the emulator alike (they used to clip to a
+    near-white image without a word)."""
+    model = _model(3, GroupConv2D(4, 3, padding="same"), Act("bounded_relu"))
+    net = es2.compile(model)
+    image = _image(12, 10, 3)
+    levels = np.round(image * 255).astype(np.uint8)
+    for run in (net.run, net.emulate):
+        np.testing.assert_array_equal(run(levels), run(image))
+        for bad, says in ((image * 255, r"values span \[0, 255\].*divide by 255"),
+                          (image * 2 - 1, r"values span \[-1, 1\].*\(x \+ 1\) / 2"),
+                          (np.where(image > 0.5, np.nan, image), "NaN or infinite"),
+                          (levels.astype(np.uint16), "dtype uint16")):
+            with pytest.raises(ValueError, match=says):
+                run(bad)

@@ -120,3 +120,40 @@ def test_write_folder_writes_each_kind(tmp_path):
     with pytest.raises(TypeError, match="g.dat"):
         write_folder(tmp_path / "g", {"g.dat": object()})
     assert not (tmp_path / "g").exists()
+
+
+def test_a_tampered_shader_folder_is_refused_in_one_line(tmp_path):
+    """A pass pointing at another pass's shader, a shader edited after saving, a shader path
+    outside the folder, a missing key and an unknown op type: one line each, naming the
+    manifest or the shader, never a traceback of a KeyError or AttributeError."""
+    import json
+
+    from workbench import es2
+    from workbench.nets.layers import Act, GroupConv2D
+
+    x = keras.Input((None, None, 4))
+    y = Act("bounded_relu")(GroupConv2D(8, 3, padding="same")(x))
+    folder = tmp_path / "net"
+    es2.compile(keras.Model(x, y)).save(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+
+    def broken(change):
+        m = json.loads(json.dumps(manifest))
+        change(m)
+        (folder / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(ValueError) as err:
+            es2.load(folder)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    assert "is not the one saved" in broken(lambda m: m["passes"][0].update(
+        shader=m["passes"][1]["shader"]))
+    assert "outside the folder" in broken(lambda m: m["passes"][0].update(
+        shader="../../../../etc/hostname"))
+    assert "key 'ops' is missing" in broken(lambda m: m.pop("ops"))
+    assert "op type this workbench does not know" in broken(
+        lambda m: m["ops"][0].update(type="Softmax"))
+    (folder / manifest["passes"][0]["shader"]).write_text("void main() {}\n")
+    with pytest.raises(ValueError, match="sha256 differs"):
+        es2.load(folder)

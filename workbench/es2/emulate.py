@@ -239,9 +239,7 @@ def tensors(graph: ir.Graph, image, precision="highp"):
     """Every tensor of a run on an HxWxC image in [0, 1], ``{name: value}``, as the next op
     fetches it (8-bit levels as float32, or float16 for ``mediump``; a dense layer's
     logits)."""
-    image = np.asarray(image, F32)
-    if image.ndim == 2:
-        image = image[..., None]
+    image = graph.input_image(image)  # the GPU runner's checks and uint8 conversion
     values = {graph.input.name: quantize(image, precision)}
     for op in graph.ops:
         values[op.name] = apply(op, values, precision)

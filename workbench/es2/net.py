@@ -8,6 +8,7 @@ predicts the GPU's bytes, ``net.save(dir)`` writes the shaders and a JSON manife
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -149,6 +150,7 @@ class Net:
             "constant_textures": constants,
             "ops": ops,
             "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",
+                        "sha256": hashlib.sha256(p.source.encode()).hexdigest(),
                         "inputs": [asdict(b) for b in p.inputs],
                         "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
                         "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
@@ -244,17 +246,47 @@ def load_net(path, precision=None, device=None, draw_buffers=None):
 
 
 def load(directory) -> Net:
-    """Read a net written by :meth:`Net.save` (shaders as saved, graph for shapes/emulator)."""
+    """Read a net written by :meth:`Net.save` (shaders as saved, graph for shapes/emulator).
+    A manifest that lacks a key, names an unknown op, points a shader outside the folder or
+    at a file whose sha256 differs from the one saved is refused in one line."""
     directory = Path(directory)
     manifest_path = directory / "manifest.json"
     if not manifest_path.exists():
         raise FileNotFoundError(f"{manifest_path}: no manifest; is this a saved net?")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        return _load(directory, json.loads(manifest_path.read_text()))
+    except KeyError as err:
+        raise ValueError(f"{manifest_path}: not a saved ES 2.0 net: key {err.args[0]!r} is "
+                         "missing") from None
+    except (TypeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{manifest_path}: not a saved ES 2.0 net ({err})") from None
+
+
+def _shader_text(directory: Path, entry: dict) -> str:
+    """The shader file of a manifest's pass, confined to ``directory`` and checked against
+    its saved sha256 (manifests from before the hash have none)."""
+    path = (directory / entry["shader"]).resolve()
+    if not path.is_relative_to(directory.resolve()):
+        raise ValueError(f"{directory / 'manifest.json'}: pass {entry['name']!r} points its "
+                         f"shader outside the folder ({entry['shader']})")
+    text = path.read_text()
+    digest = entry.get("sha256")
+    if digest and hashlib.sha256(text.encode()).hexdigest() != digest:
+        raise ValueError(f"{path}: the shader of pass {entry['name']!r} is not the one saved "
+                         "(sha256 differs); export the net again")
+    return text
+
+
+def _load(directory: Path, manifest: dict) -> Net:
     with np.load(directory / "weights.npz") as npz:
         weights = dict(npz)
     ops = []
     for desc in manifest["ops"]:
-        kind = getattr(ir, desc.pop("type"))
+        kind = ir.OP_TYPES.get(desc.pop("type"))
+        if kind is None:
+            raise ValueError(f"{directory / 'manifest.json'}: layer {desc.get('name')!r} has an "
+                             f"op type this workbench does not know; known: "
+                             f"{', '.join(ir.OP_TYPES)}")
         arrays = {k.split("/", 1)[1]: v for k, v in weights.items()
                   if k.split("/", 1)[0] == desc["name"]}
         if desc.get("input_order") is not None:
@@ -263,7 +295,7 @@ def load(directory) -> Net:
     size = manifest.get("input_size")
     graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],
                      tuple(size) if size else None)
-    passes = [Pass(p["name"], p["op"], (directory / p["shader"]).read_text(),
+    passes = [Pass(p["name"], p["op"], _shader_text(directory, p),
                    [Binding(**b) for b in p["inputs"]],
                    [(o["tensor"], o["pack"]) for o in p.get("outputs") or [p["output"]]],
                    {k: tuple(v) for k, v in p["uniform_values"].items()},

@@ -17,5 +17,9 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lower import LoweringError, from_keras
 
+# The op types by name, as a saved net's manifest names them.
+OP_TYPES = {t.__name__: t for t in (Conv, DepthToSpace, Dense)}
+
 __all__ = ["Cost", "LUMA", "PACK", "Conv", "Dense", "DepthToSpace", "Graph", "Input", "packs",
-           "conv_out_hw", "conv_pads", "uniform_values", "LoweringError", "from_keras"]
+           "conv_out_hw", "conv_pads", "uniform_values", "LoweringError", "from_keras",
+           "OP_TYPES"]

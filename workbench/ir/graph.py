@@ -261,9 +261,26 @@ class Graph:
         return shapes
 
     def input_image(self, image) -> np.ndarray:
-        """``image`` (HxW or HxWxC, values in [0, 1]) as float32 HxWxC, checked against the
-        net's input channels and, for a fixed-size net, its input size."""
-        image = np.asarray(image, np.float32)
+        """``image`` (HxW or HxWxC: floats in [0, 1], or uint8 0..255 as ``np.asarray`` of a
+        PIL image gives, converted) as float32 HxWxC, checked against the net's input
+        channels and, for a fixed-size net, its input size.  Values outside [0, 1], NaN and
+        other integer types are refused in one line (they would clip to a near-white or
+        black image without a word)."""
+        raw = np.asarray(image)
+        if raw.dtype == np.uint8:
+            image = raw.astype(np.float32) / np.float32(255)
+        elif raw.dtype.kind in "fb":
+            image = raw.astype(np.float32)
+        else:
+            raise ValueError(f"image of dtype {raw.dtype}: give floats in [0, 1] or uint8 "
+                             "(0..255)")
+        if image.size and not np.isfinite(image).all():
+            raise ValueError(f"image has {int((~np.isfinite(image)).sum())} NaN or infinite "
+                             "values: the net takes floats in [0, 1]")
+        if image.size and (image.min() < 0 or image.max() > 1):
+            raise ValueError(f"image values span [{image.min():g}, {image.max():g}]: the net "
+                             "takes floats in [0, 1] (uint8 0..255 is converted; from 0..255 "
+                             "floats divide by 255, from [-1, 1] take (x + 1) / 2)")
         if image.ndim == 2:
             image = image[..., None]
         c = self.input.channels
