@@ -58,6 +58,23 @@ def test_failed_point_is_named_and_keeps_its_output(square):
     assert any(o.get("ename") == "AssertionError" for c in cells for o in c.get("outputs", []))
 
 
+def test_typos_are_refused_before_any_point_runs(square):
+    """An unknown profile, an unknown -p key and --workers 0 are one line each; nothing runs
+    and no folder is written (they used to run with the notebook's defaults and exit 0)."""
+    root, run = square
+    books, profiles = root / "notebooks", root / "profiles.yml"
+    cases = [(dict(profile="quik"), r"no profile 'quik'; profiles: quick"),
+             (dict(workers=0), r"--workers 0: give a whole number >= 1")]
+    for kwargs, says in cases:
+        with pytest.raises(ValueError, match=says):
+            run("typo", **kwargs)
+    with pytest.raises(ValueError, match=r"-p sclae: notebook 'square' has no parameter "
+                                         r"'sclae' \(it has: scale, x\)"):
+        sweep.run("square", {"sclae": [1]}, out_dir=root / "typo", notebooks_dir=books,
+                  profiles=profiles)
+    assert not (root / "typo").exists()
+
+
 @pytest.mark.slow
 def test_parallel_sweeps_give_the_same_table(square):
     distributed = pytest.importorskip("dask.distributed")

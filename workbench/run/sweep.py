@@ -87,13 +87,23 @@ def run(notebook, values: dict[str, list], profile="quick", collect="summary", o
     from tqdm import tqdm
 
     notebooks_dir = Path(notebooks_dir or pipeline.NOTEBOOKS_DIR)
-    params = yaml.safe_load(Path(profiles).read_text()).get(profile, {}).get(notebook) or {}
+    path = notebooks_dir / f"{notebook}.ipynb"
+    if not path.exists():
+        raise FileNotFoundError(f"no notebook {notebook!r} in {notebooks_dir}")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"--workers {workers}: give a whole number >= 1")
+    params = pipeline.load_profile(profile, profiles, notebooks_dir).get(notebook) or {}
+    known = pipeline.notebook_parameters(path)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"-p {unknown[0]}: notebook {notebook!r} has no parameter "
+                         f"{unknown[0]!r} (it has: {', '.join(sorted(known))})")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out_dir or project_root() / "runs" / f"sweep-{stamp}")
     out_dir.mkdir(parents=True, exist_ok=True)
     names = {"artifacts": str(project_root() / "runs" / "artifacts" / profile),
              "figures": str(figures_dir(profile))}
-    nb = nbformat.read(notebooks_dir / f"{notebook}.ipynb", as_version=4)
+    nb = nbformat.read(path, as_version=4)
     points = grid(values)
     calls = [(nb, {**pipeline.expand(params, names), **point}, profile, collect)
              for point in points]
