@@ -28,9 +28,9 @@ from workbench.es2 import limits, plan
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import drivers
 
-RESULT = "drivers.json"
-TABLE = "drivers.md"
-FIGURE = "drivers_instructions"
+RESULT, TABLE, FIGURE = "drivers.json", "drivers.md", "drivers_instructions"  # of the SR nets;
+# a notebook that writes another table beside them names it (classifier_deploy: "drivers_classifier")
+NAMES = ("drivers", "drivers_classifier")
 DEFAULT_TARGETS = drivers.TABLE_TARGETS
 QPUS, FRAGMENTS_PER_INSTRUCTION, CLOCKS_PER_INSTRUCTION = 12, 16, 4
 BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
@@ -189,8 +189,9 @@ def figure(results, label):
     return fig
 
 
-def save_results(directory, results, pi_sizes=None) -> dict:
-    """``drivers.json``, ``drivers.md`` and the figure (of the first net) in ``directory``."""
+def save_results(directory, results, pi_sizes=None, name="drivers") -> dict:
+    """``<name>.json``, ``<name>.md`` and the figure ``<name>_instructions`` (of the first net)
+    in ``directory``."""
     from workbench.figures import save_figure
 
     directory = Path(directory)
@@ -201,9 +202,9 @@ def save_results(directory, results, pi_sizes=None) -> dict:
                       for label, r in results.items()},
              "summary": summary_rows(results),
              "pi": pi_rows(results, pi_sizes or {})}
-    write_json(directory / RESULT, saved)
-    write_text(directory / TABLE, f"# The target GPUs' compilers\n\n{section(saved)}\n")
-    save_figure(figure(results, next(iter(results))), FIGURE, directory)
+    write_json(directory / f"{name}.json", saved)
+    write_text(directory / f"{name}.md", f"# The target GPUs' compilers\n\n{section(saved)}\n")
+    save_figure(figure(results, next(iter(results))), f"{name}_instructions", directory)
     return saved
 
 
@@ -224,8 +225,9 @@ def section(saved) -> str:
 
 
 def report_section(directory) -> str | None:
-    saved = read_json(Path(directory) / RESULT)
-    return section(saved) if saved else None
+    """The tables of every :data:`NAMES` results file in ``directory`` (None: none there)."""
+    found = [read_json(Path(directory) / f"{n}.json") for n in NAMES]
+    return "\n\n".join(section(saved) for saved in found if saved) or None
 
 
 def run(models: dict, targets=DEFAULT_TARGETS, out=None, pi_sizes=None) -> dict:
