@@ -27,7 +27,7 @@ tools=(meson ninja-build pkg-config python3-mako libdrm-dev libexpat1-dev zlib1g
 missing=()
 for pkg in "${tools[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
 need_src=
-apt-cache showsrc mesa 2>/dev/null | grep -q "^Version: $VERSION-" || need_src=1
+apt-cache showsrc mesa 2>/dev/null | grep "^Version: $VERSION-" >/dev/null || need_src=1  # no -q: SIGPIPE
 
 src_list=/etc/apt/sources.list.d/workbench-mesa-src.sources
 if [ ${#missing[@]} -gt 0 ] || [ -n "$need_src" ]; then
