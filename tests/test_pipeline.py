@@ -171,3 +171,18 @@ def test_each_profile_writes_its_own_figures_folder(tmp_path, monkeypatch):
                      artifacts_dir=tmp_path / "artifacts" / profile, runs_dir=tmp_path / "runs")
         folder = str(tmp_path / "figures" / profile)
         assert (tmp_path / f"{profile}.txt").read_text().split("\n") == [folder, folder]
+
+
+def test_the_log_is_a_line_a_notebook_unless_verbose(project, capfd):
+    """No papermill trace ("Executing Cell"), no cell output in the terminal by default: a
+    line a notebook with its time; --verbose brings both back."""
+    _, _, run = project
+    run(only=["d"])
+    out, err = capfd.readouterr()
+    text = out + err
+    assert "Executing" not in text and "partial output of d" not in text
+    assert [line.split(" (")[0] for line in out.splitlines() if line.startswith("[d]")] == [
+        "[d] running", "[d] ok"]
+    run(only=["d"], force=True, verbose=True)
+    text = "".join(capfd.readouterr())
+    assert "Executing Cell" in text and "partial output of d" in text

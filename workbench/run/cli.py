@@ -22,7 +22,7 @@ def _run(args):
 
     from workbench.run import pipeline
     pipeline.run(args.profile, args.only, overrides={k: yaml.safe_load(v) for k, v in args.p},
-                 force=args.force)
+                 force=args.force, verbose=args.verbose)
     return 0
 
 
@@ -183,6 +183,9 @@ def parser() -> argparse.ArgumentParser:
                    default=[], help="override a parameter of one notebook (VALUE parsed as "
                    "YAML); a plain KEY only where one notebook of the run has it")
     p.add_argument("--force", action="store_true", help="re-run unchanged notebooks too")
+    p.add_argument("--verbose", action="store_true", help="stream every cell's output and "
+                   "papermill's cell-by-cell trace (default: a line a notebook; the outputs are "
+                   "in the executed notebooks under runs/)")
     p.set_defaults(func=_run)
 
     p = commands.add_parser("sweep", help="run a notebook over a parameter grid")

@@ -167,9 +167,10 @@ def scope_overrides(overrides: dict, parameters: dict[str, set]) -> dict[str, di
 
 def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
         force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None, data=None,
-        data_root=None, manifest=None):
+        data_root=None, manifest=None, verbose=False):
     """Execute the profile's notebooks (or those in ``only``) in the profile's order; returns
-    ``{name: status}``.  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
+    ``{name: status}``; one line a notebook (``verbose``: papermill's cell-by-cell trace and
+    every cell's output as it comes).  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
     :func:`scope_overrides`).  Each notebook declares its upstream notebooks and its data
     beside its parameters (:func:`declarations`; ``dependencies`` and ``data`` replace them).
     Missing data is fetched first (:func:`ensure_data`; ``data_root`` and ``manifest``
@@ -181,11 +182,14 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     notebooks and cells when any failed.
     """
     import logging
+    import sys
 
     import papermill
 
-    if not logging.getLogger().handlers:  # let papermill stream each cell's output
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    trace = logging.getLogger("papermill")
+    if verbose and not trace.handlers:  # let papermill stream each cell's output
+        trace.addHandler(logging.StreamHandler(sys.stderr))
+        trace.setLevel(logging.INFO)
     notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
     params = load_profile(profile, profiles, notebooks_dir)
     dependencies = dependencies or upstream_of(notebooks_dir, params)
@@ -228,9 +232,12 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
         start = time.time()
         try:
             with profile_env(profile):
+                # quiet: a line a notebook, papermill's bar of cells on a terminal, every
+                # cell's output in the executed notebook; verbose: the cell-by-cell trace
                 papermill.execute_notebook(source, output, parameters=parameters,
-                                           cwd=project_root(), progress_bar=False,
-                                           log_output=True, **kernel_options())
+                                           cwd=project_root(), log_output=verbose,
+                                           progress_bar=not verbose and sys.stderr.isatty(),
+                                           **kernel_options())
             status[notebook] = "ok"
             state[notebook] = prints[notebook]
             write_json(state_path, state)
