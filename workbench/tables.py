@@ -3,6 +3,10 @@ from __future__ import annotations
 
 
 def _cell(value, digits):
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1000:
+        return f"{value:,.0f}"  # a count carried as a float: 1,804, not 1804.00
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
@@ -10,7 +14,8 @@ def _cell(value, digits):
 
 def markdown(rows, columns: dict[str, str] | None = None, digits=2) -> str:
     """``rows``: dicts; ``columns``: key -> header (default: the first row's keys).
-    Floats are shown with ``digits`` decimals."""
+    Floats are shown with ``digits`` decimals (whole floats from 1,000 on, counts, as whole
+    numbers with thousands separators), None as an empty cell."""
     columns = columns or {k: k for k in rows[0]}
     lines = ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
     for row in rows:
