@@ -1,6 +1,7 @@
 """Saving a net (es2, es31) and exporting its page: the folder is written whole or not at all,
 and a folder the user made is never replaced without ``force`` (issue 18)."""
 import json
+import os
 
 import keras
 import numpy as np
@@ -69,16 +70,43 @@ def test_save_refuses_a_users_folder_unless_forced(tmp_path):
     assert "notes.txt" not in _contents(folder)
 
 
-def test_a_net_saved_before_the_marker_is_replaced(tmp_path):
-    """Folders saved by earlier versions carry a workbench manifest but no marker."""
+def test_a_folder_with_files_the_workbench_did_not_write_is_kept(tmp_path):
+    """A file added to a saved net's folder, a file changed there, and a folder of an earlier
+    version (a workbench manifest, no marker) are refused by name unless forced; they used
+    to be replaced whole, the user's file with them."""
+    net = es2.compile(_sr(1))
+    folder = tmp_path / "net"
+    net.save(folder)
+    net.save(folder)  # its own files only: replaced without force
+    (folder / "thesis.tex").write_text("my thesis")
+    with pytest.raises(FolderNotReplaceable, match=r"net: thesis.tex was not written by the "
+                                                   r"workbench; .*--force"):
+        net.save(folder)
+    assert (folder / "thesis.tex").read_text() == "my thesis"
+    (folder / "thesis.tex").unlink()
+    (folder / "vertex.glsl").write_text("// edited by hand\n")
+    with pytest.raises(FolderNotReplaceable, match="vertex.glsl changed since"):
+        net.save(folder)
+    (folder / MARKER).unlink()
+    with pytest.raises(FolderNotReplaceable, match="was not written by the workbench"):
+        net.save(folder)
+    net.save(folder, force=True)
+    assert "edited" not in (folder / "vertex.glsl").read_text()
+
+
+def test_the_swap_is_one_step_where_linux_offers_it(tmp_path, monkeypatch):
+    """A process killed between the two renames of the old swap left nothing at the path;
+    with RENAME_EXCHANGE there is no such moment (the second rename is never needed)."""
+    from workbench import files
+
     net = es2.compile(_sr(1))
     net.save(tmp_path / "net")
-    (tmp_path / "net" / MARKER).unlink()
+    renames = []
+    real = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: renames.append((a, b)) or real(a, b))
     net.save(tmp_path / "net")
-    (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "manifest.json").write_text(json.dumps({"format": "something-else"}))
-    with pytest.raises(FolderNotReplaceable):
-        net.save(tmp_path / "other")
+    assert files._exchange(tmp_path / "net", tmp_path / "net")  # the kernel has it here
+    assert renames == [] and sorted(p.name for p in tmp_path.iterdir()) == ["net"]
 
 
 def test_export_web_refuses_a_users_folder_unless_forced(tmp_path, capsys):

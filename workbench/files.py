@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -76,36 +77,44 @@ class FolderNotReplaceable(FileExistsError):
 
 
 @contextlib.contextmanager
-def atomic_dir(path, force=False):
+def atomic_dir(path, force=False, repair=False):
     """Yield an empty folder beside ``path`` to fill; on success it takes the place of ``path``.
 
     The new folder gets a marker file (``MARKER``) saying the workbench wrote it. An existing
     ``path`` is replaced only if it is empty, carries that marker, or ``force`` is true; otherwise
     ``FolderNotReplaceable`` is raised before anything is written. If the body raises (or the
     process dies) the old folder stays as it was; the staging folder is removed (or, after a
-    kill, left as a hidden ``.<name>.*.partial`` folder beside it).
+    kill, left as a hidden ``.<name>.*.partial`` folder beside it).  The swap itself is one
+    atomic step where Linux offers it (:func:`_exchange`), so a kill never leaves nothing at
+    ``path``.  ``repair``: files the marker lists may have changed (a data set whose checksums
+    failed is fetched again); a file it does not list still stops the replacement.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _check_replaceable(path, force)
+    _check_replaceable(path, force, repair)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     old = None
     try:
         os.chmod(staging, _mode_of(path, 0o777))  # mkdtemp creates 0700
         yield staging
-        (staging / MARKER).write_text(
-            "This folder was written by the workbench; it may replace it with a new copy.\n")
-        _check_replaceable(path, force)  # it may have appeared while we worked
-        if path.exists() or path.is_symlink():
+        (staging / MARKER).write_text(json_text({
+            "note": "This folder was written by the workbench; it may replace it with a new "
+                    "copy when every file in it is one listed here, unchanged.",
+            "files": _listing(staging)}))
+        _check_replaceable(path, force, repair)  # it may have appeared while we worked
+        if (path.exists() or path.is_symlink()) and _exchange(staging, path):
+            old, staging = staging, None  # one atomic step: the old folder is now at staging
+        elif path.exists() or path.is_symlink():
             old = path.with_name(f"{staging.name[:-len('.partial')]}.old")
             os.rename(path, old)
-        try:
-            os.rename(staging, path)
-        except BaseException:
-            if old is not None:
-                os.rename(old, path)
-                old = None
-            raise
+        if staging is not None:
+            try:
+                os.rename(staging, path)
+            except BaseException:
+                if old is not None:
+                    os.rename(old, path)
+                    old = None
+                raise
     finally:
         for p in (staging, old):
             if p is not None and p.is_dir() and not p.is_symlink():
@@ -114,15 +123,54 @@ def atomic_dir(path, force=False):
                 p.unlink()
 
 
-def _check_replaceable(path, force):
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the folders ``a`` and ``b`` in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``): a process killed at any moment leaves either the old or the new
+    folder at ``b``, never neither.  False where the kernel, C library or file system lacks it
+    (then two renames do it)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _listing(folder: Path) -> dict[str, list]:
+    """``{relative path: [size, sha256]}`` of every file under ``folder`` but the marker."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MARKER:
+            out[p.relative_to(folder).as_posix()] = [p.stat().st_size,
+                                                     hashlib.sha256(p.read_bytes()).hexdigest()]
+    return out
+
+
+def _check_replaceable(path, force, repair=False):
+    """Raise :class:`FolderNotReplaceable` unless ``path`` may be replaced: absent, empty, or
+    written by the workbench with every file in it one its marker lists, unchanged (a marker
+    from before the listing is trusted as it was)."""
     if force or not (path.exists() or path.is_symlink()):
         return
     if not path.is_dir() or path.is_symlink():
         raise FolderNotReplaceable(f"{path}: exists and is not a folder; move it away first")
+    cure = "move it away, or use --force (force=True) to replace the folder whole"
     if any(path.iterdir()) and not (path / MARKER).is_file():
         raise FolderNotReplaceable(
             f"{path}: folder is not empty and was not written by the workbench (no {MARKER});"
-            " move it away, or pass force=True to replace it")
+            f" {cure}")
+    try:
+        listed = json.loads((path / MARKER).read_text())["files"]
+    except (ValueError, KeyError, TypeError, OSError):
+        return  # a marker from before the listing
+    for rel, entry in _listing(path).items():
+        if rel not in listed or (listed[rel] != entry and not repair):
+            why = "was not written by the workbench" if rel not in listed else "changed since"
+            raise FolderNotReplaceable(f"{path}: {rel} {why}; {cure}")
 
 
 def write_folder(path, contents: dict, force=False) -> Path:
@@ -131,14 +179,12 @@ def write_folder(path, contents: dict, force=False) -> Path:
     name's extension a JSON-able object (``.json``), a numpy array (``.npy``) or a dict of
     arrays (``.npz``).
 
-    An existing ``path`` is replaced as :func:`atomic_dir` says; a net saved before folders
-    carried the marker (a ``manifest.json`` whose ``format`` starts with ``workbench-``)
-    counts as written by the workbench.
+    An existing ``path`` is replaced as :func:`atomic_dir` says.
     """
     import numpy as np  # only the writers of nets need it
 
     path = Path(path)
-    with atomic_dir(path, force=force or _saved_net(path)) as stage:
+    with atomic_dir(path, force=force) as stage:
         for name, content in contents.items():
             target = stage / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -155,14 +201,6 @@ def write_folder(path, contents: dict, force=False) -> Path:
             else:
                 raise TypeError(f"{name}: cannot write {type(content).__name__}")
     return path
-
-
-def _saved_net(path):
-    try:
-        manifest = json.loads((Path(path) / "manifest.json").read_text())
-        return str(manifest.get("format", "")).startswith("workbench-")
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def write_json(path, obj):

@@ -249,7 +249,8 @@ def fetch(names, root, manifest=None, force=False, allow_unverified=False, cache
                 print(f"{check.line()}; fetching it again")
         files = [_download(name, src, cache, allow_unverified) for src in entry["files"]]
         try:
-            with atomic_dir(target, force=force) as stage:
+            repair = not force and check.state == "corrupt"
+            with atomic_dir(target, force=force, repair=repair) as stage:
                 if entry.get("convert"):
                     CONVERTERS[entry["convert"]](files, stage)
                 else:
