@@ -70,6 +70,32 @@ def _mode_of(path, default):
 
 
 MARKER = ".workbench-folder"  # written into every folder atomic_dir creates
+NAME_MAX = 255  # bytes of one file name on Linux file systems
+
+
+def check_writable(path, folder=False) -> Path:
+    """Raise OSError, in one line naming ``path``, where writing it (a file, or with
+    ``folder`` a folder) is sure to fail: a name too long, a folder where a file should go
+    (or a file where a folder should), or no write permission in the nearest existing
+    folder above it (read-only file systems included).  Called before the work, so that a
+    command does not fail only after it."""
+    path = Path(path)
+    if len(os.fsencode(path.name)) > NAME_MAX:
+        raise OSError(f"{path.name[:40]}...: a name of {len(os.fsencode(path.name))} bytes; "
+                      f"file systems take {NAME_MAX}")
+    if path.is_dir() and not folder:
+        raise IsADirectoryError(f"{path}: is a folder; give a file name")
+    if path.exists() and folder and not path.is_dir():
+        raise NotADirectoryError(f"{path}: exists and is not a folder; move it away first")
+    above = path.absolute().parent
+    while not above.exists():
+        above = above.parent
+    if not above.is_dir():
+        raise NotADirectoryError(f"{path}: {above} is a file, not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise PermissionError(f"{path}: cannot write into {above} (permission denied or a "
+                              "read-only file system)")
+    return path
 
 
 class FolderNotReplaceable(FileExistsError):
@@ -89,7 +115,7 @@ def atomic_dir(path, force=False, repair=False):
     ``path``.  ``repair``: files the marker lists may have changed (a data set whose checksums
     failed is fetched again); a file it does not list still stops the replacement.
     """
-    path = Path(path)
+    path = check_writable(path, folder=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     _check_replaceable(path, force, repair)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))

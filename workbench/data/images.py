@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from workbench.files import atomic_path
+from workbench.files import atomic_path, check_writable
 
 
 class ImageError(ValueError):
@@ -154,7 +154,7 @@ def check_save_path(path, quality=95, inputs=()):
 def check_output_path(out, inputs):
     """Raise ImageError if writing `out` would overwrite one of `inputs` (the same path, or the
     same file through a link: os.path.samefile); returns out as a Path."""
-    out = Path(out)
+    out = check_writable(out)
     for src in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
         src = Path(src)
         same = (os.path.samefile(out, src) if out.exists() and src.exists()

@@ -9,7 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, KeyError)
+# OSError: permissions, a full disk, a name too long; the GL errors: a driver's or the GL
+# worker's refusal (its first line; --debug shows the worker's traceback)
+USER_ERRORS = (ValueError, KeyError, OSError)
 
 
 def _fetch_data(args):
@@ -112,6 +114,17 @@ def _drivers(args):
     return 0
 
 
+def _positive(text) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return value
+
+
 def _names(text) -> list[str]:
     """A comma-separated option's names, blanks dropped (``""`` -> none)."""
     return [name.strip() for name in text.split(",") if name.strip()]
@@ -195,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", help="base parameters (default quick)")
     p.add_argument("--collect", default="summary", help="the notebook variable to collect")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, default=1, metavar="N",
+    where.add_argument("--workers", type=_positive, default=1, metavar="N",
                        help="run N points at a time, each in its own process (default 1)")
     where.add_argument("--dask", metavar="ADDRESS", help="submit the points to the Dask "
                        "scheduler at ADDRESS (e.g. tcp://host:8786; needs the cluster extra)")
@@ -270,19 +283,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2); web: "
                    ".keras model or a classifier preset name (default: the reference SR "
                    "checkpoint)")
-    p.add_argument("--runs", type=int, default=10, help="web: interleaved timed runs per side")
+    p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
     p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
     p.add_argument("--backends", default="webgl,wasm,cpu", help="web: TF.js backends, comma "
                    "separated (default: webgl,wasm,cpu; empty: the page alone)")
     p.add_argument("--gl", default="swiftshader,llvmpipe", help="web: the GLs behind the "
                    "browser's WebGL, comma separated, a run each (default: swiftshader,llvmpipe: "
                    "Chromium's SwiftShader, Mesa's llvmpipe through ANGLE's GL back end)")
-    p.add_argument("--size", type=int, default=256, help="sr, draw-buffers, web: input size "
+    p.add_argument("--size", type=_positive, default=256, help="sr, draw-buffers, web: input size "
                    "(side of a square)")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs (the median is shown)")
+    p.add_argument("--repeat", type=_positive, default=5, help="timed runs (the median is shown)")
     p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
-    p.add_argument("--batch", type=int, default=64, help="activation: batch size")
-    p.add_argument("--steps", type=int, default=20, help="train, activation: steps per round")
+    p.add_argument("--batch", type=_positive, default=64, help="activation: batch size")
+    p.add_argument("--steps", type=_positive, default=20, help="train, activation: steps per round")
     p.add_argument("--no-profile", action="store_true", help="train: skip the op profile")
     p.add_argument("--device", help="sr: the device profile the net must fit (see upscale)")
     p.add_argument("--draw-buffers", type=int, metavar="N", help="sr: render targets a "
@@ -292,12 +305,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from workbench import gl
+
     args = parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, gl.GLError, gl.GLUnavailable) as err:
         if args.debug:
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"error: {message}", file=sys.stderr)
+        lines = str(message).strip().splitlines() or [type(err).__name__]
+        if isinstance(err, gl.GLError):  # the worker's traceback: its last line says what
+            lines = [f"{lines[0]} {lines[-1]}", *lines[1:]]
+        more = " (--debug shows the rest)" if len(lines) > 1 else ""
+        print(f"error: {lines[0]}{more}", file=sys.stderr)
         return 2

@@ -1,0 +1,47 @@
+"""One line and exit status 2 for what a user can get wrong on the command line, checked before
+any work (issue 29: these were tracebacks, some only after the GPU work)."""
+import pytest
+
+from workbench.__main__ import main
+from workbench.files import check_writable
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_outputs_that_cannot_be_written_are_named_before_the_work(tmp_path, capsys):
+    image = tmp_path / "in.png"
+    from PIL import Image
+    Image.new("RGB", (8, 8)).save(image)
+    long_name = tmp_path / ("a" * 300 + ".png")
+    assert main(["upscale", str(image), str(long_name)]) == 2
+    assert "a name of 304 bytes; file systems take 255" in _one_line(capsys)
+    (tmp_path / "out.png").mkdir()
+    assert main(["upscale", str(image), str(tmp_path / "out.png")]) == 2
+    assert "out.png: is a folder; give a file name" in _one_line(capsys)
+    (tmp_path / "file").write_text("x")
+    assert main(["export-web", "--out", str(tmp_path / "file" / "page")]) == 2
+    assert "is a file, not a folder" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "sr", "--size", "0"], "argument --size: '0': give a whole number >= 1"),
+    (["sweep", "glsl_deploy", "-p", "precision", "highp", "--workers", "0"],
+     "argument --workers: '0': give a whole number >= 1"),
+])
+def test_numbers_below_one_are_refused_by_the_parser(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_check_writable_refuses_what_would_fail(tmp_path):
+    assert check_writable(tmp_path / "new" / "deeper" / "x.png") == tmp_path / "new" / "deeper" / "x.png"
+    with pytest.raises(IsADirectoryError):
+        check_writable(tmp_path)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(NotADirectoryError):
+        check_writable(tmp_path / "f", folder=True)
