@@ -26,6 +26,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sr_ablation import parse  # noqa: E402
 
 
+# What a run trained on, by its count of training images (the run's config keeps the count).
+DATA = {80: "80 JPEG photos of sr/train",
+        291: "sr/train291: T91 (91) + BSD200 (200), lossless PNG"}
+
+
 def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
     images = [im for _, im in datasets.sr_images(options.pop("data", "train")).images]
@@ -51,7 +56,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
                    "steps_planned": config["steps"], "optimizer": "Adam, cosine decay to 1 %"},
         "steps_done": steps_done, "finished": steps_done >= config["steps"],
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
-        "data": f"{config['train_images']} photos of sr/train (WORKBENCH_DATA), bicubic_aa LR",
+        "data": DATA.get(config["train_images"], f"{config['train_images']} images") +
+                " (WORKBENCH_DATA), bicubic_aa LR",
         "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, Python {platform.python_version()}",
         "psnr_y_studio_crop2_bicubic_aa": {
             "8-bit activations (as deployed)": superres.psnr_table(model, sets, quantize=True),
@@ -59,8 +65,9 @@ def export(run_dir, stem="models/sr_x2_reference"):
             "GPU (ES 2.0, llvmpipe)": {name: r["psnr"] for name, r in
                                        sr_ablation.gpu_psnr(deploy, sets).items()}},
         "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
-                      f"{config['steps']} " + " ".join(f"{k}:{v}" for k, v in options.items()
-                                                       if v is not None) +
+                      f"{config['steps']} "
+                      + ("data:train291 " if config["train_images"] == 291 else "")
+                      + " ".join(f"{k}:{v}" for k, v in options.items() if v is not None) +
                       f"; python tools/sr_reference.py export {run_dir}"),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
