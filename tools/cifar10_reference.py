@@ -21,6 +21,7 @@ from workbench import es2
 from workbench.data import datasets
 from workbench.nets import classify, training
 from workbench.nets.models import load_model
+from workbench.run.report import machine
 from workbench.studies import deploy
 
 RECIPE = dict(preset="cifar10", quantize=True, augment=True, optimizer="adam",
@@ -57,7 +58,7 @@ def export(run_dir, stem="models/cifar10_reference"):
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
         "data": f"CIFAR-10: {len(config['class_names'])} classes, the first 2,000 training images "
                 "a class of cls/cifar10/train (WORKBENCH_DATA); scored on all 10,000 test images",
-        "machine": f"2-core AMD EPYC with AVX-512 (shared with other work), TF CPU, Python "
+        "machine": f"{machine()} (shared with other work), TF CPU, Python "
                    f"{platform.python_version()}",
         "test": {"images": result["images"], "top1_tf": result["top1_TF"],
                  "top1_gpu": result["top1_GPU"], "gpu_top1_equals_tf": result["gpu_top1_equals_tf"],

@@ -20,6 +20,7 @@ import keras
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
 from workbench.nets import sr_recipes, superres, training
+from workbench.run.report import machine
 from workbench.studies import sr_ablation
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -58,7 +59,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
         "data": DATA.get(config["train_images"], f"{config['train_images']} images") +
                 " (WORKBENCH_DATA), bicubic_aa LR",
-        "machine": f"2-core AMD EPYC without AVX-512 (shared), TF CPU, Python {platform.python_version()}",
+        "machine": f"{machine()} (shared with other work), TF CPU, Python "
+                   f"{platform.python_version()}",
         "psnr_y_studio_crop2_bicubic_aa": {
             "8-bit activations (as deployed)": superres.psnr_table(model, sets, quantize=True),
             "float activations": superres.psnr_table(model, sets, quantize=False),

@@ -67,11 +67,18 @@ def build(directory=None, profile=None) -> str:
 
 
 def machine() -> str:
-    """This machine in one line: CPU model, cores, and the GL renderer where a context opens."""
+    """This machine in one line: CPU model, whether it has AVX-512 (TensorFlow trains ~3x
+    faster with it), cores, and the GL renderer where a context opens."""
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in
                    Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags"))
+        cpu += " with AVX-512" if " avx512f" in flags else " without AVX-512"
     except (OSError, StopIteration):
         pass
     text = f"{cpu}, {os.cpu_count()} cores"
