@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import re
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workbench.gl import GLError
 
 MESA_VERSION = "22.3.6"
 BUILD_COMMAND = "make drivers"
@@ -53,38 +57,34 @@ class Target:
     shim: str
     debug: tuple[str, str]
     env: tuple = ()
-    boards: str = ""
 
 
-def _adreno(gpu_id, boards):
+def _adreno(gpu_id):
     return Target(f"a{gpu_id}", f"Adreno {gpu_id}", "msm", "freedreno",
-                  ("FD_MESA_DEBUG", "shaderdb"), (("FD_GPU_ID", str(gpu_id)),), boards)
+                  ("FD_MESA_DEBUG", "shaderdb"), (("FD_GPU_ID", str(gpu_id)),))
 
 
-def _vivante(model, boards):
+def _vivante(model):
     return Target(model.lower(), f"Vivante {model}", "etnaviv", "etnaviv",
-                  ("ETNA_MESA_DEBUG", "shaderdb,dbg_msgs"), (("ETNA_SHIM_GPU", model),), boards)
+                  ("ETNA_MESA_DEBUG", "shaderdb,dbg_msgs"), (("ETNA_SHIM_GPU", model),))
 
 
-def _mali(model, gpu_id, flag, boards):
+def _mali(model, gpu_id, flag):
     return Target(model.lower(), f"Mali-{model}", "panfrost", "panfrost",
-                  (flag, "shaderdb"), (("PAN_GPU_ID", gpu_id),), boards)
+                  (flag, "shaderdb"), (("PAN_GPU_ID", gpu_id),))
 
 
+# Pi Zero-3 and Pi 4; Adreno 305 / 320 / 530 (Snapdragon 400, 600, 820 phones); Vivante GC2000 /
+# GC3000 (i.MX6 Quad / QuadPlus boards); Mali-T720 / T860 (Midgard: budget phones, RK3399
+# boards), Mali-G52 (Bifrost), Mali-400 (Utgard: Allwinner boards, phones of 2012-2014)
 TARGETS = {t.name: t for t in (
-    Target("vc4", "VideoCore IV", "vc4", "vc4", ("VC4_DEBUG", "shaderdb"),
-           boards="Raspberry Pi Zero, 1, 2, 3"),
-    Target("v3d", "VideoCore VI", "v3d", "v3d", ("V3D_DEBUG", "shaderdb"), boards="Raspberry Pi 4"),
-    _adreno(305, "Snapdragon 400 phones (Moto G 2013)"),
-    _adreno(320, "Nexus 4, Nexus 7 2013"),
-    _adreno(530, "Snapdragon 820 phones"),
-    _vivante("GC2000", "i.MX6 Quad boards"),
-    _vivante("GC3000", "i.MX6 QuadPlus boards"),
-    _mali("T720", "720", "MIDGARD_MESA_DEBUG", "budget phones and TV boxes of 2016"),
-    _mali("T860", "860", "MIDGARD_MESA_DEBUG", "RK3399 boards, Huawei P20 Lite class (T830)"),
-    _mali("G52", "7212", "BIFROST_MESA_DEBUG", "phones of 2019-2021"),
-    Target("mali400", "Mali-400", "lima", "lima", ("LIMA_DEBUG", "shaderdb"),
-           boards="Allwinner boards, phones of 2012-2014"),
+    Target("vc4", "VideoCore IV", "vc4", "vc4", ("VC4_DEBUG", "shaderdb")),
+    Target("v3d", "VideoCore VI", "v3d", "v3d", ("V3D_DEBUG", "shaderdb")),
+    _adreno(305), _adreno(320), _adreno(530),
+    _vivante("GC2000"), _vivante("GC3000"),
+    _mali("T720", "720", "MIDGARD_MESA_DEBUG"), _mali("T860", "860", "MIDGARD_MESA_DEBUG"),
+    _mali("G52", "7212", "BIFROST_MESA_DEBUG"),
+    Target("mali400", "Mali-400", "lima", "lima", ("LIMA_DEBUG", "shaderdb")),
 )}
 
 
@@ -148,42 +148,30 @@ class ProgramReport:
 def compile_programs(target_name, vertex, programs, timeout=600):
     """Compile ``programs`` (``[(name, fragment source, render targets)]``) with the vertex
     shader ``vertex`` through the driver of ``target_name``; a :class:`ProgramReport` each."""
-    import subprocess  # the parent side only
-    import pickle
-
     t = target(target_name)
-    why = available()
-    if why:
-        raise DriversUnavailable(why)
-    request = pickle.dumps({"vertex": vertex, "programs": list(programs)})
-    proc = subprocess.run([sys.executable, "-m", __name__], input=request, capture_output=True,
-                          env=environment(t), timeout=timeout)
-    if proc.returncode != 0 or not proc.stdout:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"{t.name} ({t.gpu}) driver process failed "
-                           f"(exit {proc.returncode}): " + " / ".join(tail))
-    raw = pickle.loads(proc.stdout)
-    if isinstance(raw, str):
-        raise RuntimeError(f"{t.name} ({t.gpu}): {raw}")
-    return [report(t, r, raw["info"]) for r in raw["records"]]
+    raw = _ask(t, {"vertex": vertex, "programs": list(programs)}, timeout)
+    return [report(r, raw["info"]) for r in raw["records"]]
 
 
 def info(target_name) -> dict:
     """What the driver of ``target_name`` answers: GL_RENDERER, its limits
     (``GL_MAX_TEXTURE_SIZE``, ...) and extensions (a list)."""
-    import pickle
-    import subprocess
+    return _ask(target(target_name), {"vertex": "", "programs": []}, 120)["info"]
 
+
+def _ask(t: Target, request: dict, timeout) -> dict:
+    """Run the child process for target ``t`` on ``request``; its reply."""
     why = available()
     if why:
         raise DriversUnavailable(why)
-    proc = subprocess.run([sys.executable, "-m", __name__],
-                          input=pickle.dumps({"vertex": "", "programs": []}),
-                          capture_output=True, env=environment(target(target_name)), timeout=120)
-    raw = pickle.loads(proc.stdout) if proc.stdout else "no reply"
-    if isinstance(raw, str):
-        raise RuntimeError(f"{target_name}: {raw}")
-    return raw["info"]
+    proc = subprocess.run([sys.executable, "-m", __name__], input=pickle.dumps(request),
+                          capture_output=True, env=environment(t), timeout=timeout)
+    raw = pickle.loads(proc.stdout) if proc.returncode == 0 and proc.stdout else None
+    if not isinstance(raw, dict):
+        tail = raw or " / ".join(proc.stderr.decode(errors="replace").strip().splitlines()[-3:])
+        raise GLError(f"the {t.gpu} driver's process ({t.name}) failed (exit "
+                      f"{proc.returncode}): {tail}")
+    return raw
 
 
 # --- reading what the drivers say -------------------------------------------------------------
@@ -218,7 +206,7 @@ def parse_stats(message: str) -> dict | None:
     return stats or None
 
 
-def report(t: Target, raw: dict, gl_info=None) -> ProgramReport:
+def report(raw: dict, gl_info=None) -> ProgramReport:
     """A :class:`ProgramReport` from the child's raw record of one program (``gl_info``: the
     driver's :func:`info`, to say why a program of several render targets did not link)."""
     lines = [m.strip() for m in raw["messages"] if m.strip()]
@@ -390,8 +378,6 @@ def _texture(gl, width, height):
 def main():
     """The child: a pickled request on stdin, the pickled records (or a one-line error) on
     stdout; the driver's own output never reaches the terminal."""
-    import pickle
-
     request = pickle.load(sys.stdin.buffer)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the reply

@@ -315,8 +315,8 @@ def main(argv=None) -> int:
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         lines = str(message).strip().splitlines() or [type(err).__name__]
-        if isinstance(err, gl.GLError):  # the worker's traceback: its last line says what
-            lines = [f"{lines[0]} {lines[-1]}", *lines[1:]]
+        if isinstance(err, gl.GLError) and len(lines) > 1:  # a worker's traceback: its last
+            lines = [f"{lines[0]} {lines[-1]}", *lines[1:]]    # line says what went wrong
         more = " (--debug shows the rest)" if len(lines) > 1 else ""
         print(f"error: {lines[0]}{more}", file=sys.stderr)
         return 2
