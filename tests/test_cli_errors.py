@@ -43,5 +43,5 @@ def test_check_writable_refuses_what_would_fail(tmp_path):
     with pytest.raises(IsADirectoryError):
         check_writable(tmp_path)
     (tmp_path / "f").write_text("")
-    with pytest.raises(NotADirectoryError):
-        check_writable(tmp_path / "f", folder=True)
+    with pytest.raises(NotADirectoryError, match="is a file, not a folder"):
+        check_writable(tmp_path / "f" / "page", folder=True)

@@ -75,8 +75,8 @@ NAME_MAX = 255  # bytes of one file name on Linux file systems
 
 def check_writable(path, folder=False) -> Path:
     """Raise OSError, in one line naming ``path``, where writing it (a file, or with
-    ``folder`` a folder) is sure to fail: a name too long, a folder where a file should go
-    (or a file where a folder should), or no write permission in the nearest existing
+    ``folder`` a folder) is sure to fail: a name too long, a folder where a file should go, a
+    file where a folder above it should be, or no write permission in the nearest existing
     folder above it (read-only file systems included).  Called before the work, so that a
     command does not fail only after it."""
     path = Path(path)
@@ -85,8 +85,6 @@ def check_writable(path, folder=False) -> Path:
                       f"file systems take {NAME_MAX}")
     if path.is_dir() and not folder:
         raise IsADirectoryError(f"{path}: is a folder; give a file name")
-    if path.exists() and folder and not path.is_dir():
-        raise NotADirectoryError(f"{path}: exists and is not a folder; move it away first")
     above = path.absolute().parent
     while not above.exists():
         above = above.parent
