@@ -201,3 +201,28 @@ def test_cli_prints_the_drivers_table(tmp_path, capsys):
     assert (tmp_path / "drivers.json").exists() and (tmp_path / "drivers_instructions.png").exists()
     assert main(["drivers", "--target", "vc5"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown driver target 'vc5'")
+
+
+@needs_build
+@pytest.mark.parametrize("device", ["videocore4", "mali400", "adreno3xx", "gc2000"])
+def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
+    """Both nets that ship (the SR reference; the cifar10 reference, or its preset with random
+    weights before it exists), compiled for each profile with fit=True: every program taken by
+    the profile's driver, the bytes on llvmpipe those of the one-target ES 2.0 net, and the
+    emulator's (test_glsl's tolerance: a value within float32 rounding of a half level may
+    round the other way)."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(3)
+    table = limits.profile(device)
+    precision = limits.check_precision(None, table)
+    for model, image in ((load_model(reference_sr()), rng.random((24, 20, 3))),
+                         (compilers.classifier("cifar10"), rng.random((32, 32, 3)))):
+        net = es2.compile(model, device=device, precision=precision, fit=True)
+        assert all(r.ok for r in es2_drivers.check(net, table.driver))
+        if precision == "highp":  # llvmpipe computes mediump in float32: no byte prediction
+            kept, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
+            plain = es2.compile(model).run(image, keep=True)
+            for name, stored in predicted.items():
+                np.testing.assert_array_equal(kept[name], plain[name], err_msg=name)
+                assert np.mean(kept[name] == stored) >= 0.9999, name
+                assert np.abs(kept[name].astype(int) - stored).max() <= 1, name
