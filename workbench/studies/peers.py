@@ -36,7 +36,13 @@ from workbench import es2, ir, references, tables, timings, web
 from workbench.data import datasets, metrics
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
-from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier, load_model, reference_sr
+from workbench.nets.models import (
+    CLASSIFIER_PRESETS,
+    dogs_classifier,
+    load_model,
+    reference_cifar10,
+    reference_sr,
+)
 from workbench.web import browser, tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
@@ -53,7 +59,8 @@ GROUPING_TEXT = {"split": "grouped: a conv per group", "block-diagonal": "groupe
 
 
 def resolve_model(model=None) -> tuple[keras.Model, str]:
-    """(Keras model, label): ``None`` -> the reference SR checkpoint; a classifier preset name
+    """(Keras model, label): ``None`` -> the reference SR checkpoint; ``"cifar10"`` -> the
+    CIFAR-10 reference checkpoint where ``models/`` has it; another classifier preset name
     (``CLASSIFIER_PRESETS``) -> that net with seeded random weights and its BatchNorm
     calibrated on photos; else a ``.keras`` path; or a Keras model as it is."""
     if isinstance(model, keras.Model):
@@ -61,6 +68,8 @@ def resolve_model(model=None) -> tuple[keras.Model, str]:
     if model is None:
         path = reference_sr()
         return load_model(path), path.name
+    if str(model) == "cifar10" and reference_cifar10().exists():
+        return load_model(reference_cifar10()), reference_cifar10().name
     if str(model) in CLASSIFIER_PRESETS:
         keras.utils.set_random_seed(0)
         net = dogs_classifier(str(model))
