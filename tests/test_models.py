@@ -1,5 +1,7 @@
-"""The reference checkpoints in models/: each loads, deploys within the budget of the reference
-net, and reproduces the PSNR its card states (Set5, Y601, crop 2, bicubic_aa; within 0.05 dB)."""
+"""The reference checkpoints in models/: each loads and reproduces what its card states: an SR
+net deploys within the budget of the reference net with the card's PSNR (Set5, Y601, crop 2,
+bicubic_aa; within 0.05 dB); the classifier has the card's top-1 on the CIFAR-10 test images
+(within 0.2 points: TF's CPU kernels are not bit-deterministic) and the GPU agrees with TF."""
 import json
 from pathlib import Path
 
@@ -10,11 +12,13 @@ from workbench.data import datasets
 from workbench.es2 import plan
 from workbench.ir import cost
 from workbench.nets import superres
-from workbench.nets.models import load_model, reference_sr, sr_x2
+from workbench.nets.models import load_model, reference_cifar10, reference_sr, sr_x2
 from workbench.studies import sr_ablation
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 CARDS = sorted(MODELS.glob("*.json"))
+SR_CARDS = [c for c in CARDS if "psnr_y_studio_crop2_bicubic_aa" in json.loads(c.read_text())]
+CLASSIFIER_CARDS = [c for c in CARDS if "top1_tf" in json.loads(c.read_text()).get("test", {})]
 
 
 def _set5():
@@ -24,11 +28,35 @@ def _set5():
     return sr_set
 
 
-def test_the_reference_checkpoint_is_there():
-    assert reference_sr().with_suffix(".json") in CARDS
+def test_the_reference_checkpoints_are_there():
+    assert reference_sr().with_suffix(".json") in SR_CARDS
+    assert reference_cifar10().with_suffix(".json") in CLASSIFIER_CARDS
+    assert set(SR_CARDS) | set(CLASSIFIER_CARDS) == set(CARDS)
 
 
-@pytest.mark.parametrize("card_path", CARDS, ids=[c.stem for c in CARDS])
+@pytest.mark.parametrize("card_path", CLASSIFIER_CARDS, ids=[c.stem for c in CLASSIFIER_CARDS])
+def test_classifier_checkpoint_matches_its_card(card_path):
+    import numpy as np
+
+    from workbench.studies import deploy
+
+    card = json.loads(card_path.read_text())
+    model = load_model(MODELS / card["model"])
+    assert model.count_params() == card["parameters"]
+    try:
+        root = datasets.classification_root("cifar10")
+    except (FileNotFoundError, ValueError) as err:
+        pytest.skip(f"CIFAR-10 is not in the data path ({err})")
+    images, labels, _ = datasets.classification_arrays(root, "test", model.input_shape[1])
+    assert len(images) == card["test"]["images"]
+    top1 = np.mean(np.argmax(model.predict(images, batch_size=500, verbose=0), -1) == labels)
+    assert top1 == pytest.approx(card["test"]["top1_tf"], abs=0.002)
+    result = deploy.compare_classifier(model, es2.compile(model), list(images[::50]),
+                                       labels[::50], emulate=False, progress=False)
+    assert result["gpu_top1_equals_tf"] >= 0.99
+
+
+@pytest.mark.parametrize("card_path", SR_CARDS, ids=[c.stem for c in SR_CARDS])
 def test_checkpoint_matches_its_card(card_path):
     card = json.loads(card_path.read_text())
     model = load_model(MODELS / card["model"])
