@@ -208,9 +208,11 @@ def test_cli_prints_the_drivers_table(tmp_path, capsys):
 def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
     """Both nets that ship (the SR reference; the cifar10 reference, or its preset with random
     weights before it exists), compiled for each profile with fit=True: every program taken by
-    the profile's driver, the bytes on llvmpipe those of the one-target ES 2.0 net, and the
-    emulator's (test_glsl's tolerance: a value within float32 rounding of a half level may
-    round the other way)."""
+    the profile's driver, every tensor's bytes on llvmpipe those of the one-target ES 2.0 net;
+    against the emulator as the deploy notebooks judge it: the SR output's bytes within
+    test_glsl's end-to-end tolerance (>= 99.9 %), the classifier's top-1 (a value within
+    float32 rounding of a half level may round the other way, and the difference travels
+    down the classifier's 20 layers)."""
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(3)
     table = limits.profile(device)
@@ -220,9 +222,11 @@ def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
         net = es2.compile(model, device=device, precision=precision, fit=True)
         assert all(r.ok for r in es2_drivers.check(net, table.driver))
         if precision == "highp":  # llvmpipe computes mediump in float32: no byte prediction
-            kept, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
-            plain = es2.compile(model).run(image, keep=True)
-            for name, stored in predicted.items():
-                np.testing.assert_array_equal(kept[name], plain[name], err_msg=name)
-                assert np.mean(kept[name] == stored) >= 0.9999, name
-                assert np.abs(kept[name].astype(int) - stored).max() <= 1, name
+            kept, plain = net.run(image, keep=True), es2.compile(model).run(image, keep=True)
+            for name, stored in plain.items():
+                np.testing.assert_array_equal(kept[name], stored, err_msg=name)
+            gpu, emulated = net.run(image), net.emulate(image)
+            if gpu.ndim == 1:  # logits
+                assert gpu.argmax() == emulated.argmax()
+            else:
+                assert np.mean(np.round(gpu * 255) == np.round(emulated * 255)) >= 0.999
