@@ -86,7 +86,7 @@ def fit(graph, generate, target: str):
                            f"compiler refused it ({_reason(failed, layer)})")
     single = dict.fromkeys(p.op for p, r in zip(passes, reports)
                            if r.stats.get("threads") == 1 and "estimated_cycles" in r.stats
-                           and isinstance(graph.op(p.op), ir.Conv))
+                           and _padded(graph.op(p.op)))
     for layer in single:
         trial = {**options, layer: {**options.get(layer, {}), "inline_masks": True}}
         new_passes, new_reports = _compiled(generate, trial, target)
@@ -99,6 +99,11 @@ def fit(graph, generate, target: str):
             changes.append(f"layer {layer!r}: padding masks computed per tap, {threads} threads "
                            f"instead of 1 on {gpu}: estimated cycles {before:,} -> {after:,}")
     return passes, reports, changes
+
+
+def _padded(op) -> bool:
+    """A convolution with padding masks to move (see ``shaders.coordinates``)."""
+    return isinstance(op, ir.Conv) and op.padding == "same" and op.size > 1
 
 
 def _compiled(generate, options, target):
