@@ -45,3 +45,16 @@ def test_check_writable_refuses_what_would_fail(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(NotADirectoryError, match="is a file, not a folder"):
         check_writable(tmp_path / "f" / "page", folder=True)
+
+
+def test_a_classifier_given_to_upscale_is_refused_before_it_runs(tmp_path, capsys):
+    from PIL import Image
+
+    from workbench.nets.models import reference_cifar10
+
+    Image.new("RGB", (16, 16)).save(tmp_path / "in.png")
+    argv = ["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+            "--model", str(reference_cifar10())]
+    assert main(argv) == 2
+    assert "is not an RGB SR net (its last layer is a Dense)" in _one_line(capsys)
+    assert not (tmp_path / "out.png").exists()

@@ -131,8 +131,9 @@ def test_cli(tmp_path, toy_zip, monkeypatch, capsys):
     root = tmp_path / "data"
     assert main(["fetch-data", "--root", str(root)]) == 0  # default names
     assert len(sr_images("Toy", root=root)) == 2
-    assert main(["fetch-data", "--root", str(root), "Bogus"]) == 1
-    assert "Bogus" in capsys.readouterr().err
+    assert main(["fetch-data", "--root", str(root), "Bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Bogus" in err and err.count("\n") == 1
     assert main(["fetch-data", "--root", str(root), "--force", "Toy"]) == 0
 
 

@@ -456,7 +456,7 @@ def run(args):
             return 0 if all(c.state in ("ok", "unverified") for c in checks) else 1
         fetch(names, root, manifest, force=args.force, allow_unverified=args.allow_unverified,
               cache=getattr(args, "cache", None))
-    except (FetchError, OSError) as e:
-        print(f"fetch-data: {e}", file=sys.stderr)
-        return 1
+    except (FetchError, OSError) as e:  # one line and exit 2, as every command's errors
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0

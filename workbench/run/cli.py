@@ -67,7 +67,8 @@ def _export_web(args):
                        check_model=model if args.check else None)
     check = "?check=1 runs the self-check" if args.check else ""
     print(f"{index}: {len(net.passes)} passes. Open it through a web server, e.g.\n"
-          f"  python3 -m http.server -d {args.out}   # then http://localhost:8000/{check}")
+          f"  python3 -m http.server --bind 127.0.0.1 -d {args.out}   # then "
+          f"http://localhost:8000/{check}")
     return 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import es2, references, tables
+from workbench import es2, ir, references, tables
 from workbench.data import datasets, images, metrics
 from workbench.es2 import emulate, limits, tiling
 from workbench.files import read_json, write_json
@@ -159,6 +159,12 @@ def upscale_file(source, target, model_path, precision=None, quality=95, device=
     table = limits.profile(device, draw_buffers)
     images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
     net, _ = es2.load_net(model_path, precision, table, draw_buffers)
+    out = net.graph.op(net.graph.output)
+    if not (isinstance(out, ir.DepthToSpace) and out.chroma_from):
+        raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
+                         f"layer is a {type(out).__name__}); upscale takes one whose last layer "
+                         "puts the sub-pixels and the chroma back together, as "
+                         "models/sr_x2_reference.keras")
     image = images.load_image(source)
     max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
     max_size = min(max_size, table.max_texture_size or max_size)

@@ -40,7 +40,7 @@ async function fetchFile(url, as) {
   } catch (error) {
     const hint = location.protocol === "file:"
       ? " Browsers do not let a page opened from file:// read its files: serve the folder, "
-        + "e.g. `python3 -m http.server -d <folder>`, and open http://localhost:8000/."
+        + "e.g. `python3 -m http.server --bind 127.0.0.1 -d <folder>`, and open http://localhost:8000/."
       : "";
     throw new Error(`could not fetch ${url} (${error.message}).${hint}`);
   }
