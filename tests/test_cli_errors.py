@@ -25,6 +25,9 @@ def test_outputs_that_cannot_be_written_are_named_before_the_work(tmp_path, caps
     (tmp_path / "file").write_text("x")
     assert main(["export-web", "--out", str(tmp_path / "file" / "page")]) == 2
     assert "is a file, not a folder" in _one_line(capsys)
+    for dot in (".", str(tmp_path / "sub" / "..")):
+        assert main(["export-web", "--out", dot]) == 2
+        assert "give the folder to write by its name" in _one_line(capsys)
 
 
 @pytest.mark.parametrize("argv, says", [

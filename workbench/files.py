@@ -80,6 +80,9 @@ def check_writable(path, folder=False) -> Path:
     folder above it (read-only file systems included).  Called before the work, so that a
     command does not fail only after it."""
     path = Path(path)
+    if folder and (not path.name or path.name == ".."):  # ".", "/", "..": a folder to replace
+        raise IsADirectoryError(f"{path}: give the folder to write by its name (the "
+                                "workbench replaces a folder it writes whole)")
     if len(os.fsencode(path.name)) > NAME_MAX:
         raise OSError(f"{path.name[:40]}...: a name of {len(os.fsencode(path.name))} bytes; "
                       f"file systems take {NAME_MAX}")
