@@ -3,7 +3,7 @@
 #   make test        the test suite (what CI runs)
 # Each does its own set-up: system libraries (apt, when root), .venv, pip install,
 # TensorFlow.js from npm into .cache/tfjs (when npm is there; only `bench web` uses it), and the
-# target GPUs' Mesa drivers with their drm-shims into .cache/mesa (`make drivers`, once a machine).
+# target GPUs' Mesa drivers with their drm-shims into ~/.cache/workbench/mesa (`make drivers`, once a machine).
 
 PYTHON ?= python3
 VENV := .venv
