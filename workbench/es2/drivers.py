@@ -26,7 +26,7 @@ class DriverRejected(LimitError):
 def check(net, target: str) -> list[drivers.ProgramReport]:
     """What the driver of ``target`` (:data:`workbench.gl.drivers.TARGETS`) says of every
     program of ``net``, in pass order."""
-    return _compiled(lambda _: net.passes, None, target)[1]
+    return _reports(net.passes, target)
 
 
 def failures(net, reports) -> list[tuple]:
@@ -106,10 +106,14 @@ def _padded(op) -> bool:
     return isinstance(op, ir.Conv) and op.padding == "same" and op.size > 1
 
 
+def _reports(passes, target) -> list[drivers.ProgramReport]:
+    return drivers.compile_programs(target, VERTEX_SHADER,
+                                    [(p.name, p.source, len(p.outputs)) for p in passes])
+
+
 def _compiled(generate, options, target):
     passes = generate(options)
-    return passes, drivers.compile_programs(
-        target, VERTEX_SHADER, [(p.name, p.source, len(p.outputs)) for p in passes])
+    return passes, _reports(passes, target)
 
 
 def _reason(failed, layer) -> str:

@@ -2,20 +2,21 @@
 
 Mesa's surfaceless platform (``EGL_PLATFORM=surfaceless``), ``EGL_CONTEXT_CLIENT_VERSION 2``:
 a real ES 2.0 context, as the target GPUs' drivers offer (they refuse desktop GL contexts).
-The bundle's ``run.py`` has its own copy of this (it ships without the workbench)."""
+The bundle's ``run.py`` has its own copy of this (it ships without the workbench).
+:func:`gl_function` serves every GL child process (the moderngl worker too)."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
 
-os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
-from OpenGL import EGL  # noqa: E402
-
 
 def es2_context():
     """Make an ES 2.0 context current (no surface where EGL_KHR_surfaceless_context is
     offered, else a 1x1 pbuffer); returns the display."""
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")  # before PyOpenGL is imported
+    from OpenGL import EGL
+
     display = EGL.eglGetDisplay(EGL.EGL_DEFAULT_DISPLAY)
     major, minor = EGL.EGLint(), EGL.EGLint()
     if not display or not EGL.eglInitialize(display, ctypes.pointer(major), ctypes.pointer(minor)):

@@ -9,7 +9,6 @@ replies on stdout).  This module must never import TensorFlow or Keras.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import pickle
 import signal
@@ -18,6 +17,8 @@ import time
 import traceback
 
 import numpy as np
+
+from workbench.gl.egl import gl_function
 
 
 class Worker:
@@ -150,13 +151,7 @@ class Worker:
 
 def _gl_call(name, restype, argtypes, *args):
     """Call the GL function ``name`` of the current (EGL) context; moderngl does not wrap it."""
-    egl = ctypes.CDLL(ctypes.util.find_library("EGL") or "libEGL.so.1")
-    egl.eglGetProcAddress.restype = ctypes.c_void_p
-    egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
-    address = egl.eglGetProcAddress(name.encode())
-    if not address:
-        raise RuntimeError(f"{name} is not available in this GL context")
-    return ctypes.CFUNCTYPE(restype, *argtypes)(address)(*args)
+    return gl_function(name, restype, argtypes)(*args)
 
 
 def _precision_format(kind):

@@ -94,12 +94,13 @@ def _bundle(args):
 
 
 def _drivers(args):
+    from workbench.gl.drivers import target
     from workbench.nets.models import load_model, reference_sr
     from workbench.studies import compilers
 
     targets = _names(args.target)
-    for t in targets:
-        compilers.drivers.target(t)  # an unknown name: one line before any work
+    for name in targets:
+        target(name)  # an unknown name: one line before any work
     models, sizes = {}, {}
     for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
         if name in ("sr", "sr-mrt4"):
