@@ -22,7 +22,7 @@ from workbench.__main__ import main
 from workbench.data import metrics
 from workbench.es2 import bundle
 from workbench.nets import classify
-from workbench.nets.models import dogs_classifier, sr_x2
+from workbench.nets.models import dogs_classifier, load_model, reference_sr, sr_x2
 
 pytestmark = pytest.mark.gl
 
@@ -115,6 +115,27 @@ def test_run_py_fails_below_the_threshold(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "BELOW" in result.stdout
     assert run_bundle(directory, "--threshold", "0.99").returncode == 0
+
+
+def test_mediump_bundle_passes_its_own_check(tmp_path):
+    """A mediump net's expected bytes are the float16 prediction, judged within the band that
+    separates it from the float32 one (a GPU's mediump may be either): llvmpipe computes
+    mediump in neither exactly (it matched only 67.5 % of the highp emulator's bytes), and
+    the bundle passes on the machine that made it."""
+    model = load_model(reference_sr())
+    net = es2.compile(model, precision="mediump")
+    directory = bundle.bundle(net, model, tmp_path / "m", inputs=bundle.test_images(net.graph, 1))
+    spec = json.loads((directory / "bundle.json").read_text())
+    assert spec["precision"] == "mediump" and 1 <= spec["levels"] <= 8
+    entry = spec["inputs"][0]
+    image = np.load(directory / entry["input"])[..., :3] / np.float32(255)
+    np.testing.assert_array_equal(np.load(directory / entry["expected"]),
+                                  net.emulate(image, keep=True, precision="mediump")["subpixels"])
+    result = run_bundle(directory)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"within {spec['levels']} levels" in result.stdout
+    report = json.loads((directory / "report.json").read_text())["inputs"][0]
+    assert report["bytes_within_levels"] >= bundle.THRESHOLD > report["bytes_equal_emulator"]
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):

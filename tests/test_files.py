@@ -104,3 +104,56 @@ def test_atomic_dir_interrupted_write_leaves_old_folder(tmp_path):
             raise KeyboardInterrupt
     assert sorted(os.listdir(target)) == sorted([MARKER, "good.png"])
     assert os.listdir(tmp_path) == ["set"]
+
+
+KILLED_BETWEEN_RENAMES = """
+import os, signal, sys
+from workbench import files
+files._exchange = lambda a, b: False  # the fallback: two renames
+rename = os.rename
+def rename_then_die(a, b):
+    rename(a, b)
+    if str(b).endswith(".old"):
+        os.kill(os.getpid(), signal.SIGKILL)
+os.rename = rename_then_die
+with files.atomic_dir(sys.argv[1]) as stage:
+    (stage / "new.txt").write_text("new")
+"""
+
+
+def test_atomic_dir_puts_back_a_folder_a_kill_left_aside(tmp_path):
+    """Killed between the fallback's two renames, a run leaves nothing at the target and the
+    old folder hidden as ``.set.<pid>.*.old`` beside the new one
+    (``.partial``); the next run puts the old one back and removes the other."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "set"
+    with atomic_dir(target) as stage:
+        (stage / "old.txt").write_text("old")
+    killed = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_RENAMES, str(target)],
+                            check=False)
+    assert killed.returncode == -9 and not target.exists()
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".old", ".partial"]
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(target):
+            assert (target / "old.txt").read_text() == "old"
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == ["set"] and (target / "old.txt").read_text() == "old"
+
+
+def test_atomic_dir_removes_dead_runs_partial_folders_only(tmp_path):
+    """A ``.partial`` folder of a process that is gone is removed by the next run; one of a
+    live process (its work in progress) stays."""
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    leftovers = [tmp_path / f".set.{dead.pid}.ab12.partial",
+                 tmp_path / f".set.{os.getpid()}.cd34.partial"]
+    for p in leftovers:
+        p.mkdir()
+        (p / "half.png").write_bytes(b"ha")
+    with atomic_dir(tmp_path / "set") as stage:
+        (stage / "a.txt").write_text("a")
+    assert sorted(os.listdir(tmp_path)) == sorted([leftovers[1].name, "set"])

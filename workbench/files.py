@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -111,15 +112,18 @@ def atomic_dir(path, force=False, repair=False):
     ``path`` is replaced only if it is empty, carries that marker, or ``force`` is true; otherwise
     ``FolderNotReplaceable`` is raised before anything is written. If the body raises (or the
     process dies) the old folder stays as it was; the staging folder is removed (or, after a
-    kill, left as a hidden ``.<name>.*.partial`` folder beside it).  The swap itself is one
-    atomic step where Linux offers it (:func:`_exchange`), so a kill never leaves nothing at
-    ``path``.  ``repair``: files the marker lists may have changed (a data set whose checksums
+    kill, left as a hidden ``.<name>.<pid>.*.partial`` folder beside it, which the next call
+    for ``path`` removes).  The swap itself is one atomic step where Linux offers it
+    (:func:`_exchange`), so a kill never leaves nothing at ``path``; where it falls back on two
+    renames, the next call puts back an old folder a kill left between them.  ``repair``: files the marker lists may have changed (a data set whose checksums
     failed is fetched again); a file it does not list still stops the replacement.
     """
     path = check_writable(path, folder=True)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _recover(path)
     _check_replaceable(path, force, repair)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".partial",
+                                    dir=path.parent))
     old = None
     try:
         os.chmod(staging, _mode_of(path, 0o777))  # mkdtemp creates 0700
@@ -148,6 +152,33 @@ def atomic_dir(path, force=False, repair=False):
                 shutil.rmtree(p, ignore_errors=True)
             elif p is not None and (p.exists() or p.is_symlink()):
                 p.unlink()
+
+
+def _recover(path: Path):
+    """Clean up after an :func:`atomic_dir` that was killed: put back an old folder that the
+    kill left renamed aside with nothing at ``path`` (``.<name>.<pid>.*.old``), and remove the
+    leftovers of dead processes (an ``.old`` whose replacement is in place, a half-written
+    ``.partial``).  Leftovers of a live process are its work in progress and stay."""
+    for leftover in sorted(path.parent.glob(f".{glob.escape(path.name)}.*.*")):
+        pid, _, rest = leftover.name[len(path.name) + 2:].partition(".")
+        if (not pid.isdigit() or not rest.endswith((".old", ".partial"))
+                or not leftover.is_dir() or leftover.is_symlink() or _alive(int(pid))):
+            continue
+        if rest.endswith(".old") and not (path.exists() or path.is_symlink()):
+            os.rename(leftover, path)
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -8,7 +8,9 @@ standalone runner, to check a GPU where the workbench is not installed (a Raspbe
   pass's uniform values), the output tensor and its kind, the check threshold, the inputs;
 * ``checks/<name>.input.npy``: a test input as uploaded (uint8 HxWx(4*packs), see
   :mod:`workbench.es2.runner`); ``checks/<name>.expected.npy``: the emulator's bytes of the
-  output texture (uint8, the same layout); ``checks/<name>.tf.npy``: TensorFlow's float32
+  output texture (uint8, the same layout; for a ``mediump`` net its float16 prediction, and
+  ``bundle.json``'s ``levels`` the most the float32 prediction differs from it, the band in
+  which a GPU's mediump may land); ``checks/<name>.tf.npy``: TensorFlow's float32
   output (HxWxC in [0, 1], or a classifier's logits);
 * ``run.py`` (from ``workbench/es2/bundle_run.py``): Python 3 + numpy + PyOpenGL through EGL
   and OpenGL ES 2.0; it runs the inputs, compares, and writes a device report (see its
@@ -29,7 +31,8 @@ from workbench.files import write_folder
 from workbench.nets import superres
 
 RUNNER = "bundle_run.py"  # shipped beside this module, written as run.py
-THRESHOLD = 0.999  # least share of output bytes equal to the emulator's for run.py's exit 0
+THRESHOLD = 0.999  # least share of output bytes equal to the emulator's (within ``levels``)
+#                    for run.py's exit 0
 
 
 def test_images(graph: ir.Graph, count=2, size=(64, 64)) -> list[tuple[str, np.ndarray]]:
@@ -107,16 +110,21 @@ def files(net, model, inputs=None, threshold=None) -> dict:
     if len(sizes) != 1:
         raise ValueError(f"bundle inputs: all must have one size, got {sorted(sizes)}")
     runner = (resources.files("workbench") / "es2" / RUNNER).read_bytes()
-    contents, entries = {**net.files(), "run.py": runner}, []
+    contents, entries, levels = {**net.files(), "run.py": runner}, [], 0
     for name, image in inputs:
         image = graph.input_image(image)
         entry = {"name": name, **{k: f"checks/{name}.{k}.npy"
                                   for k in ("input", "expected", "tf")}}
         contents[entry["input"]] = emulate.to_packs(image, opaque=graph.input.rgb)
-        contents[entry["expected"]] = net.emulate(image, keep=True)[graph.output]
+        expected = net.emulate(image, keep=True, precision=net.precision)[graph.output]
+        if net.precision == "mediump":  # a GPU may compute mediump in float16 or float32
+            highp = net.emulate(image, keep=True)[graph.output]
+            levels = max(levels, int(np.abs(highp.astype(np.int16) - expected).max()))
+        contents[entry["expected"]] = expected
         contents[entry["tf"]] = tf_output(model, graph, image)
         entries.append(entry)
     contents["bundle.json"] = {"format": "workbench-bundle/1", "name": graph.name,
+                               "precision": net.precision, "levels": levels,
                                "threshold": threshold, "output": output_spec(graph),
                                "plan": run_plan(net, sizes.pop()), "inputs": entries}
     return contents

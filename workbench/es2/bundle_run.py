@@ -21,10 +21,12 @@ current where EGL lacks surfaceless contexts).
 It compiles every program, runs each test input as the workbench runs it (one RGBA8 texture
 per pack of 4 channels, CLAMP_TO_EDGE, filter as bound; a fullscreen quad per pass; the
 uniforms and viewports of ``bundle.json``), reads the output texture back and compares it
-with the emulator's bytes (share equal) and TF's output (PSNR, or the logits of a
-classifier).  Writes a device report (``workbench-device-report/1``, source ``bundle``) for
-``python -m workbench devices``.  Exit status 1 when an input's share of bytes equal to the
-emulator is below ``--threshold``.
+with the emulator's bytes (share equal; for a mediump net, whose GPU may compute in float16
+or float32, the share within the bundle's ``levels`` of the float16 prediction) and TF's
+output (PSNR, or the logits of a classifier).  Writes a device report
+(``workbench-device-report/1``, source ``bundle``) for ``python -m workbench devices``.
+Exit status 1 when an input's share of bytes equal to the emulator (within ``levels``) is
+below ``--threshold``.
 
 ``first_draw_ms`` includes the driver's own shader translation, which Mesa does at the first
 draw and keeps in its on-disk cache: a second run is much faster (set
@@ -244,9 +246,13 @@ def fixed16_logits(stored, output):
     return ((b[:, 0] * 256 + b[:, 1] - 32768) / 256.0)[:output["count"]]
 
 
-def check(stored, expected, tf, output):
-    """One input's entry of the report: its output against the emulator and TF."""
+def check(stored, expected, tf, output, levels=0):
+    """One input's entry of the report: its output against the emulator and TF;
+    ``levels``: the bundle's band for a mediump net (0: bytes must be equal)."""
     entry = {"bytes_equal_emulator": float(np.mean(stored == expected))}
+    if levels:
+        diff = np.abs(stored.astype(np.int16) - expected)
+        entry["bytes_within_levels"] = float(np.mean(diff <= levels))
     if output["kind"] == "logits":
         logits = fixed16_logits(stored, output)
         entry.update(logits=logits.tolist(),
@@ -268,7 +274,8 @@ def main(argv=None):
     manifest_bytes = (HERE / "manifest.json").read_bytes()
     manifest, bundle = json.loads(manifest_bytes), json.loads((HERE / "bundle.json").read_text())
     threshold = bundle["threshold"] if args.threshold is None else args.threshold
-    output = bundle["output"]
+    output, levels = bundle["output"], bundle.get("levels", 0)
+    judged = "bytes_within_levels" if levels else "bytes_equal_emulator"
 
     egl = egl_context()
     device = device_info()
@@ -283,7 +290,7 @@ def main(argv=None):
     for name, image, expected, tf in checks:
         stored, _ = net.run(output["tensor"], output["packs"], image)
         inputs.append({"name": name, "width": stored.shape[1], "height": stored.shape[0],
-                       **check(stored, expected, tf, output),
+                       **check(stored, expected, tf, output, levels),
                        "output": base64.b64encode(stored.tobytes()).decode()})
     report = {"format": "workbench-device-report/1", "source": "bundle",
               "model": manifest["name"],
@@ -307,8 +314,9 @@ def main(argv=None):
             "identical" if e["psnr_vs_tf"] is None else f"{e['psnr_vs_tf']:.2f}")
         print(f"{e['name']:24} {e['width']:>4}x{e['height']:<4} "
               f"{100 * e['bytes_equal_emulator']:>19.3f} {vs_tf!s:>14}")
-    worst = min(e["bytes_equal_emulator"] for e in inputs)
-    print(f"{args.report}: written; bytes equal to the emulator: worst "
+    worst = min(e[judged] for e in inputs)
+    band = f" (mediump: within {levels} levels)" if levels else ""
+    print(f"{args.report}: written; bytes equal to the emulator{band}: worst "
           f"{100 * worst:.3f} % ({'ok' if worst >= threshold else 'BELOW'} threshold "
           f"{100 * threshold:.1f} %)")
     return 0 if worst >= threshold else 1
