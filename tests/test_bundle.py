@@ -155,6 +155,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
     assert "not written by the workbench" in err
+    assert "use --force" in err and "force=True" not in err  # the command line's words
     assert [p.name for p in users.iterdir()] == ["notes.txt"]
     assert main(["bundle", "--model", str(tmp_path / "m.keras"), "--out", str(users),
                  "--force"]) == 0

@@ -1,6 +1,8 @@
+import errno
 import hashlib
 import io
 import json
+import os
 import pickle
 import re
 import socket
@@ -365,6 +367,25 @@ def test_offline_message_names_data_set_and_url(tmp_path, cifar_archive, where):
     assert message.startswith(f"cifar10: cannot download {url} (") and "offline" in message
     assert "\n" not in message
     assert not root.exists()
+
+
+@pytest.mark.parametrize("how", ["file in the way", "disk full"])
+def test_an_unwritable_cache_is_named_not_called_offline(tmp_path, toy_zip, monkeypatch, how):
+    """A download cache that cannot be written is not the network's fault: the message names
+    the cache and the way to move it, not "offline?"."""
+    manifest, cache = manifest_for(toy_zip, sha256(toy_zip)), tmp_path / "cache"
+    if how == "file in the way":
+        cache.write_text("a file where the cache folder should be")
+    else:
+        def full(url, output_file, pooch_obj):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(output_file))
+        monkeypatch.setattr("workbench.data.fetch._downloader", full)
+    with pytest.raises(FetchError) as e:
+        fetch(["Toy"], tmp_path / "data", manifest, cache=cache)
+    message = str(e.value)
+    assert message.startswith("Toy: cannot write the download cache (") and "--cache" in message
+    assert "offline" not in message and "\n" not in message
+    assert (how != "disk full") or "No space left on device" in message
 
 
 def test_missing_names_what_to_fetch_and_the_command(tmp_path, toy_zip, monkeypatch):

@@ -70,7 +70,8 @@ def test_atomic_dir_refuses_a_users_folder_unless_forced(tmp_path):
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("precious")
-    with pytest.raises(FolderNotReplaceable, match=f"{target}.*not written by the workbench.*force"):
+    with pytest.raises(FolderNotReplaceable,
+                       match=f"{target}.*not written by the workbench.*pass force=True"):
         with atomic_dir(target) as stage:
             (stage / "x").write_text("x")
     assert os.listdir(target) == ["notes.txt"] and os.listdir(tmp_path) == ["mine"]

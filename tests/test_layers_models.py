@@ -134,3 +134,17 @@ def test_a_zip_that_is_not_a_model_is_named(tmp_path):
     with pytest.raises(ModelFileError, match=r"other\.keras: not a readable Keras model \(") as err:
         load_model(tmp_path / "other.keras")
     assert "\n" not in str(err.value)
+
+
+def test_a_lambda_layer_is_named_as_unsafe_code(tmp_path):
+    """Keras' own refusal speaks its API (``safe_mode=False``); the workbench names the layer
+    and says why: Python code in the file, not run in safe mode, and no shader could."""
+    inputs = keras.Input((8, 8, 3))
+    doubled = keras.layers.Lambda(lambda x: 2 * x, name="double")(inputs)
+    outputs = keras.layers.Conv2D(4, 3)(doubled)
+    keras.Model(inputs, outputs).save(tmp_path / "lam.keras")
+    with pytest.raises(ModelFileError) as err:
+        load_model(tmp_path / "lam.keras")
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'lam.keras'}: layer 'double' is a Lambda layer")
+    assert "safe mode" in message and "safe_mode" not in message and "\n" not in message

@@ -80,7 +80,7 @@ def test_a_folder_with_files_the_workbench_did_not_write_is_kept(tmp_path):
     net.save(folder)  # its own files only: replaced without force
     (folder / "thesis.tex").write_text("my thesis")
     with pytest.raises(FolderNotReplaceable, match=r"net: thesis.tex was not written by the "
-                                                   r"workbench; .*--force"):
+                                                   r"workbench; .*force=True"):
         net.save(folder)
     assert (folder / "thesis.tex").read_text() == "my thesis"
     (folder / "thesis.tex").unlink()

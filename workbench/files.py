@@ -101,7 +101,19 @@ def check_writable(path, folder=False) -> Path:
 
 
 class FolderNotReplaceable(FileExistsError):
-    """atomic_dir would replace a folder it did not write; the message names the folder."""
+    """atomic_dir would replace a folder it did not write: ``reason`` names the folder and
+    what is in the way; the message adds the cure in the API's words (``force=True``),
+    :meth:`command_line` in the command line's (``--force``)."""
+
+    def __init__(self, reason, cure=True):
+        self.reason = reason
+        self.cure = cure
+        super().__init__(f"{reason}; move it away, or pass force=True to replace the folder "
+                         "whole" if cure else reason)
+
+    def command_line(self) -> str:
+        return (f"{self.reason}; move it away, or use --force to replace the folder whole"
+                if self.cure else self.reason)
 
 
 @contextlib.contextmanager
@@ -215,12 +227,11 @@ def _check_replaceable(path, force, repair=False):
     if force or not (path.exists() or path.is_symlink()):
         return
     if not path.is_dir() or path.is_symlink():
-        raise FolderNotReplaceable(f"{path}: exists and is not a folder; move it away first")
-    cure = "move it away, or use --force (force=True) to replace the folder whole"
+        raise FolderNotReplaceable(f"{path}: exists and is not a folder; move it away first",
+                                   cure=False)
     if any(path.iterdir()) and not (path / MARKER).is_file():
         raise FolderNotReplaceable(
-            f"{path}: folder is not empty and was not written by the workbench (no {MARKER});"
-            f" {cure}")
+            f"{path}: folder is not empty and was not written by the workbench (no {MARKER})")
     try:
         listed = json.loads((path / MARKER).read_text())["files"]
     except (ValueError, KeyError, TypeError, OSError):
@@ -228,7 +239,7 @@ def _check_replaceable(path, force, repair=False):
     for rel, entry in _listing(path).items():
         if rel not in listed or (listed[rel] != entry and not repair):
             why = "was not written by the workbench" if rel not in listed else "changed since"
-            raise FolderNotReplaceable(f"{path}: {rel} {why}; {cure}")
+            raise FolderNotReplaceable(f"{path}: {rel} {why}")
 
 
 def write_folder(path, contents: dict, force=False) -> Path:

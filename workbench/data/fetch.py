@@ -17,6 +17,7 @@ naming its files, or the manifest's hashes of single files); a corrupt one that 
 is fetched again, one it did not write is reported and left alone unless --force.
 """
 
+import errno
 import hashlib
 import io
 import json
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.data.datasets import REPO_DATA
-from workbench.files import MARKER, FolderNotReplaceable, atomic_dir
+from workbench.files import MARKER, FolderNotReplaceable, atomic_dir, check_writable
 
 MANIFEST = Path(__file__).with_name("data_manifest.json")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -258,7 +259,7 @@ def fetch(names, root, manifest=None, force=False, allow_unverified=False, cache
                         _unpack(file, stage, src.get("subdir"))
                 _write_sums(stage)
         except FolderNotReplaceable as e:
-            raise FetchError(f"{name}: {e}") from None
+            raise FetchError(f"{name}: {e.command_line()}") from None
         print(f"{name}: {target}")
     return targets
 
@@ -297,6 +298,8 @@ def _download(name, src, cache, allow_unverified):
         msg = f"sha256 mismatch, expected {m[1]}, got {m[2]}" if m else str(e).splitlines()[0]
         raise FetchError(f"{name}: {_basename(url)} from {url}: {msg}") from None
     except (OSError, requests.exceptions.RequestException) as e:
+        if not isinstance(e, requests.exceptions.RequestException):
+            _check_cache(name, Path(cache) / fname, e)
         reason = (str(e) if isinstance(e, requests.exceptions.HTTPError)
                   else type(e).__name__ if isinstance(e, requests.exceptions.RequestException)
                   else f"{type(e).__name__}: {e.strerror or e}")
@@ -312,6 +315,18 @@ def _download(name, src, cache, allow_unverified):
                 f"{name}: {path.name} from {url}: no sha256 in the manifest, computed {actual};"
                 " add it to the manifest or pass --allow-unverified")
     return path
+
+
+def _check_cache(name, file: Path, error: OSError):
+    """Raise FetchError naming the download cache when ``error`` came from writing ``file``
+    into it (no permission, a read-only or full disk, a file where a folder should be)."""
+    try:
+        check_writable(file)
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            raise OSError(f"{file.parent}: {error.strerror}")
+    except OSError as bad:
+        raise FetchError(f"{name}: cannot write the download cache ({bad}); give a writable "
+                         "folder with --cache or $WORKBENCH_CACHE") from None
 
 
 def _unpack(file, dest, subdir=None):

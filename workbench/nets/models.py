@@ -41,9 +41,39 @@ def load_model(path) -> keras.Model:
     try:
         return keras.models.load_model(path)
     except Exception as e:  # Keras, h5py and zipfile raise many kinds; keep the first line
+        lambdas = _lambda_layers(path) if "Lambda" in str(e) else []
+        if lambdas:
+            raise ModelFileError(
+                f"{path}: layer {lambdas[0]!r} is a Lambda layer, Python code stored in the "
+                "file: the workbench loads models in Keras' safe mode, which does not run it "
+                "(and no shader could); build the model from standard layers") from None
         first = (str(e).strip().splitlines() or [""])[0]
         raise ModelFileError(f"{path}: not a readable Keras model ({type(e).__name__}: "
                              f"{first})") from e
+
+def _lambda_layers(path) -> list[str]:
+    """Names of the Lambda layers in a ``.keras`` file's config (without loading it)."""
+    import json
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            config = json.loads(z.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return []
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("class_name") == "Lambda":
+                found.append(node.get("config", {}).get("name", "?"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk(config)
+    return found
+
 
 def reference_sr() -> Path:
     """The x2 SR reference checkpoint of this checkout (``models/sr_x2_reference.keras``, with

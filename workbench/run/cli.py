@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from workbench.files import FolderNotReplaceable
+
 # OSError: permissions, a full disk, a name too long; the GL errors: a driver's or the GL
 # worker's refusal (its first line; --debug shows the worker's traceback)
 USER_ERRORS = (ValueError, KeyError, OSError)
@@ -316,6 +318,8 @@ def main(argv=None) -> int:
         if args.debug:
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        if isinstance(err, FolderNotReplaceable):
+            message = err.command_line()
         lines = str(message).strip().splitlines() or [type(err).__name__]
         if isinstance(err, gl.GLError) and len(lines) > 1:  # a worker's traceback: its last
             lines = [f"{lines[0]} {lines[-1]}", *lines[1:]]    # line says what went wrong
