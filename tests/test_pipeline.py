@@ -117,7 +117,25 @@ def test_overrides_are_scoped_to_one_notebook(project):
         run(overrides={"a.steps": 1})
     with pytest.raises(ValueError, match="--only nosuch: not a notebook of profile 'p'"):
         run(only=["nosuch"])
+    with pytest.raises(ValueError, match=r"-p a.fail 'abc': a's fail takes true/false \(as "
+                                         r"False\), not a string"):
+        run(overrides={"a.fail": "abc"})
+    with pytest.raises(ValueError, match=r"-p d.log 3: d's log takes a string \(as '.*log"
+                                         r".txt'\), not a number"):
+        run(overrides={"d.log": 3})  # the default is None: the profile's value gives the kind
     assert not (root / "log.txt").exists()  # nothing ran
+
+
+def test_check_value_by_the_default_and_the_profile():
+    check = pipeline.check_value
+    check("steps", 3, "nb", 4)
+    check("lr", 3, "nb", 0.5)  # an int is a number
+    check("limit", None, "nb", None, 8)  # null fits a default None
+    check("limit", 20, "nb", None, 8)
+    check("anything", [1], "nb", None)  # nothing says its kind
+    for value, default in ((1.5, [1]), ("abc", 6), (None, 6), (True, "x"), ({"a": 1}, [1])):
+        with pytest.raises(ValueError, match=f"-p k {value!r}: nb's k takes"):
+            check("k", value, "nb", default)
 
 
 def test_cli_reports_a_bad_run_in_one_line(capsys):

@@ -59,8 +59,9 @@ def test_failed_point_is_named_and_keeps_its_output(square):
 
 
 def test_typos_are_refused_before_any_point_runs(square):
-    """An unknown profile, an unknown -p key and --workers 0 are one line each; nothing runs
-    and no folder is written (they used to run with the notebook's defaults and exit 0)."""
+    """An unknown profile, an unknown -p key, a value of the wrong kind and --workers 0 are one
+    line each; nothing runs and no folder is written (they used to run with the notebook's
+    defaults and exit 0, or fail in a cell after the kernel started)."""
     root, run = square
     books, profiles = root / "notebooks", root / "profiles.yml"
     cases = [(dict(profile="quik"), r"no profile 'quik'; profiles: quick"),
@@ -72,6 +73,9 @@ def test_typos_are_refused_before_any_point_runs(square):
                                          r"'sclae' \(it has: scale, x\)"):
         sweep.run("square", {"sclae": [1]}, out_dir=root / "typo", notebooks_dir=books,
                   profiles=profiles)
+    with pytest.raises(ValueError, match=r"-p x 'abc': square's x takes a number \(as 0\), "
+                                         r"not a string"):
+        run("typo", xs=(1, "abc"))
     assert not (root / "typo").exists()
 
 
@@ -87,3 +91,21 @@ def test_parallel_sweeps_give_the_same_table(square):
     for name in ("serial", "workers", "dask"):
         assert (root / name / "sweep.csv").read_text() == (root / "serial" / "sweep.csv").read_text()
         assert len(list((root / name).glob("square-*.ipynb"))) == 3  # collected back here
+
+
+def test_an_unreachable_dask_scheduler_is_one_line_before_any_folder(square):
+    """It was a traceback after 30 s, with the sweep's folder already made."""
+    import socket
+    import time
+
+    pytest.importorskip("dask.distributed")
+    root, run = square
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"--dask tcp://127.0.0.1:{port}: no Dask "
+                                              r"scheduler answers there \(") as err:
+        run("nodask", dask=f"tcp://127.0.0.1:{port}")
+    assert "\n" not in str(err.value) and time.monotonic() - start < 25
+    assert not (root / "nodask").exists()

@@ -129,19 +129,55 @@ def fingerprint(notebook_path, parameters, upstream) -> str:
     return digest.hexdigest()
 
 
-def notebook_parameters(path) -> set[str]:
-    """The names in a notebook's ``parameters`` cell."""
+def notebook_parameters(path) -> dict:
+    """``{name: default value}`` of a notebook's ``parameters`` cell (a default that is not a
+    Python literal as ``...``)."""
+    import ast
+
     import papermill
 
-    return set(papermill.inspect_notebook(str(path)))
+    def literal(text):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return ...
+    return {name: literal(spec["default"])
+            for name, spec in papermill.inspect_notebook(str(path)).items()}
 
 
-def scope_overrides(overrides: dict, parameters: dict[str, set]) -> dict[str, dict]:
+_KINDS = ((bool, "true/false"), ((int, float), "a number"), (str, "a string"),
+          ((list, tuple), "a list"), (dict, "a mapping"))
+
+
+def _kind(value):
+    """The kind of a parameter value, as a notebook reads it (an int is a number)."""
+    if value is None:
+        return "null"
+    return next((name for types, name in _KINDS if isinstance(value, types)), "other")
+
+
+def check_value(key, value, notebook, default, profile_value=None):
+    """Raise ValueError, naming ``-p KEY``, when ``value`` is not of the kind of the notebook's
+    default or the profile's value for it (null fits where the default is None; a parameter
+    neither gives a kind, as a default ``None`` the profile does not set, takes anything)."""
+    kinds = {_kind(v) for v in (default, profile_value) if v is not None and v is not ...}
+    if not kinds or "other" in kinds or _kind(value) in kinds | (
+            {"null"} if default is None else set()):
+        return
+    shown = profile_value if profile_value is not None else default
+    raise ValueError(f"-p {key} {value!r}: {notebook}'s {key.rpartition('.')[2]} takes "
+                     f"{' or '.join(sorted(kinds))} (as {shown!r}), not {_kind(value)}")
+
+
+def scope_overrides(overrides: dict, parameters: dict[str, dict],
+                    profile: dict | None = None) -> dict[str, dict]:
     """``{"NOTEBOOK.KEY" or "KEY": value}`` -> ``{notebook: {key: value}}``.
 
-    ``parameters``: each notebook of the run and its parameter names.  A plain ``KEY`` goes
-    to the one notebook that has it; a key no notebook has, or that several have, is an
-    error that names them.
+    ``parameters``: each notebook of the run and its parameters' defaults
+    (:func:`notebook_parameters`); ``profile``: the profile's ``{notebook: parameters}``.  A
+    plain ``KEY`` goes to the one notebook that has it; a key no notebook has, or that
+    several have, or a value of the wrong kind (:func:`check_value`) is an error that names
+    them.
     """
     scoped = {}
     for key, value in (overrides or {}).items():
@@ -161,6 +197,8 @@ def scope_overrides(overrides: dict, parameters: dict[str, set]) -> dict[str, di
             if len(owners) > 1:
                 raise ValueError(f"-p {key}: {', '.join(owners)} all have {name!r}; "
                                  f"say which, e.g. -p {owners[0]}.{name} VALUE")
+        given = ((profile or {}).get(owners[0]) or {}).get(name)
+        check_value(key, value, owners[0], parameters[owners[0]][name], given)
         scoped.setdefault(owners[0], {})[name] = value
     return scoped
 
@@ -205,7 +243,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
                          f"(its notebooks: {', '.join(params)})")
     selected = [n for n in dependencies if n in params and (not only or n in only)]
     overrides = scope_overrides(overrides, {n: notebook_parameters(notebooks_dir / f"{n}.ipynb")
-                                            for n in selected})
+                                            for n in selected}, params)
     data = data if data is not None else {
         n: declarations(notebooks_dir / f"{n}.ipynb")["data"] for n in selected}
     ensure_data(selected, data, data_root, manifest)

@@ -94,10 +94,14 @@ def run(notebook, values: dict[str, list], profile="quick", collect="summary", o
         raise ValueError(f"--workers {workers}: give a whole number >= 1")
     params = pipeline.load_profile(profile, profiles, notebooks_dir).get(notebook) or {}
     known = pipeline.notebook_parameters(path)
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - set(known))
     if unknown:
         raise ValueError(f"-p {unknown[0]}: notebook {notebook!r} has no parameter "
                          f"{unknown[0]!r} (it has: {', '.join(sorted(known))})")
+    for key, options in values.items():
+        for value in options:
+            pipeline.check_value(key, value, notebook, known[key], params.get(key))
+    client = _client(dask) if dask else None  # before any folder: the address may be wrong
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out_dir or project_root() / "runs" / f"sweep-{stamp}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +115,7 @@ def run(notebook, values: dict[str, list], profile="quick", collect="summary", o
     print(f"sweep of {notebook}: {len(points)} points {where} -> {out_dir}", flush=True)
     results = {}  # point index -> (collected, error), as they finish
     with tqdm(total=len(points), desc=notebook, unit="point") as bar:
-        for i, (executed, collected, error) in _map(calls, workers, dask):
+        for i, (executed, collected, error) in _map(calls, workers, client):
             write_text(out_dir / f"{notebook}-{i}.ipynb", nbformat.writes(executed))
             results[i] = collected, error
             bar.update()
@@ -131,12 +135,26 @@ def run(notebook, values: dict[str, list], profile="quick", collect="summary", o
     return table
 
 
-def _map(calls, workers=1, dask=None):
-    """Yield ``(index, execute_point(*call))`` as the points finish."""
-    if dask:
-        from dask.distributed import Client, as_completed
+def _client(address, timeout=10):
+    """A Dask client of the scheduler at ``address``; ConnectionError in one line naming
+    ``--dask`` when none answers within ``timeout`` seconds."""
+    from dask.distributed import Client
 
-        with Client(dask) as client:
+    try:
+        return Client(address, timeout=timeout)
+    except (OSError, ValueError) as err:
+        raise ConnectionError(f"--dask {address}: no Dask scheduler answers there ("
+                              f"{str(err).splitlines()[0]}); start one (dask scheduler) or "
+                              "leave --dask out") from None
+
+
+def _map(calls, workers=1, client=None):
+    """Yield ``(index, execute_point(*call))`` as the points finish (on the Dask ``client``,
+    which this closes, or ``workers`` local processes)."""
+    if client is not None:
+        from dask.distributed import as_completed
+
+        with client:
             futures = {client.submit(execute_point, *call, pure=False): i
                        for i, call in enumerate(calls)}
             for future in as_completed(futures):
