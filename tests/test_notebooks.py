@@ -155,6 +155,35 @@ def test_report_names_missing_results(tmp_path):
     assert "_Not in this run: `notebooks/activations.ipynb` writes it._" in text
 
 
+def test_report_is_published_between_the_markers_only(tmp_path, capsys, monkeypatch):
+    """``report --publish`` puts the profile's report into docs/results.md between its two
+    marker lines, a heading level down, without the figure list; what is around is kept;
+    a file without the markers is refused in one line and left as it was."""
+    from workbench.run import report
+    from workbench.run.cli import main
+
+    figures = tmp_path / "figures" / "quick"
+    figures.mkdir(parents=True)
+    (figures / "x.png").write_bytes(b"")
+    results = tmp_path / "results.md"
+    results.write_text(f"# Results\n\nmine above\n{report.BEGIN}\nold\n{report.END}\n"
+                       "mine below\n")
+    monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
+    assert main(["report", "--publish", str(results), "--source", "commit abc"]) == 0
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers")
+    assert main(["report", "--publish", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {plain}: needs one") and err.count("\n") == 1
+    assert plain.read_text() == "no markers"
+    text = results.read_text()
+    head, body = text.split(report.BEGIN)
+    assert head == "# Results\n\nmine above\n" and body.endswith(f"{report.END}\nmine below\n")
+    assert body.startswith("\n_commit abc_\n\nProfile **quick**, on ")
+    assert "\n### x2 super-resolution" in body and "\n## " not in body and "old" not in body
+    assert "x.png" in (figures / "report.md").read_text() and "x.png" not in body
+
+
 @pytest.mark.slow
 def test_activations_notebook_outputs(ci_run):
     if not _have_cifar():

@@ -95,6 +95,21 @@ def _bundle(args):
     return 0
 
 
+def _report(args):
+    from workbench.files import figures_dir
+    from workbench.run import report
+    directory = figures_dir(args.profile)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no results of profile {args.profile!r} here; "
+                                f"make reproduce PROFILE={args.profile} writes them")
+    text = report.build(directory, args.profile)
+    print(directory / "report.md")
+    if args.publish:
+        print(report.publish(text, args.publish, args.source or
+                             f"From `make reproduce PROFILE={args.profile}`."))
+    return 0
+
+
 def _drivers(args):
     from workbench.gl.drivers import target
     from workbench.nets.models import load_model, reference_sr
@@ -265,6 +280,15 @@ def parser() -> argparse.ArgumentParser:
                    "the figures folder)")
     p.set_defaults(func=_drivers)
 
+    p = commands.add_parser("report", help="gather a profile's results into figures/<profile>/"
+                            "report.md (and .html), and publish them into a Markdown file")
+    p.add_argument("--profile", default="quick", help="the profile whose results to gather")
+    p.add_argument("--publish", metavar="FILE", help="also put the report between FILE's "
+                   "'<!-- report: begin -->' and '<!-- report: end -->' lines "
+                   "(docs/results.md)")
+    p.add_argument("--source", help="the line saying where the results come from (commit, "
+                   "machine, minutes)")
+    p.set_defaults(func=_report)
     p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
                             "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
                             "against the emulator's bytes and TensorFlow's outputs")

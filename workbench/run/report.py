@@ -66,6 +66,28 @@ def build(directory=None, profile=None) -> str:
     return text
 
 
+BEGIN, END = "<!-- report: begin -->", "<!-- report: end -->"
+
+
+def publish(report_text: str, path, source: str) -> Path:
+    """Put a run's report into the Markdown file ``path`` (``docs/results.md``), between its
+    ``BEGIN`` and ``END`` lines: the report's sections one heading level down, its figure
+    list left out (the figures folder is not committed), led by ``source`` (the commit and
+    the command that made it).  The rest of the file is kept; ValueError naming the file
+    when it lacks the two lines."""
+    path = Path(path)
+    text = path.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise ValueError(f"{path}: needs one {BEGIN!r} line and, after it, one {END!r} line "
+                         "to put the report between")
+    body = report_text.split("\n## Figures\n")[0].strip()
+    body = "\n".join("#" + line if line.startswith("#") else line
+                      for line in body.splitlines()[1:]).strip()  # no title, one level down
+    head, rest = text.split(BEGIN)
+    write_text(path, f"{head}{BEGIN}\n_{source}_\n\n{body}\n{END}{rest.split(END, 1)[1]}")
+    return path
+
+
 def machine() -> str:
     """This machine in one line: CPU model, whether it has AVX-512 (TensorFlow trains ~3x
     faster with it), cores, and the GL renderer where a context opens."""
