@@ -275,6 +275,22 @@ def test_pooled_dense(number, cin, cout, hw):
         glslang.validate_many({p.name: p.source for p in net.passes})
 
 
+def test_compile_leaves_the_ir_it_lowered_unchanged(monkeypatch):
+    """es2.compile chooses the dense layer's block of input packs for its limits on a copy;
+    the lowered graph keeps the IR's own value (4) where the ES 2.0 limits give another."""
+    lowered, lower = [], ir.from_keras
+
+    def keep(model, **kwargs):
+        lowered.append(lower(model, **kwargs))
+        return lowered[-1]
+    monkeypatch.setattr(ir, "from_keras", keep)
+    model = _classifier(48, 7, 5)
+    net = es2.compile(model)
+    before, after = lowered[0].ops[-1], net.graph.ops[-1]
+    assert before.block == ir.Dense.block == 4 and after.block == 2  # 64 // (4 + 25) fetches
+    assert before is not after and lowered[0].ops[0] is net.graph.ops[0]
+
+
 def test_fixed_point_overflow_is_reported_not_garbage():
     from workbench.es2.fixed16 import FixedPointOverflow
     model = _classifier(16, 4, 3, weight_scale=600.0)

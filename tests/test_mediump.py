@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from workbench import es2, gl, ir
-from workbench.es2 import emulate, fixed16, mediump
+from workbench.es2 import emulate, fixed16, mediump, ops
 from workbench.nets import classify
 from workbench.nets.models import dogs_classifier, sr_x2
 from workbench.studies import deploy, precision
@@ -50,7 +50,7 @@ def test_one_conv_rounds_as_float16_after_every_operation():
     bias = rng.normal(0, 0.3, 4).astype(np.float32)
     op = ir.Conv("c", "image", kernel, bias, 1, "same", 1, "sigmoid_like")
     levels = rng.integers(0, 256, (3, 5, 4))
-    got = emulate.conv(op, emulate.load(levels, "mediump"))
+    got = ops.conv.emulate(op, emulate.load(levels, "mediump"))
     assert got.dtype == np.float16
     expected = np.zeros(got.shape)
     for y, x, o in np.ndindex(*got.shape):
@@ -67,7 +67,7 @@ def test_one_conv_rounds_as_float16_after_every_operation():
         expected[y, x, o] = min(max(_r16(_r16(_r16(a + b) + c) + 0.5), 0.0), 1.0)
     np.testing.assert_array_equal(got.astype(np.float64), expected)
     # ... which float32 arithmetic rounded to float16 at the end does not reproduce
-    once = emulate.conv(op, emulate.load(levels)).astype(np.float16)
+    once = ops.conv.emulate(op, emulate.load(levels)).astype(np.float16)
     assert (once != got).any()
 
 

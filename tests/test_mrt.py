@@ -57,7 +57,7 @@ def _expected_fetches(graph, hw, draw_buffers, table=limits.ES2):
     for op in graph.ops:
         h, w, _ = shapes[op.name]
         if not isinstance(op, ir.Conv):
-            total += es2.plan.COSTS[type(op)](op, shapes).texel_fetches
+            total += es2.record.record(op).cost(op, shapes).texel_fetches
             continue
         in_packs = 1 if op.luma_input else math.ceil(op.kernel.shape[2] / 4)
         out_packs = math.ceil(op.cout / op.groups / 4)  # per group

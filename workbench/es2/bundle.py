@@ -26,6 +26,7 @@ import numpy as np
 from workbench import ir
 from workbench.data import datasets
 from workbench.es2 import emulate, plan
+from workbench.es2.net import output_spec
 from workbench.es2.shaders import uniform_values
 from workbench.files import write_folder
 from workbench.nets import superres
@@ -63,22 +64,12 @@ def tf_output(model, graph: ir.Graph, image) -> np.ndarray:
     RGB (luma through the net, chroma bilinear; clipped to [0, 1]), or the model's output
     (an image, or a classifier's logits)."""
     out = graph.op(graph.output)
-    if isinstance(out, ir.DepthToSpace) and out.chroma_from:
+    if graph.rgb_output:
         return superres.upscale(model, image, out.block, rounded=False).astype(np.float32)
     if graph.input.rgb:
         raise ValueError(f"net {graph.name!r}: a luma net without the RGB demux; no TF "
                          "output to bundle")
     return np.asarray(model(image[None], training=False), np.float32)[0]
-
-
-def output_spec(graph: ir.Graph) -> dict:
-    """What run.py needs to read and judge the output texture."""
-    op = graph.op(graph.output)
-    if isinstance(op, ir.Dense):
-        return {"tensor": graph.output, "packs": 1, "kind": "logits", "number": op.number,
-                "count": op.cout, "pairs": op.pairs}
-    c = graph.channels(graph.output)
-    return {"tensor": graph.output, "packs": ir.packs(c), "kind": "image", "channels": c}
 
 
 def run_plan(net, hw) -> dict:

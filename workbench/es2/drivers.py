@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from workbench import ir
 from workbench.es2.limits import LimitError
+from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
 
@@ -78,7 +79,7 @@ def fit(graph, generate, target: str):
         for layer in dict.fromkeys(p.op for p, _ in failed):
             now = _channels(passes, layer)
             smaller = [c for c in CHANNELS if c < now]
-            if not isinstance(graph.op(layer), ir.Conv) or not smaller:
+            if "channels" not in _options(graph.op(layer)) or not smaller:
                 raise DriverRejected(rejection(target, failed) + "; nothing left to split")
             options.setdefault(layer, {})["channels"] = smaller[0]
             changes.append(f"layer {layer!r}: {smaller[0]} output channel"
@@ -102,8 +103,14 @@ def fit(graph, generate, target: str):
 
 
 def _padded(op) -> bool:
-    """A convolution with padding masks to move (see ``shaders.coordinates``)."""
-    return isinstance(op, ir.Conv) and op.padding == "same" and op.size > 1
+    """A layer whose padding masks may move into its taps (``inline_masks``, see
+    :func:`workbench.es2.ops.conv.coordinates`)."""
+    return "inline_masks" in _options(op)
+
+
+def _options(op) -> tuple[str, ...]:
+    """The layer options a driver may set for ``op`` (its record's ``layer_options``)."""
+    return record(op).layer_options(op) if record(op).layer_options else ()
 
 
 def _reports(passes, target) -> list[drivers.ProgramReport]:

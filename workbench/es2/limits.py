@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from workbench.es2 import fixed16, plan
-from workbench.ir import PACK, Conv, Dense, DepthToSpace
-from workbench.nets import activations
+from workbench.es2 import plan
+from workbench.es2.record import record
+from workbench.ir import PACK
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def check(graph, limits: Limits = ES2):
     fixed input size, also for a texture larger than ``limits.max_texture_size``."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     for op in graph.ops:
-        CHECKS[type(op)](op, shapes, limits)
+        record(op).check(op, shapes, limits)
     if graph.input_size:
         check_texture_sizes(graph, graph.input_size, limits)
 
@@ -154,7 +154,7 @@ def check_texture_sizes(graph, hw, limits: Limits = ES2):
     if limits.max_texture_size is None:
         return
     for (tensor, _), (w, h, _) in plan.textures(graph, hw).items():
-        _fits(tensor.split("/")[0], f"texture side of {tensor!r} ({w}x{h}) for a "
+        fits(tensor.split("/")[0], f"texture side of {tensor!r} ({w}x{h}) for a "
               f"{hw[1]}x{hw[0]} input", max(w, h), limits.max_texture_size, limits)
 
 
@@ -182,79 +182,24 @@ def check_draw_buffers(draw_buffers, limits: Limits = ES2) -> int:
 
 def check_passes(passes, limits: Limits = ES2, graph=None):
     """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot), its render
-    targets and texture units, and, given the ``graph``, a convolution program's fetches per
-    fragment (one with several targets reads the union of their inputs)."""
+    targets and texture units, and, given the ``graph``, what the op's record checks of one
+    program (a convolution program's fetches per fragment: one with several targets reads
+    the union of their inputs)."""
     for p in passes:
-        _fits(p.op, "fragment uniform vectors", len(p.uniforms), limits.fragment_uniform_vectors,
-              limits)
-        _fits(p.op, "render targets per program", len(p.outputs), limits.draw_buffers, limits)
-        _fits(p.op, "texture units", len(p.inputs), limits.texture_units, limits)
+        fits(p.op, "fragment uniform vectors", len(p.uniforms), limits.fragment_uniform_vectors,
+             limits)
+        fits(p.op, "render targets per program", len(p.outputs), limits.draw_buffers, limits)
+        fits(p.op, "texture units", len(p.inputs), limits.texture_units, limits)
         op = graph.op(p.op) if graph else None
-        if isinstance(op, Conv):
-            _fits(p.op, "texel fetches per fragment",
-                  plan.conv_fetches(op, [pack for _, pack in p.outputs]),
-                  limits.fetches_per_fragment, limits)
+        if op is not None and record(op).check_program:
+            record(op).check_program(op, [pack for _, pack in p.outputs], limits)
 
 
-def _fits(layer, limit, value, maximum, limits):
+def fits(layer, limit, value, maximum, limits):
+    """Raise :class:`LimitError` naming the layer, the limit and the value when ``value``
+    exceeds ``maximum``."""
     if value > maximum:
         raise LimitError(f"layer {layer!r}: {limit} = {value} exceeds the {limits.name} limit of "
                          f"{maximum}")
 
 
-def _check_storage(op, limits):
-    rng = activations.get(op.activation).output_range
-    if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
-        raise LimitError(f"layer {op.name!r}: activation {op.activation!r} does not keep the "
-                         f"output in {limits.storage_range}, the range of {limits.storage} "
-                         "storage; add a bounded activation")
-
-
-def _check_dense(op, shapes, limits):
-    _fits(op.name, "texture units", op.block + 1, limits.texture_units, limits)
-    _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes),
-          limits.fetches_per_fragment, limits)
-    if op.number == "fixed16":
-        fixed16.check(op.bias, op.name, "the bias")
-
-
-def _check_depth_to_space(op, shapes, limits):
-    for pack in range(op.out_packs(shapes)):
-        _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(shapes, pack),
-              limits.fetches_per_fragment, limits)
-
-
-def _check_conv(op, shapes, limits):
-    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
-    _fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program, limits)
-    if limits.sampled_channels:
-        budget = limits.sampled_channels[op.size > 1]
-        _fits(op.name, "input channels sampled per output", 3 if op.luma_input else cin_g, budget,
-              limits)
-    if op.groups > 1 and (cin_g % PACK or cout_g % PACK):
-        raise LimitError(f"layer {op.name!r}: with groups={op.groups} each group must read and "
-                         f"write whole RGBA packs of {PACK} channels; it reads {cin_g} and writes "
-                         f"{cout_g}")
-    for pack in range(op.out_packs()):
-        units = len(op.input_packs(pack)) + (1 if op.residual else 0)
-        _fits(op.name, "texture units", units, limits.texture_units, limits)
-        _fits(op.name, "texel fetches per fragment", op.fetches_per_fragment(pack),
-              limits.fetches_per_fragment, limits)
-    _check_storage(op, limits)
-
-
-# One entry per IR op: ``op type -> check(op, shapes, limits)`` (raises LimitError).
-CHECKS = {Conv: _check_conv, DepthToSpace: _check_depth_to_space, Dense: _check_dense}
-
-
-def dense_block(op: Dense, shapes, limits: Limits = ES2) -> int:
-    """The most input packs one multiply program of a dense layer can read within the fetch
-    and texture-unit limits (its weights: 4 fetches per pack; its input: 1 per pack and
-    pixel; one unit for the weights texture)."""
-    per_pack = 4 + op.pixels(shapes)
-    block = min(limits.fetches_per_fragment // per_pack, limits.texture_units - 1)
-    if block < 1:
-        raise LimitError(f"layer {op.name!r}: texel fetches per fragment = {per_pack} for one "
-                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the "
-                         f"{limits.name} limit of {limits.fetches_per_fragment}")
-    return block

@@ -14,6 +14,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import emulate
+from workbench.es2.record import record
 from workbench.es2.fixed16 import FixedPointOverflow
 
 PROBE_SIZE = 32
@@ -34,8 +35,9 @@ def psnr(reference, value, peak=1.0):
 
 
 def peak(graph: ir.Graph, name, reference):
-    """The PSNR peak of tensor ``name``: 1, or the range of a dense layer's logits."""
-    if isinstance(graph.op(name), ir.Dense):
+    """The PSNR peak of tensor ``name``: 1 for 8-bit levels, or the range of values
+    stored otherwise (a dense layer's logits)."""
+    if name != graph.input.name and record(graph.op(name)).stored:
         return float(np.ptp(reference)) or 1.0
     return 1.0
 

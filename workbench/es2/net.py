@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from workbench import ir
 from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan
+from workbench.es2.record import record
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import (
     VERTEX_SHADER,
@@ -78,13 +79,13 @@ class Net:
     def _check_overflow(self, tensors, image):
         """Saturated fixed16 codes on the GPU: let the emulator say where and how far."""
         for op in self.graph.ops:
-            if isinstance(op, ir.Dense) and op.number == "fixed16":
-                stored = [t for name, t in tensors.items() if name.split("/")[0] == op.name]
-                if any(fixed16.saturated(t.reshape(*t.shape[:-1], 2, 2)).any() for t in stored):
-                    self.emulate(image)  # raises FixedPointOverflow with the exact values
-                    raise fixed16.FixedPointOverflow(
-                        f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
-                        "range on the GPU")
+            saturated = record(op).saturated
+            mine = {name: t for name, t in tensors.items() if name.split("/")[0] == op.name}
+            if saturated and saturated(op, mine):
+                self.emulate(image)  # raises FixedPointOverflow with the exact values
+                raise fixed16.FixedPointOverflow(
+                    f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
+                    "range on the GPU")
 
     def emulate(self, image, keep=False, precision="highp"):
         """The numpy emulator's prediction of :meth:`run` on llvmpipe (``highp``, float32), or
@@ -163,11 +164,19 @@ def output_values(graph: ir.Graph, stored):
     """The net's output from its stored texture: an image in [0, 1] (HxWxC float32), or the
     logits of a dense layer (float32 vector)."""
     op = graph.op(graph.output)
-    if isinstance(op, ir.Dense):
-        pairs = stored[0, :op.pairs]
-        values = pairs[..., :2] if op.number == "float" else fixed16.decode(pairs.reshape(-1, 2, 2))
-        return np.asarray(values, np.float32).reshape(-1)[:op.cout]
+    if record(op).output:
+        return record(op).output(op, stored)
     return (stored[..., :graph.channels(op.name)] / np.float32(255)).astype(np.float32)
+
+
+def output_spec(graph: ir.Graph) -> dict:
+    """What a runtime needs to read the output texture: ``tensor``, ``packs``, ``kind``
+    (``"image"``: ``channels`` 8-bit levels; ``"logits"``: as its record decodes them)."""
+    op = graph.op(graph.output)
+    if record(op).output_spec:
+        return {"tensor": graph.output, **record(op).output_spec(op)}
+    c = graph.channels(graph.output)
+    return {"tensor": graph.output, "packs": ir.packs(c), "kind": "image", "channels": c}
 
 
 def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
@@ -193,11 +202,7 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     table = limits.profile(device if device is not None else limits_table, draw_buffers)
     draw_buffers = limits.check_draw_buffers(draw_buffers, table)
     precision = limits.check_precision(precision, table)
-    graph = ir.from_keras(model, luma_input=luma_input, dense=dense)
-    shapes = graph.shapes(graph.input_size or (64, 64))
-    for op in graph.ops:
-        if isinstance(op, ir.Dense):
-            op.block = limits.dense_block(op, shapes, table)
+    graph = prepared(ir.from_keras(model, luma_input=luma_input, dense=dense), table)
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
@@ -222,6 +227,16 @@ def compile(model, precision=None, luma_input=None, device=None, dense="fixed16"
     net = Net(graph, passes, precision)
     net.changes = changes
     return net
+
+
+def prepared(graph: ir.Graph, table) -> ir.Graph:
+    """A copy of ``graph`` whose ops carry what this back end chose for ``table`` (each
+    record's ``prepare``: a dense layer's block of input packs a program); ``graph`` itself
+    is left as it is."""
+    shapes = graph.shapes(graph.input_size or (64, 64))
+    ops = [record(op).prepare(op, shapes, table) if record(op).prepare else op
+           for op in graph.ops]
+    return replace(graph, ops=ops)
 
 
 def load_net(path, precision=None, device=None, draw_buffers=None):

@@ -17,6 +17,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import plan
+from workbench.es2.record import record
 
 
 def receptive_field(graph: ir.Graph) -> int:
@@ -30,17 +31,11 @@ def receptive_field(graph: ir.Graph) -> int:
     op that changes the pixel grid otherwise (a stride, 'valid' padding, a dense layer)."""
     step, reach = {graph.input.name: Fraction(1)}, {graph.input.name: Fraction(0)}
     for op in graph.ops:
-        if isinstance(op, ir.Conv) and op.stride == 1 and (op.padding == "same" or op.size == 1):
-            step[op.name] = step[op.input]
-            reach[op.name] = max([reach[op.input] + (op.size // 2) * step[op.input]]
-                                 + ([reach[op.residual]] if op.residual else []))
-        elif isinstance(op, ir.DepthToSpace):
-            step[op.name], reach[op.name] = step[op.input] / op.block, reach[op.input]
-            if op.chroma_from:  # bilinear: the two nearest source pixels
-                reach[op.name] = max(reach[op.name], reach[op.chroma_from] + step[op.chroma_from])
-        else:
+        grid = record(op).tile(op, step, reach)
+        if grid is None:
             raise ValueError(f"layer {op.name!r}: tiling needs stride-1 'same' convolutions and "
                              f"depth-to-space; this {type(op).__name__} changes the pixel grid")
+        step[op.name], reach[op.name] = grid
     return math.ceil(reach[graph.output])
 
 

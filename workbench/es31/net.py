@@ -171,7 +171,7 @@ def output_values(graph: ir.Graph, stored):
     op = graph.op(graph.output)
     if isinstance(op, ir.Dense):
         return stored.reshape(-1)[:op.cout].astype(np.float32)
-    channels = 3 if isinstance(op, ir.DepthToSpace) and op.chroma_from else graph.channels(op.name)
+    channels = 3 if graph.rgb_output else graph.channels(op.name)
     return stored[..., :channels].astype(np.float32)
 
 

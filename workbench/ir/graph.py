@@ -131,10 +131,6 @@ class Conv:
         order = self.input_order or range(packs(self.cin))
         return [order[i] for i in logical]
 
-    def fetches_per_fragment(self, pack):
-        return self.size ** 2 * len(self.input_packs(pack)) + (1 if self.residual else 0)
-
-
 
 @dataclass
 class DepthToSpace:
@@ -163,10 +159,6 @@ class DepthToSpace:
 
     def out_packs(self, shapes):
         return packs(self.out_channels(shapes))
-
-    def fetches_per_fragment(self, shapes, pack):
-        return len(self.source_packs(shapes, pack)) + (4 if self.chroma_from else 0)
-
 
 
 FIXED16_RANGE = (-128.0, 128.0)   # 8 integer bits (sign included), 8 fractional bits
@@ -236,11 +228,6 @@ class Dense:
         h, w, _ = shapes[self.input]
         return h * w if self.pool else 1
 
-    def fetches_per_fragment(self, shapes):
-        """Of the multiply stage (weights + input texels), the heaviest stage."""
-        return max(4 * len(b) + len(b) * self.pixels(shapes) for b in self.blocks())
-
-
 
 @dataclass
 class Graph:
@@ -291,6 +278,12 @@ class Graph:
             raise ValueError(f"image of {hw[1]}x{hw[0]} pixels: net {self.name!r} takes "
                              f"{self.input_size[1]}x{self.input_size[0]}")
         return image
+
+    @property
+    def rgb_output(self) -> bool:
+        """Whether the output is an RGB picture: the SR demux, which puts the net's luma
+        sub-pixels and the input's chroma back together (its ``chroma_from``)."""
+        return bool(getattr(self.op(self.output), "chroma_from", None))
 
     def channels(self, name) -> int:
         """Channels of tensor ``name`` (they do not depend on the input size)."""

@@ -160,7 +160,7 @@ def upscale_file(source, target, model_path, precision=None, quality=95, device=
     images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
     net, _ = es2.load_net(model_path, precision, table, draw_buffers)
     out = net.graph.op(net.graph.output)
-    if not (isinstance(out, ir.DepthToSpace) and out.chroma_from):
+    if not net.graph.rgb_output:
         raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
                          f"layer is a {type(out).__name__}); upscale takes one whose last layer "
                          "puts the sub-pixels and the chroma back together, as "

@@ -34,6 +34,7 @@ import numpy as np
 
 from workbench import es2, ir, references, tables, timings, web
 from workbench.data import datasets, metrics
+from workbench.es2.net import output_spec
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
 from workbench.nets.models import (
@@ -81,7 +82,7 @@ def resolve_model(model=None) -> tuple[keras.Model, str]:
 def keras_output(model, graph: ir.Graph, image) -> np.ndarray:
     """Keras' float32 output for ``image`` (HxWx3 in [0, 1]): the SR net's RGB upscale (luma
     through the net, bilinear chroma, clipped to [0, 1]) or a classifier's logits."""
-    if isinstance(graph.op(graph.output), ir.Dense):
+    if output_spec(graph)["kind"] == "logits":
         return np.asarray(model(image[None], training=False), np.float32)[0]
     return superres.upscale(model, image, rounded=False)
 
@@ -171,7 +172,7 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
     pixels = np.concatenate([np.rint(image * 255).astype(np.uint8),
                              np.full((size, size, 1), 255, np.uint8)], axis=-1)
     image = pixels[..., :3].astype(np.float32) / 255  # what every side sees
-    logits = isinstance(graph.op(graph.output), ir.Dense)
+    logits = output_spec(graph)["kind"] == "logits"
     reference = keras_output(model, graph, image)
     shared = dict(model=label, kind="logits" if logits else "image", size=[size, size],
                   output_shape=list(reference.shape), runs=runs, warmup=warmup,

@@ -17,6 +17,7 @@ import numpy as np
 from workbench import ir, tables
 from workbench.data import images as imaging
 from workbench.es2 import emulate, mediump
+from workbench.es2.net import output_spec
 from workbench.nets import superres
 from workbench.nets.layers import Act, FastBatchNorm
 
@@ -54,7 +55,7 @@ def tf_tensors(model, graph: ir.Graph, image):
     """``{op name: TF's value}`` for ``image`` (HxWx3, 8-bit levels), in the model's own
     precision; the SR demux as an 8-bit RGB image."""
     outputs = keras.Model(model.inputs, [_op_tensor(model, op.name) for op in graph.ops])
-    demux = isinstance(graph.ops[-1], ir.DepthToSpace) and graph.ops[-1].chroma_from
+    demux = graph.rgb_output
     x = superres.net_input(image) if demux else image
     x = np.asarray(x, model.inputs[0].dtype)[None]
     values = [np.asarray(v, np.float32)[0] for v in outputs([x], training=False)]
@@ -90,7 +91,7 @@ def compare(model, net, images):
             for k, (a, b) in pairs.items()}})
     out = net.graph.output
     final = {k: [run[k][out] for run in runs] for k in runs[0]}
-    if isinstance(net.graph.op(out), ir.Dense):
+    if output_spec(net.graph)["kind"] == "logits":
         top1 = {k: np.array([np.argmax(v) for v in vs]) for k, vs in final.items()}
         others = [k for k in final if k != "TF"]
         summary = {f"top1 {k} = TF": float(np.mean(top1[k] == top1["TF"])) for k in others}

@@ -86,7 +86,8 @@ def page_spec(net, labels=None) -> dict:
             rule.update(kind="dense", textures=[
                 {"tensor": k[0], "index": k[1], "width": w, "height": h,
                  "format": "RGBA8" if dtype == "f1" else "RGBA32F"}
-                for k, (w, h, dtype) in plan.dense_textures(op, shapes).items()])
+                for k, (w, h, dtype) in plan.textures(graph, hw).items()
+                if k[0].split("/")[0] == op.name])
         else:
             raise TypeError(f"op {op.name!r}: no WebGL plan for {type(op).__name__}")
         ops.append(rule)

@@ -1,0 +1,326 @@
+"""The ES 2.0 record of :class:`workbench.ir.Conv`: convolution + bias (+ residual) +
+activation, one program per output pack of 4 channels (or, with draw buffers, per run of packs
+that read the same inputs; or, for a compiler with a small constant file, per 2 or 1 output
+channels under a colour mask), its emulator, limits, cost and tiling.
+
+The shader sums as :func:`emulate` does: the bias, then per tap (row by row) and per input
+pack the ``mat4 * vec4`` product; a padded tap is multiplied by a 0/1 mask.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import ir
+from workbench.es2.emulate import F32, luma, quantize
+from workbench.es2.limits import ES2, LimitError, fits
+from workbench.es2.record import OpRecord, register
+from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.glsl_text import glsl_float, glsl_vec
+from workbench.ir.cost import Cost
+from workbench.nets import activations
+
+
+def _mask(axis, d) -> str:
+    """1.0 where column (``x``) or row (``y``) ``d`` of the window lies inside the texture,
+    0.0 in the zero padding (a texel centre outside lies half a texel beyond 0 or 1)."""
+    return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
+
+
+def coordinates(size, stride, masked, inline_masks=False) -> list[str]:
+    """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
+    each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
+    divided by ``u_in_size``; the window's first tap at ``(gl_FragCoord.xy - 0.5) * stride +
+    0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}`` / ``my{dy}``: 1.0 where that column or
+    row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
+    Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
+    ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
+    live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1)."""
+    lines = ["    vec2 inv = 1.0 / u_in_size;",
+             f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
+    for axis in "xy":
+        for d in range(size):
+            step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
+            lines.append(f"    float {axis}{d} = uv.{axis}{step};")
+            if masked and not inline_masks:
+                lines.append(f"    float m{axis}{d} = {_mask(axis, d)};")
+    return lines
+
+
+def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False) -> Pass:
+    """Output packs ``packs`` of a convolution (+ residual) + activation: channels
+    ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
+    program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
+    pack, only these components of it (0-3), the others' weights left out of the program (a
+    compiler that keeps literals in a small constant file takes it then); the runtime masks
+    the rest, so a component's arithmetic, and its bytes, are those of the whole program.
+    ``inline_masks``: see :func:`coordinates` (the same 0/1 masks: the same bytes)."""
+    packs = [packs] if isinstance(packs, int) else list(packs)
+    many = len(packs) > 1
+    if channels is not None and many:
+        raise ValueError("a program that writes part of a pack writes one pack")
+    in_packs = op.input_packs(packs[0])
+    samplers = [f"u_in{i}" for i in range(len(in_packs))]
+    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
+    kept = [k for k in range(ir.PACK) if channels is None or k in channels]
+    _, count = op.group_channels(packs[0])  # the group's channels are 0..count-1 of the kernel
+    sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
+    vectors = {"u_in_size": ("size", op.input),
+               "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
+    if op.residual:
+        residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))]
+        samplers += residuals
+        bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
+        vectors["u_out_size"] = ("size", op.name)
+    masked = op.padding == "same" and op.size > 1
+    body = coordinates(op.size, glsl_float(op.stride), masked, inline_masks)
+    body += [f"    vec4 {s} = {glsl_vec(_kept(op.bias[o], kept))};" for s, o in zip(sums, outs)]
+    part = "".join("xyzw"[k] for k in kept)
+    if many or (channels is not None and not op.luma_input):  # a texel fetched once
+        body.append("    float y;" if op.luma_input else "    vec4 t;")
+    for dy in range(op.size):
+        for dx in range(op.size):
+            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if masked else "")
+            if masked:
+                mx, my = ((f"({_mask('x', dx)})", f"({_mask('y', dy)})") if inline_masks
+                          else (f"mx{dx}", f"my{dy}"))
+                body.append(f"    float m{dx}_{dy} = {mx} * {my};")
+            if op.luma_input:
+                y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
+                if many:
+                    body.append(f"    y = {y};")
+                    y = "y"
+                if channels is not None:
+                    body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
+                                f" * {y};")
+                    continue
+                body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
+                         for s, o in zip(sums, outs)]
+                continue
+            for j, sampler in enumerate(samplers[:len(in_packs)]):
+                chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
+                products = []
+                for s, o in zip(sums, outs):
+                    m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
+                    for i, c in enumerate(chans):
+                        m[i, :len(o)] = op.kernel[dy, dx, c, o]
+                    if np.any(m):
+                        products.append((s, m))
+                texel = f"(texture2D({sampler}, {where}){mask})"
+                if channels is not None:  # the kept rows of mat4 * t, summed in its order
+                    if products:
+                        m = products[0][1]
+                        body.append(f"    t = {texel};")
+                        terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
+                                 if np.any(m[i, kept])]
+                        body.append(f"    sum.{part} += {' + '.join(terms)};")
+                    continue
+                if len(products) > 1:
+                    body.append(f"    t = {texel};")
+                    texel = "t"
+                # GLSL mat4(...) is column-major: column i holds input component i.
+                body += [f"    {s} += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * {texel};"
+                         for s, m in products]
+    for k, s in enumerate(sums):
+        if op.residual:
+            body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
+        target = f"gl_FragData[{k}]" if many else "gl_FragColor"
+        body.append(f"    {target} = {activations.get(op.activation).glsl.format(x=s)};")
+    source = (header(precision, many) + uniform_declarations(samplers, vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
+    if channels is not None:
+        name += ".c" + "".join(map(str, channels))
+    return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors,
+                channels=tuple(channels) if channels is not None else None)
+
+
+def _kept(values, kept):
+    """``values`` (one per output component) with the components not in ``kept`` zeroed."""
+    values = np.array(values, np.float32)
+    values[[k for k in range(len(values)) if k not in kept]] = 0.0
+    return values
+
+
+def _vec(values, kept):
+    """The ``kept`` components of ``values`` as a GLSL float, vec2 or vec3 literal."""
+    values = np.pad(np.asarray(values, np.float32), (0, ir.PACK))[list(kept)]
+    return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
+
+
+def passes(op: ir.Conv, shapes, precision="highp", draw_buffers=1, limits=ES2,
+           channels=None, inline_masks=False) -> list[Pass]:
+    """``channels``: output channels a program writes (4, 2 or 1; default what ``limits``'
+    constant budget allows, :func:`channels_per_program`); under 4, each pack is
+    drawn by several programs of that many components each, one target each.
+    ``inline_masks``: see :func:`coordinates`."""
+    channels = channels or channels_per_program(op, limits.constant_vectors)
+    if channels < ir.PACK:
+        return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks)
+                for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
+                if k < op.cout - pack * ir.PACK]
+    return [program(op, packs, precision, inline_masks=inline_masks)
+            for packs in programs(op, draw_buffers, limits.texture_units,
+                                  limits.fetches_per_fragment)]
+
+
+def emulate(op: ir.Conv, x, residual=None):
+    """Convolution + bias (+ residual) + activation of HxWxC ``x`` (float32, or float16 for
+    mediump: the arithmetic follows ``x``'s type), before storage.
+
+    Summed as the shader sums: the bias, then per tap (row by row) and per input pack of 4
+    channels the ``mat4 * vec4`` product (its 4 terms in channel order) added to the sum.
+    """
+    F = np.float16 if np.asarray(x).dtype == np.float16 else F32
+    x = np.asarray(x, F)
+    if op.luma_input:
+        x = luma(x[..., :3])[..., None]
+    if op.input_order is not None:  # physical pack order -> logical channel order
+        x = np.concatenate([x[..., 4 * p:4 * p + 4] for p in op.input_order], axis=-1)
+    x = x[..., :op.cin]
+    h, w = x.shape[:2]
+    (oh, ow), (pt, pl), k, s = op.out_hw((h, w)), op.pads((h, w)), op.size, op.stride
+    padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
+                       x.shape[2]), F)
+    padded[pt:pt + h, pl:pl + w] = x
+    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
+    kernel, bias = op.kernel.astype(F), op.bias.astype(F)
+    out = np.empty((oh, ow, op.cout), F)
+    for g in range(op.groups):
+        outs = slice(g * cout_g, (g + 1) * cout_g)
+        acc = np.tile(bias[outs], (oh, ow, 1))
+        for dy in range(k):
+            for dx in range(k):
+                window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
+                for first in range(0, cin_g, ir.PACK):  # one input pack: mat4 * vec4
+                    terms = (window[..., g * cin_g + c, None] * kernel[dy, dx, c, outs]
+                             for c in range(first, min(first + ir.PACK, cin_g)))
+                    product = next(terms)
+                    for term in terms:
+                        product += term
+                    acc += product
+        out[..., outs] = acc
+    if residual is not None:
+        out += residual[..., :op.cout]
+    return np.asarray(activations.get(op.activation).np_fn(out), F)
+
+
+def apply(op: ir.Conv, tensors, precision):
+    """The stored output, as the next op fetches it."""
+    res = tensors[op.residual] if op.residual else None
+    return quantize(emulate(op, tensors[op.input], res), precision)
+
+
+def _check_storage(op, limits):
+    """The activation keeps the output in the storage's range."""
+    rng = activations.get(op.activation).output_range
+    if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
+        raise LimitError(f"layer {op.name!r}: activation {op.activation!r} does not keep the "
+                         f"output in {limits.storage_range}, the range of {limits.storage} "
+                         "storage; add a bounded activation")
+
+
+def check(op: ir.Conv, shapes, limits):
+    """The limits of every program of ``op`` in its one-target form, and 8-bit storage."""
+    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
+    fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program, limits)
+    if limits.sampled_channels:
+        budget = limits.sampled_channels[op.size > 1]
+        fits(op.name, "input channels sampled per output", 3 if op.luma_input else cin_g, budget,
+             limits)
+    if op.groups > 1 and (cin_g % ir.PACK or cout_g % ir.PACK):
+        raise LimitError(f"layer {op.name!r}: with groups={op.groups} each group must read and "
+                         f"write whole RGBA packs of {ir.PACK} channels; it reads {cin_g} and writes "
+                         f"{cout_g}")
+    for pack in range(op.out_packs()):
+        fits(op.name, "texture units", units(op, [pack]), limits.texture_units, limits)
+        fits(op.name, "texel fetches per fragment", fetches(op, [pack]),
+             limits.fetches_per_fragment, limits)
+    _check_storage(op, limits)
+
+
+def fetches(op: ir.Conv, packs) -> int:
+    """Texel fetches per fragment of one program writing output packs ``packs`` of ``op``:
+    each input pack once per tap (shared by the outputs), plus one residual texel per output."""
+    inputs = {p for pack in packs for p in op.input_packs(pack)}
+    return op.size ** 2 * len(inputs) + (len(packs) if op.residual else 0)
+
+
+def units(op: ir.Conv, packs) -> int:
+    """Texture units of one program writing output packs ``packs`` of ``op``."""
+    inputs = {p for pack in packs for p in op.input_packs(pack)}
+    return len(inputs) + (len(packs) if op.residual else 0)
+
+
+def programs(op: ir.Conv, draw_buffers=1, max_units=None, max_fetches=None) -> list[list[int]]:
+    """The output packs of each program of ``op``: runs of up to ``draw_buffers`` consecutive
+    packs that read the same input packs (one group of a grouped conv), a run ended early where
+    one more output would exceed ``max_units`` texture units or ``max_fetches`` per fragment
+    (None: no budget).  ``draw_buffers=1``: one pack per program, the plain ES 2.0 form."""
+    max_units, max_fetches = max_units or float("inf"), max_fetches or float("inf")
+    runs = []
+    for pack in range(op.out_packs()):
+        last = runs[-1] if runs else None
+        if (last and len(last) < draw_buffers
+                and op.input_packs(last[0]) == op.input_packs(pack)
+                and units(op, last + [pack]) <= max_units
+                and fetches(op, last + [pack]) <= max_fetches):
+            last.append(pack)
+        else:
+            runs.append([pack])
+    return runs
+
+
+def constant_slots(op: ir.Conv, channels) -> int:
+    """The vec4 constant slots a program of ``op`` writing ``channels`` output channels needs
+    where the compiler keeps literals in the uniform file (Vivante): its weights and biases,
+    4 to a slot, plus 8 for the coordinates' constants (measured on etnaviv: the SR net's
+    3x3 program of 432 weights took 111 slots, 109 for the weights and biases)."""
+    taps = op.size * op.size * (1 if op.luma_input else op.kernel.shape[2])
+    return -(-channels * (taps + 1) // ir.PACK) + 8
+
+
+def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
+    """Output channels one program of ``op`` writes: 4 (a whole pack), or 2 or 1 when its
+    literals would not fit ``constant_vectors`` slots (None: no such budget)."""
+    for channels in (4, 2, 1):
+        if constant_vectors is None or constant_slots(op, channels) <= constant_vectors:
+            return channels
+    return 1
+
+
+def cost(op: ir.Conv, shapes, programs=None) -> Cost:
+    """``programs``: output packs per program (:func:`programs`); default one each."""
+    h, w, _ = shapes[op.name]
+    pixels = h * w
+    programs = programs or [[p] for p in range(op.out_packs())]
+    return Cost(multiply_adds=pixels * op.kernel.size,
+                texel_fetches=pixels * sum(fetches(op, packs) for packs in programs),
+                texture_bytes=pixels * 4 * op.out_packs(),
+                programs=len(programs))
+
+
+def check_program(op: ir.Conv, packs, limits):
+    """One compiled program writing output packs ``packs``: its fetches per fragment."""
+    fits(op.name, "texel fetches per fragment", fetches(op, packs), limits.fetches_per_fragment,
+         limits)
+
+
+def tile(op: ir.Conv, step, reach):
+    """A stride-1 'same' (or 1x1) convolution keeps the grid and reaches ``size // 2`` more
+    of its input's pixels (and as far as its residual)."""
+    if op.stride != 1 or (op.padding != "same" and op.size != 1):
+        return None
+    return step[op.input], max([reach[op.input] + (op.size // 2) * step[op.input]]
+                               + ([reach[op.residual]] if op.residual else []))
+
+
+def layer_options(op: ir.Conv) -> tuple[str, ...]:
+    """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
+    masked = op.padding == "same" and op.size > 1
+    return ("channels", "inline_masks") if masked else ("channels",)
+
+
+RECORD = register(ir.Conv, OpRecord(
+    "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile,
+    check_program=check_program, layer_options=layer_options))

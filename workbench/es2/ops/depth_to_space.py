@@ -1,0 +1,118 @@
+"""The ES 2.0 record of :class:`workbench.ir.DepthToSpace`: ``tf.nn.depth_to_space``, one
+program per output pack; with ``chroma_from`` the SR demux (the net's luma recombined with the
+RGB image's bilinearly upsampled chroma).  Its emulator, limits, cost and tiling.
+"""
+from __future__ import annotations
+
+from workbench import ir
+from workbench.es2.emulate import bilinear, luma, quantize
+from workbench.es2.limits import fits
+from workbench.es2.record import OpRecord, register
+from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.glsl_text import glsl_float, glsl_vec
+from workbench.ir.cost import Cost
+
+
+def fetches(op: ir.DepthToSpace, shapes, pack) -> int:
+    """Texel fetches per fragment of output pack ``pack``: each source pack once, and the
+    demux's 4 chroma taps."""
+    return len(op.source_packs(shapes, pack)) + (4 if op.chroma_from else 0)
+
+
+def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
+    """Depth-to-space; with ``chroma_from`` the SR demux: the sub-pixel luma plus the chroma
+    of the input image sampled bilinearly (a luma change added equally to R, G and B leaves
+    Cb and Cr unchanged, since their weights sum to 0 and Y's to 1)."""
+    in_packs = op.source_packs(shapes, pack)
+    samplers = [f"u_in{i}" for i in range(len(in_packs))]
+    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    b = glsl_float(op.block)
+    # gl_FragCoord is mediump in GLSL ES 1.00: Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16,
+    # which misplaced every odd output pixel from x or y = 1024 on; copied to highp first.
+    body = ["    vec2 fc = gl_FragCoord.xy;",
+            "    vec2 o = fc - 0.5;",
+            f"    vec2 lr = floor((o + 0.5) / {b});",
+            f"    vec2 sub = o - lr * {b};",
+            f"    float s = sub.y * {b} + sub.x;",
+            "    vec2 uv = (lr + 0.5) / u_in_size;"]
+    body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
+    body.append("    vec4 v = vec4(0.0);")
+    for s, chans in enumerate(op.source_channels(shapes, pack)):
+        parts = [f"t{c // ir.PACK}.{'xyzw'[c % ir.PACK]}" for c in chans]
+        body.append(f"    v += vec4({', '.join(parts + ['0.0'] * (4 - len(parts)))}) * "
+                    f"(1.0 - step(0.5, abs(s - {glsl_float(s)})));")
+    vectors = {"u_in_size": ("size", op.input)}
+    if op.chroma_from:
+        # Bilinear chroma with half-pixel centres and clamped edges, computed from 4 nearest
+        # fetches in float: a GL_LINEAR sampler on RGBA8 filters with 8-bit weights on
+        # llvmpipe, which would not match the emulator byte for byte.
+        samplers.append("u_image")
+        bindings.append(Binding("u_image", op.chroma_from, 0))
+        vectors["u_out_size"] = ("size", op.name)
+        body += ["    vec2 u = (o + 0.5) / " + b + " - 0.5;",
+                 "    vec2 i0 = floor(u);",
+                 "    vec2 f = u - i0;",
+                 "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec3 rgb = mix(mix(texture2D(u_image, lo).rgb, "
+                 "texture2D(u_image, vec2(hi.x, lo.y)).rgb, f.x),",
+                 "                   mix(texture2D(u_image, vec2(lo.x, hi.y)).rgb, "
+                 "texture2D(u_image, hi).rgb, f.x), f.y);",
+                 f"    gl_FragColor = vec4(rgb + (v.x - dot(rgb, {glsl_vec(ir.LUMA, 3)})), 1.0);"]
+    else:
+        body.append("    gl_FragColor = v;")
+    source = (header(precision) + uniform_declarations(samplers, vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, bindings, [(op.name, pack)], vectors)
+
+
+def passes(op: ir.DepthToSpace, shapes, precision="highp", draw_buffers=1, limits=None):
+    """One program per output pack (one target each, whatever ``draw_buffers``)."""
+    return [program(op, p, shapes, precision) for p in range(op.out_packs(shapes))]
+
+
+
+def emulate(op: ir.DepthToSpace, x, image=None):
+    """``tf.nn.depth_to_space``; with ``image`` (the SR demux) the luma recombined with the
+    image's bilinearly upsampled chroma: ``rgb + (y - luma(rgb))``."""
+    h, w, c = x.shape
+    b = op.block
+    y = x.reshape(h, w, b, b, c // (b * b)).transpose(0, 2, 1, 3, 4).reshape(h * b, w * b, -1)
+    if image is None:
+        return y
+    rgb = bilinear(image[..., :3], b)
+    return rgb + (y[..., :1] - luma(rgb)[..., None])
+
+
+def apply(op: ir.DepthToSpace, tensors, precision):
+    """The stored output, as the next op fetches it."""
+    chroma = tensors[op.chroma_from] if op.chroma_from else None
+    return quantize(emulate(op, tensors[op.input], chroma), precision)
+
+
+
+def check(op: ir.DepthToSpace, shapes, limits):
+    """The fetches per fragment of each program."""
+    for pack in range(op.out_packs(shapes)):
+        fits(op.name, "texel fetches per fragment", fetches(op, shapes, pack),
+             limits.fetches_per_fragment, limits)
+
+
+def cost(op: ir.DepthToSpace, shapes, programs=None) -> Cost:
+    h, w, _ = shapes[op.name]
+    n = op.out_packs(shapes)
+    return Cost(texel_fetches=h * w * sum(fetches(op, shapes, p) for p in range(n)),
+                texture_bytes=h * w * 4 * n, programs=n)
+
+
+def tile(op: ir.DepthToSpace, step, reach):
+    """The step divides by the block; an output pixel reads its own source pixel, and the
+    demux's bilinear chroma the image's two nearest pixels."""
+    out = reach[op.input]
+    if op.chroma_from:
+        out = max(out, reach[op.chroma_from] + step[op.chroma_from])
+    return step[op.input] / op.block, out
+
+
+RECORD = register(ir.DepthToSpace, OpRecord(
+    "DepthToSpace", passes=passes, apply=apply, check=check, cost=cost, tile=tile))

@@ -1,0 +1,73 @@
+"""The ES 2.0 op records: everything the back end knows about one IR op type, in one place.
+
+Each op type has one :class:`OpRecord`, written in its own module of :mod:`workbench.es2.ops`
+(``ops/conv.py``, ``ops/dense.py``, ...), which registers it here when the package is
+imported.  The rest of the back end (shader generation, the emulator, the limits, the cost,
+the runner's textures, the output decoding, tiling) asks :func:`record` and never looks at
+the op's type: a new op is a new module in ``ops/``.
+
+Conventions of the callables (``shapes``: ``{tensor: (height, width, channels)}`` of one
+input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
+
+* ``passes(op, shapes, precision, draw_buffers, limits, **layer_options)`` -> the op's
+  :class:`~workbench.es2.shaders.Pass` list, in execution order;
+* ``apply(op, tensors, precision)`` -> the op's output as the next op fetches it (the
+  emulator; ``tensors``: every earlier tensor, float32, or float16 for ``mediump``);
+* ``check(op, shapes, limits)`` raises :class:`~workbench.es2.limits.LimitError`;
+* ``cost(op, shapes, programs=None)`` -> :class:`workbench.ir.Cost`; ``programs``: the
+  output packs of each of its programs as compiled (None: one each);
+* ``textures(op, shapes)`` -> ``{(tensor, index): (width, height, dtype)}`` (``"f1"``
+  RGBA8, ``"f4"`` RGBA32F); default: one RGBA8 texture per 4 output channels;
+* ``constants(op)`` -> ``{tensor: HxWx4 array}`` uploaded once (weights textures);
+* ``stored(op, value)`` -> the output tensor as the GPU stores it (default: 8-bit packs);
+* ``output(op, stored)`` -> the net's output from its stored texture when the op is last
+  (default: an image in [0, 1]), and ``output_spec(op)`` what a runtime needs to decode it;
+* ``check_program(op, packs, limits)``: limits of one compiled program writing ``packs``;
+* ``tile(op, step, reach)`` -> ``(step, reach)`` of its output for tiling
+  (:mod:`workbench.es2.tiling`), or None when the op cannot be tiled;
+* ``saturated(op, textures)``: whether its stored textures hit their number format's range;
+* ``prepare(op, shapes, limits)`` -> a copy of ``op`` with what the back end chooses for
+  ``limits`` (a dense layer's block size); compile never changes the IR it lowered;
+* ``layer_options(op)``: the keywords of ``passes`` a driver may set for this layer
+  (:func:`workbench.es2.drivers.fit`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str                      # the IR op type's name, as the manifest writes it
+    passes: Callable
+    apply: Callable
+    check: Callable
+    cost: Callable
+    tile: Callable
+    textures: Callable | None = None
+    constants: Callable | None = None
+    stored: Callable | None = None
+    output: Callable | None = None
+    output_spec: Callable | None = None
+    check_program: Callable | None = None
+    saturated: Callable | None = None
+    layer_options: Callable | None = None
+    prepare: Callable | None = None
+
+
+RECORDS: dict[type, OpRecord] = {}
+
+
+def register(op_type: type, op_record: OpRecord) -> OpRecord:
+    RECORDS[op_type] = op_record
+    return op_record
+
+
+def record(op) -> OpRecord:
+    """The record of ``op``'s type; ValueError naming the op and the supported types."""
+    found = RECORDS.get(type(op))
+    if found is None:
+        raise ValueError(f"layer {op.name!r}: the ES 2.0 back end has no {type(op).__name__} "
+                         f"op; it has: {', '.join(r.name for r in RECORDS.values())}")
+    return found
