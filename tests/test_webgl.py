@@ -17,6 +17,7 @@ CIFAR-10, 32x32 crops of the SR images stand in.
 """
 import json
 import re
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -28,7 +29,7 @@ skip_module_without_chromium()
 from workbench import es2, web
 from workbench.__main__ import main  # noqa: E402
 from workbench.data import datasets, images, metrics
-from workbench.es2 import plan
+from workbench.es2 import plan, shaders
 from workbench.files import atomic_path, figures_dir, project_root  # noqa: E402
 from workbench.nets import classify, superres  # noqa: E402
 from workbench.nets.models import dogs_classifier, sr_x2  # noqa: E402
@@ -71,13 +72,7 @@ def test_sr_page_matches_tf_and_llvmpipe(sr):
         page.page.wait_for_function("JSON.parse(document.getElementById('result').textContent).name"
                                     " === 'picked.png'")
         assert np.array_equal(page.result()["output"], result["output"])
-        # the page's plan (shapes, textures) is the IR's, also for odd sizes
-        for hw in [(17, 23), (6, 5)]:
-            page_plan = page.page.evaluate("([h, w]) => workbench.plan(workbench.spec(), h, w)",
-                                           list(hw))
-            assert {k: tuple(v) for k, v in page_plan["shapes"].items()} == net.graph.shapes(hw)
-            assert {(t["tensor"], t["index"]): (t["width"], t["height"], "f1")
-                    for t in page_plan["textures"].values()} == plan.textures(net.graph, hw)
+        _assert_plan(page, net, [(17, 23), (6, 5)])
     assert np.array_equal(result["input"][..., :3], images.to_uint8(lr)), "PNG decoded differently"
     page_out = result["output"][..., :3]
     assert page_out.shape == (2 * lr.shape[0], 2 * lr.shape[1], 3)
@@ -96,13 +91,57 @@ def test_sr_page_matches_tf_and_llvmpipe(sr):
     assert result["total_ms"] > 0 and "WebGL 1.0" in result["renderer"]
 
 
+def _assert_plan(page, net, sizes):
+    """The page's plan from webgl.json's rules (shapes, textures, each pass's uniforms) is the
+    IR's and the es2 runner's for input sizes ``sizes``."""
+    for hw in sizes:
+        page_plan = page.page.evaluate("([h, w]) => workbench.plan(workbench.spec(), h, w)",
+                                       list(hw))
+        shapes = net.graph.shapes(hw)
+        assert {k: tuple(v) for k, v in page_plan["shapes"].items()} == shapes
+        formats = {"RGBA8": "f1", "RGBA32F": "f4"}
+        assert {(t["tensor"], t["index"]): (t["width"], t["height"], formats[t["format"]])
+                for t in page_plan["textures"].values()} == plan.textures(net.graph, hw)
+        assert page_plan["uniforms"] == {p.name: {k: list(v) for k, v in
+                                                  shaders.uniform_values(p, shapes).items()}
+                                         for p in net.passes}
+
+
 def test_export_command_from_a_saved_net(sr, tmp_path):
     _, net, directory, _ = sr  # the page folder holds net.save's files: a saved net
     assert main(["export-web", "--model", str(directory), "--out", str(tmp_path)]) == 0
-    for name in ("index.html", "workbench.js", "webgl.json", "manifest.json", "vertex.glsl"):
+    for name in ("webgl.json", "manifest.json", "vertex.glsl") + web.PAGE_FILES:
         assert (tmp_path / name).exists(), name
     spec = json.loads((tmp_path / "webgl.json").read_text())
-    assert spec["passes"] == len(net.passes) and spec["output"]["kind"] == "image"
+    assert len(spec["passes"]) == len(net.passes) and spec["output"]["kind"] == "image"
+
+
+def _page_code() -> dict:
+    """``{file: text}`` of the page's JS (workbench.js and its modules), comments removed."""
+    folder = Path(web.__file__).parent
+    return {name: re.sub(r"/\*.*?\*/|(^|\s)//[^\n]*", "", (folder / name).read_text(), flags=re.S)
+            for name in web.PAGE_FILES if name.endswith(".js")}
+
+
+def test_page_code_knows_no_op_and_edits_no_glsl():
+    """The page evaluates webgl.json's rules: no branch on an op kind, no op's shape
+    arithmetic, no GLSL text; its modules are ES modules that the export writes."""
+    code = _page_code()
+    html = (Path(web.__file__).parent / "index.html").read_text()
+    assert '<script type="module" src="workbench.js"></script>' in html
+    for name, text in code.items():
+        imported = set(re.findall(r'from "\./([\w.]+)"', text))
+        assert imported <= set(web.PAGE_FILES), (name, imported)
+        ops = re.findall(r"""\bkind\b\s*[!=]==?|["'](?:conv|depth_to_space|dense|Conv|"""
+                         r"""DepthToSpace|Dense)["']|\b(?:stride|padding|block|convOut|"""
+                         r"""convPad)\b|\.ops\b""", text)
+        assert not [o for o in ops if "kind" not in o], (name, ops)
+        # the one kind compared is the output's decoding: image or logits
+        for match in re.finditer(r"""\bkind\b\s*[!=]==?\s*(\S+)""", text):
+            assert match.group(1).strip("\"';),") in ("image", "logits"), (name, match.group(0))
+        glsl = re.findall(r"gl_Frag\w*|#extension|GL_EXT\w*|\w*[sS]ource\w*(?:\.\w+)*\.replace\(",
+                          text)
+        assert not glsl, (name, glsl)
 
 
 @pytest.mark.parametrize("params, image, message", [
@@ -138,6 +177,40 @@ def test_page_tiles_an_image_over_its_texture_limit(sr):
     assert tiled["output"].shape == (144, 160, 4)
     assert np.array_equal(tiled["input"], untiled["input"])
     assert np.array_equal(tiled["output"], untiled["output"])
+
+
+def test_fallback_programs_write_the_mrt_pages_bytes(sr, tmp_path):
+    """A draw_buffers=4 page where the browser offers fewer targets runs the programs
+    webgl.json ships for its passes (generated in Python, no GLSL edited in JS): the
+    one-target ones are the one-target net's programs, and every form writes the same bytes."""
+    model, one, _, _ = sr
+    mrt = es2.compile(model, draw_buffers=4)
+    web.export(mrt, tmp_path)
+    spec = json.loads((tmp_path / "webgl.json").read_text())
+    single = {tuple(p.outputs): p.source for p in one.passes}  # by (tensor, pack)s
+    shipped = 0
+    for p in spec["passes"]:
+        assert ("fallback" in p) == (len(p["outputs"]) > 1), p["name"]
+        for room, programs in p.get("fallback", {}).items():
+            assert [o for q in programs for o in q["outputs"]] == p["outputs"]
+            assert all(len(q["outputs"]) <= int(room) for q in programs)
+            for q in programs if room == "1" else []:
+                key = ((q["outputs"][0]["tensor"], q["outputs"][0]["pack"]),)
+                assert (tmp_path / q["shader"]).read_text() == single[key], q["name"]
+                shipped += 1
+    assert shipped == sum(len(p.outputs) for p in mrt.passes if len(p.outputs) > 1)
+    image = np.random.default_rng(5).integers(0, 256, (18, 20, 3), np.uint8)
+    with web.session(tmp_path) as page:
+        expected = page.run(image)
+        assert [name for name, _ in expected["passes"]] == [p.name for p in mrt.passes]
+    for params, passes in [({"max_draw_buffers": 1}, len(one.passes)),
+                           ({"no_draw_buffers": 1}, len(one.passes)),
+                           ({"max_draw_buffers": 2}, None)]:
+        with web.session(tmp_path, **params) as page:
+            assert page.state == "ready" and "render targets per pass" in page.message
+            result = page.run(image)
+        assert passes is None or len(result["passes"]) == passes, params
+        np.testing.assert_array_equal(result["output"], expected["output"])
 
 
 def _classifier_images(size=32, count=20):
@@ -201,8 +274,10 @@ def test_classifier_page_top1_equals_tf(classifier, tmp_path):
 
 def test_float_dense_needs_float_textures(classifier, tmp_path):
     model, _, names = classifier
-    web.export(es2.compile(model, dense="float"), tmp_path, labels=names)
+    net = es2.compile(model, dense="float")
+    web.export(net, tmp_path, labels=names)
     with web.session(tmp_path, no_float_textures=1) as page:
+        _assert_plan(page, net, [(32, 32), (17, 23), (6, 5)])  # strided convs, a dense layer
         assert page.state == "error"
         assert "layer logits computes in float textures (RGBA32F), but this browser lacks " \
             "OES_texture_float and WEBGL_color_buffer_float" in page.message

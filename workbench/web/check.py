@@ -45,9 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import bundle, mediump
+from workbench.es2.net import output_spec
 
 CHECK_FORMAT = "workbench-check/1"
 REPORT_FORMAT = "workbench-device-report/1"
@@ -56,9 +56,8 @@ CHECK_SIZE = (32, 32)  # (height, width) of the test inputs of a net without a f
 
 def output_kind(net) -> tuple[str, int]:
     """(``"image"`` or ``"logits"``, the channels of the stored output compared)."""
-    if isinstance(net.graph.op(net.graph.output), ir.Dense):
-        return "logits", 4
-    return "image", net.graph.channels(net.graph.output)
+    spec = output_spec(net.graph)
+    return spec["kind"], 4 if spec["kind"] == "logits" else spec["channels"]
 
 
 def check_files(net, model, manifest_text: str) -> dict:

@@ -4,11 +4,13 @@
 
 * what :meth:`workbench.es2.Net.save` writes: ``manifest.json``, ``<pass>.glsl``,
   ``vertex.glsl``, the dense weights textures (``.npy``) and ``weights.npz``;
-* ``webgl.json``: what the page needs beyond the manifest to plan a run for any image size
-  (:func:`page_spec`: each op's shape rule, the fixed-size textures of a dense layer, the
-  output's kind, class labels);
-* ``index.html`` and ``workbench.js`` (from ``workbench/web/``): no build step, no framework,
-  nothing fetched from the network.
+* ``webgl.json`` (:func:`page_spec`): everything the page runs, as rules it evaluates without
+  knowing any op: each tensor's and texture's size for any input size, each pass's uniforms as
+  formulas of those sizes, how to decode the output, the receptive field for tiling, and for
+  each pass that writes several render targets the programs that write them with fewer
+  (``fallback/<program>.glsl``, generated here);
+* ``index.html`` and the ES modules of :data:`PAGE_FILES` (from ``workbench/web/``): no build
+  step, no framework, nothing fetched from the network.
 
 The page mirrors :mod:`workbench.es2.runner` / :mod:`workbench.gl.fragment`: one RGBA8 texture per pack of
 4 channels (CLAMP_TO_EDGE, filter as bound), a fullscreen quad per pass, the same uniforms
@@ -25,9 +27,9 @@ URL parameters: ``image=URL`` runs that image on load; ``repeat=N`` times N more
 without the per-pass waits (``repeat_ms`` in the result); ``max_texture_size=N``,
 ``max_texture_image_units=N``, ``max_draw_buffers=N``, ``no_float_textures=1``, ``no_webgl=1``
 and ``no_draw_buffers=1`` make the page act as if the browser's limit were that small (to test
-the messages, the tiling and the split of a pass with more render targets than the browser
-offers into passes of as many as it does, one without ``WEBGL_draw_buffers``: same bytes, a
-note in the ready message).  An image whose
+the messages, the tiling and the fallback of a pass with more render targets than the browser
+offers to the programs ``webgl.json`` ships with fewer, one without ``WEBGL_draw_buffers``:
+same bytes, a note in the ready message).  An image whose
 textures would exceed MAX_TEXTURE_SIZE runs in overlapping tiles as in
 :mod:`workbench.es2.tiling` (``receptive_field`` in ``webgl.json``; the result's ``tiles``).
 The page reports its state in ``document.body.dataset.state`` (``loading``, ``ready``,
@@ -46,6 +48,7 @@ import base64
 import contextlib
 import io
 import json
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlencode
@@ -53,62 +56,200 @@ from urllib.parse import urlencode
 import numpy as np
 from PIL import Image
 
-from workbench import ir
 from workbench.data.images import to_uint8
-from workbench.es2 import plan, tiling
+from workbench.es2 import plan, shaders, tiling
+from workbench.es2.net import output_spec
 from workbench.files import json_text, write_folder
 from workbench.web import browser
 
-PAGE_FILES = ("index.html", "workbench.js")
+PAGE_FILES = ("index.html", "workbench.js", "net.js", "gl.js", "tiles.js", "outputs.js",
+              "check.js")
 LIMIT_PARAMETERS = ("max_texture_size", "max_texture_image_units", "max_draw_buffers",
                     "no_float_textures", "no_webgl", "no_draw_buffers")
 PAGE_PARAMETERS = LIMIT_PARAMETERS + ("repeat", "check")
+SPEC_FORMAT = "workbench-webgl/2"
+# Input sizes (height, width) the size rules are fitted on: every residue of small strides,
+# height and width apart (so a rule is checked on two sizes at once), and large sizes.
+SAMPLE_SIZES = [(n, 2 * n + 1) for n in range(24, 88)] + [(n, n + 999) for n in (2000, 2001, 2003)]
+MAX_DENOMINATOR = 64  # the largest divisor a size rule may have (a stride)
+FALLBACK = "fallback"  # the folder of the fewer-target programs
 
 
 class PageError(RuntimeError):
     """The page reported an error (no WebGL, a browser limit too small, a failed pass...)."""
 
 
-def page_spec(net, labels=None) -> dict:
-    """The content of ``webgl.json``: shape rules the page evaluates for each image size
-    (as :meth:`workbench.ir.Graph.shapes` and ``textures``), and what the output is."""
+def page_spec(net, labels=None, manifest=None) -> dict:
+    """The content of ``webgl.json`` (format ``workbench-webgl/2``, see docs/design.md, "The
+    WebGL page"): ``tensors`` and ``textures`` with size rules (:func:`size_rules`), ``passes``
+    with uniform formulas (:func:`uniform_formula`) and, where a pass writes several render
+    targets, ``fallback`` programs (:func:`fallback_passes`), the ``output`` to decode, the
+    ``receptive_field`` for tiling, class ``labels``.  ``manifest``: the net's
+    ``manifest.json`` content (file names of shaders and constant textures), default
+    :meth:`Net.files`."""
+    return _page(net, labels, manifest)[0]
+
+
+def _page(net, labels=None, manifest=None) -> tuple[dict, dict]:
+    """(:func:`page_spec`, ``{file: source}`` of its fallback programs)."""
     graph = net.graph
-    hw = graph.input_size or (64, 64)
-    shapes = graph.shapes(hw)
-    ops = []
-    for op in graph.ops:
-        rule = {"name": op.name, "input": op.input, "channels": shapes[op.name][2]}
-        if isinstance(op, ir.Conv):
-            rule.update(kind="conv", size=op.size, stride=op.stride, padding=op.padding)
-        elif isinstance(op, ir.DepthToSpace):
-            rule.update(kind="depth_to_space", block=op.block)
-        elif isinstance(op, ir.Dense):  # fixed sizes, whatever the input
-            rule.update(kind="dense", textures=[
-                {"tensor": k[0], "index": k[1], "width": w, "height": h,
-                 "format": "RGBA8" if dtype == "f1" else "RGBA32F"}
-                for k, (w, h, dtype) in plan.textures(graph, hw).items()
-                if k[0].split("/")[0] == op.name])
-        else:
-            raise TypeError(f"op {op.name!r}: no WebGL plan for {type(op).__name__}")
-        ops.append(rule)
-    out = graph.op(graph.output)
-    if isinstance(out, ir.Dense):
-        output = {"kind": "logits", "number": out.number, "count": out.cout, "pairs": out.pairs}
-        labels = list(labels) if labels is not None else [f"class {i}" for i in range(out.cout)]
-        if len(labels) != out.cout:
-            raise ValueError(f"{len(labels)} labels for the {out.cout} outputs of {out.name!r}")
+    manifest = manifest or net.files()["manifest.json"]
+    tensors, textures = size_rules(graph)
+    output = output_spec(graph)
+    if output["kind"] == "logits":
+        count = output["count"]
+        labels = list(labels) if labels is not None else [f"class {i}" for i in range(count)]
+        if len(labels) != count:
+            raise ValueError(f"{len(labels)} labels for the {count} outputs of {graph.output!r}")
     else:
-        output = {"kind": "image", "channels": shapes[out.name][2]}
         labels = None
+    constants = manifest["constant_textures"]
+    for texture in textures:
+        texture["constant"] = constants.get(texture["tensor"]) if texture["index"] == 0 else None
+    shader_files = {p["name"]: p["shader"] for p in manifest["passes"]}
+    fallbacks, sources = fallback_passes(net), {}
+    passes = []
+    for p in net.passes:
+        spec = pass_spec(p, shader_files[p.name])
+        if p.name in fallbacks:
+            spec["fallback"] = {str(room): [pass_spec(q, f"{FALLBACK}/{q.name}.glsl", name)
+                                            for name, q in programs]
+                                for room, programs in fallbacks[p.name].items()}
+            sources.update({f"{FALLBACK}/{q.name}.glsl": q.source
+                            for programs in fallbacks[p.name].values() for _, q in programs})
+        passes.append(spec)
     try:  # the page runs an image over its texture limit in tiles that overlap this much
         receptive_field = tiling.receptive_field(graph)
     except ValueError:
         receptive_field = None  # not tileable (a stride, 'valid' padding, a dense layer)
-    return {"format": "workbench-webgl/1", "name": graph.name,
+    return {"format": SPEC_FORMAT, "name": graph.name,
             "input": {"name": graph.input.name, "channels": graph.input.channels,
                       "rgb": graph.input.rgb, "size": graph.input_size},
-            "ops": ops, "output": {"tensor": graph.output, **output}, "labels": labels,
-            "passes": len(net.passes), "receptive_field": receptive_field, "check": None}
+            "vertex_shader": manifest["vertex_shader"], "tensors": tensors,
+            "textures": textures, "passes": passes, "output": output, "labels": labels,
+            "receptive_field": receptive_field, "check": None}, sources
+
+
+def size_rules(graph) -> tuple[list, list]:
+    """``(tensors, textures)`` of ``webgl.json``: each tensor but the input (``name``,
+    ``channels``, ``size``) and each texture (``tensor``, ``index``, ``format`` RGBA8 or
+    RGBA32F, ``layer``, ``size``), with a size rule that gives its (height, width) for any
+    input size: ``{"fixed": [h, w]}``, or ``{"from": tensor, "num", "den", "offset"}``: on
+    each axis ``floor((n * num + offset) / den)`` of that tensor's size ``n`` (an earlier
+    tensor; the input's size is the image's).  Found from :meth:`workbench.ir.Graph.shapes`
+    and :func:`workbench.es2.plan.textures` at :data:`SAMPLE_SIZES`, knowing no op."""
+    shapes = [graph.shapes(hw) for hw in SAMPLE_SIZES]
+    sizes = {name: [s[name][:2] for s in shapes] for name in shapes[0]}
+    names = list(sizes)
+    tensors = [{"name": name, "channels": shapes[0][name][2],
+                "size": _size_rule(name, sizes[name], sizes, names[i - 1::-1])}
+               for i, name in enumerate(names) if i > 0]
+    texture_sizes = [plan.textures(graph, hw) for hw in SAMPLE_SIZES]
+    textures = []
+    for key, (_, _, dtype) in texture_sizes[0].items():
+        own = [(h, w) for w, h, _ in (t[key] for t in texture_sizes)]
+        sources = ([key[0]] if key[0] in sizes else []) + names[::-1]
+        textures.append({"tensor": key[0], "index": key[1],
+                         "format": "RGBA8" if dtype == "f1" else "RGBA32F",
+                         "layer": key[0].split("/")[0],  # a layer's own textures: layer/...
+                         "size": _size_rule(f"texture {key}", own, sizes, sources)})
+    return tensors, textures
+
+
+def _size_rule(what, own, sizes, sources) -> dict:
+    """The size rule (see :func:`size_rules`) of ``own`` ([(h, w)] at the sample sizes)
+    from the first of the tensors ``sources`` whose sizes ``sizes[source]`` give it."""
+    if len(set(own)) == 1:
+        return {"fixed": list(own[0])}
+    for source in sources:
+        pairs = [(n, m) for ns, ms in zip(sizes[source], own) for n, m in zip(ns, ms)]
+        rule = _fit(pairs)
+        if rule:
+            return {"from": source, **rule}
+    raise ValueError(f"{what}: its size follows from no tensor's as floor((n * num + offset) "
+                     f"/ den) with den <= {MAX_DENOMINATOR}; the page cannot size it")
+
+
+def _fit(pairs) -> dict | None:
+    """``{num, den, offset}`` with ``m == (n * num + offset) // den`` for every ``(n, m)`` of
+    ``pairs``, the smallest ``den``, then the smallest ``offset``; None if there is none."""
+    (n1, m1), (n2, m2) = min(pairs), max(pairs)
+    if n1 == n2:
+        return None
+    for den in range(1, MAX_DENOMINATOR + 1):
+        guess = round(den * (m2 - m1) / (n2 - n1))
+        for num in (guess - 1, guess, guess + 1):
+            low = max(den * m - n * num for n, m in pairs)  # (n*num + offset) // den == m
+            high = min(den * m - n * num + den - 1 for n, m in pairs)
+            if low <= high:
+                return {"num": num, "den": den, "offset": low}
+    return None
+
+
+def uniform_formula(spec) -> dict:
+    """A pass's uniform as the page evaluates it: on each axis (x from widths, y from
+    heights) ``floor(max(sum(coef * ceil(size(tensor) / div)) + offset, at_least) / divide)``
+    over ``terms`` ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
+    :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)`` or ``("pad", input,
+    kernel, stride, padding)``: TensorFlow's 'SAME' padding before the first column and
+    row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0) // 2``."""
+    kind, tensor, *conv = spec
+    if kind == "size":
+        return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1}
+    if kind == "pad":
+        kernel, stride, padding = conv
+        if padding == "valid":
+            return {"terms": [], "offset": 0, "at_least": None, "divide": 1}
+        return {"terms": [[stride, tensor, stride], [-1, tensor, 1]], "offset": kernel - stride,
+                "at_least": 0, "divide": 2}
+    raise ValueError(f"uniform spec {spec!r}: the page knows 'size' and 'pad'")
+
+
+def pass_spec(p, shader, name=None) -> dict:
+    """A pass as the page runs it (``name``: the page's name for it, default its own)."""
+    return {"name": name or p.name, "op": p.op, "shader": shader,
+            "inputs": [asdict(b) for b in p.inputs],
+            "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
+            "uniforms": {u: uniform_formula(s) for u, s in p.uniforms.items()},
+            "viewport": p.viewport, "channels": p.channels}
+
+
+def fallback_rooms(targets) -> list[int]:
+    """The render targets per program of the fallbacks of a pass writing ``targets``: the
+    powers of two below it (a browser offering 3 runs the 2-target programs)."""
+    return [1 << k for k in range(targets.bit_length()) if 1 << k < targets]
+
+
+def fallback_passes(net) -> dict[str, dict[int, list]]:
+    """``{pass: {room: [(page name, Pass)]}}`` for each pass writing several render targets:
+    programs that write its outputs in order, at most ``room`` each, generated here by
+    :func:`workbench.es2.shaders.generate` with ``room`` draw buffers (a program of it whose
+    outputs are the next ones of the pass; else the one-target program of the next output).
+    Each output's arithmetic is its one-target program's, so the bytes are the pass's.
+    Page name: ``<pass>/<index of its first output in the pass>``."""
+    multi = [p for p in net.passes if len(p.outputs) > 1]
+    rooms = fallback_rooms(max((len(p.outputs) for p in multi), default=1))
+    generated = {room: {tuple(q.outputs): q for q in _generate(net, room) if q.channels is None}
+                 for room in rooms}
+    out = {}
+    for p in multi:
+        out[p.name] = {}
+        for room in fallback_rooms(len(p.outputs)):
+            programs, i = [], 0
+            while i < len(p.outputs):
+                q = next((generated[room][k] for k in generated[room]
+                          if tuple(p.outputs[i:i + len(k)]) == k and len(k) <= room),
+                         generated[1][(p.outputs[i],)])
+                programs.append((f"{p.name}/{i}", q))
+                i += len(q.outputs)
+            out[p.name][room] = programs
+    return out
+
+
+def _generate(net, draw_buffers) -> list:
+    """The passes of ``net``'s graph generated anew, up to ``draw_buffers`` render targets a
+    program (within the ES 2.0 limits)."""
+    return shaders.generate(net.graph, net.precision, draw_buffers)
 
 
 def export(net, directory, labels=None, force=False, check_model=None) -> Path:
@@ -120,8 +261,9 @@ def export(net, directory, labels=None, force=False, check_model=None) -> Path:
     web = resources.files("workbench") / "web"
     page = {name: (web / name).read_bytes() for name in PAGE_FILES}
     files = net.files()
+    spec, sources = _page(net, labels, files["manifest.json"])
     files["manifest.json"] = json_text(files["manifest.json"])  # the bytes check.json hashes
-    spec = page_spec(net, labels)
+    files.update(sources)
     if check_model is not None:
         from workbench.web.check import check_files
 

@@ -16,6 +16,10 @@
  */
 "use strict";
 
+// The page's own code (ES modules, see workbench.js) as it hands it to this script.
+const { fetchFile, loadNet, fitDrawBuffers, checkNetLimits, Runner, runImage, decodeLogits, base64 } = window.workbench.modules;
+const page = window.workbench.page;
+
 const PEER_ACTIVATIONS = {
   bounded_relu: (x) => tf.clipByValue(x, 0, 1),
   relu6_scaled: (x) => tf.div(tf.clipByValue(x, 0, 6), 6),
@@ -143,7 +147,7 @@ async function tfjsSide(backend, grouping, net, pixels, initMs) {
  *  `count` runs, as [[pass, op, ms]]. */
 function profilePage(runner, pixels, count) {
   const runs = Array.from({ length: count }, () => runImage(runner, pixels, page.limits, true).passes);
-  return runner.passes.map((pass, i) => [pass.name, pass.op.name, median(runs.map((r) => r[i][1]))]);
+  return runner.passes.map((pass, i) => [pass.name, pass.op, median(runs.map((r) => r[i][1]))]);
 }
 
 /** The benchmark (see the file's comment).  `input`: base64 RGBA8 bytes of a width x height
@@ -159,7 +163,7 @@ async function benchPeers({ input, width, height, runs, warmup, backends, groupi
   const sides = [pageSide("ours (WebGL 1.0 page)", page.runner, pixels, programs)];
   for (const [name, { folder, programs: how }] of Object.entries(variants)) {  // other exports of the net
     const net = await loadNet(folder);
-    const note = typeof fitDrawBuffers === "function" ? fitDrawBuffers(net, page.limits) : "";  // MRT pages
+    const note = await fitDrawBuffers(net, page.limits);  // MRT pages
     checkNetLimits(net, page.limits);
     sides.push({ ...pageSide(`ours, ${name}`, new Runner(page.runner.gl, net), pixels, how), note });
   }
