@@ -70,7 +70,32 @@ def test_net_that_fits_es2_but_not_a_smaller_device():
                        r"videocore4 limit of 8$"):
         es2.compile(model, device="videocore4")
     with pytest.raises(limits.LimitError, match="the ES 2.0 limit of 8"):
-        es2.compile(model, limits_table=limits.ES2)  # the older argument name still works
+        es2.compile(model, es2.Target.of(limits.ES2))
+
+
+def test_one_target_validated_once():
+    """``es2.Target.of`` resolves the device and checks precision and render targets once;
+    compile takes the target or the three (not both), and the command line makes one."""
+    from workbench.run.cli import _target, parser
+
+    target = es2.Target.of("videocore4")
+    assert (target.limits.name, target.precision, target.draw_buffers) == ("videocore4", "highp", 1)
+    assert es2.Target.of("mali400").precision == "mediump"
+    assert es2.Target.of(draw_buffers=8).draw_buffers == 8  # plain ES2: the runtime checks it
+    with pytest.raises(limits.LimitError, match="no highp float"):
+        es2.Target.of("mali400", "highp")
+    with pytest.raises(limits.LimitError, match="draw_buffers = 4 exceeds the videocore4"):
+        es2.Target.of("videocore4", draw_buffers=4)
+    model = _model(4, GroupConv2D(4, 3, name="c"), Act("bounded_relu"))
+    with pytest.raises(ValueError, match="either a target or device"):
+        es2.compile(model, target, precision="highp")
+    with pytest.raises(TypeError, match="an es2.Target"):
+        es2.compile(model, "mediump")
+    net = es2.compile(model, es2.Target.of("mali400"))
+    assert net.precision == "mediump" and "precision mediump float;" in net.passes[0].source
+    args = parser().parse_args(["upscale", "in.png", "out.png", "--device", "adreno3xx",
+                                "--draw-buffers", "4", "--precision", "mediump"])
+    assert _target(args) == es2.Target(limits.profile("adreno3xx"), "mediump", 4)
 
 
 def test_fixed_input_size_is_checked_against_the_device_texture_size():

@@ -14,10 +14,12 @@ def _cell(value, digits):
 
 def markdown(rows, columns: dict[str, str] | None = None, digits=2) -> str:
     """``rows``: dicts; ``columns``: key -> header (default: the first row's keys).
-    Floats are shown with ``digits`` decimals (whole floats from 1,000 on, counts, as whole
-    numbers with thousands separators), None as an empty cell."""
+    Floats are shown with ``digits`` decimals, an int or ``{key: decimals}`` for some columns
+    (2 for the others); whole floats from 1,000 on, counts, as whole numbers with thousands
+    separators; None as an empty cell."""
     columns = columns or {k: k for k in rows[0]}
+    places = {k: digits.get(k, 2) if isinstance(digits, dict) else digits for k in columns}
     lines = ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        lines.append("| " + " | ".join(_cell(row.get(k, ""), digits) for k in columns) + " |")
+        lines.append("| " + " | ".join(_cell(row.get(k, ""), places[k]) for k in columns) + " |")
     return "\n".join(lines)

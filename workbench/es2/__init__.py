@@ -5,9 +5,10 @@ byte-exact numpy emulator (:mod:`.emulate`) and its float16-mediump prediction
 (:mod:`.mediump`), 16-bit fixed point (:mod:`.fixed16`) and the glslangValidator check
 (:mod:`.glslang`)."""
 from workbench.es2 import ops  # registers every op's record
+from workbench.es2.limits import Target
 from workbench.es2.net import CONVENTIONS, Net, compile, load, load_net, output_values
 from workbench.es2.record import RECORDS
 from workbench.es2.shaders import PRECISIONS, VERTEX_SHADER, Binding, Pass, generate
 
 __all__ = ["CONVENTIONS", "Net", "compile", "load", "load_net", "output_values", "ops",
-           "RECORDS", "PRECISIONS", "VERTEX_SHADER", "Binding", "Pass", "generate"]
+           "RECORDS", "Target", "PRECISIONS", "VERTEX_SHADER", "Binding", "Pass", "generate"]

@@ -180,6 +180,26 @@ def check_draw_buffers(draw_buffers, limits: Limits = ES2) -> int:
     return draw_buffers
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a net is compiled for, validated once (:meth:`of`) and handed from the command
+    line to the shaders: the device's ``limits``, the shaders' float ``precision``
+    (``"highp"`` or ``"mediump"``: the qualifier they declare) and the render targets one
+    program may write (``draw_buffers``, 1: plain ES 2.0)."""
+    limits: Limits = ES2
+    precision: str = "highp"
+    draw_buffers: int = 1
+
+    @classmethod
+    def of(cls, device=None, precision=None, draw_buffers=None) -> "Target":
+        """The target for ``device`` (a profile name, a :class:`Limits`, or None: ES2, which
+        takes any ``draw_buffers``), ``precision`` (None: the device's; highp where it has
+        none is refused) and ``draw_buffers`` (None: the device's; more is refused)."""
+        table = profile(device, draw_buffers)
+        return cls(table, check_precision(precision, table),
+                   check_draw_buffers(draw_buffers, table))
+
+
 def check_passes(passes, limits: Limits = ES2, graph=None):
     """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot), its render
     targets and texture units, and, given the ``graph``, what the op's record checks of one

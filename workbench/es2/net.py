@@ -179,54 +179,66 @@ def output_spec(graph: ir.Graph) -> dict:
     return {"tensor": graph.output, "packs": ir.packs(c), "kind": "image", "channels": c}
 
 
-def compile(model, precision=None, luma_input=None, device=None, dense="fixed16",
-            limits_table=None, draw_buffers=None, mediump_warn_db=None, check_driver=False,
-            fit=False) -> Net:
+def compile(model, target: limits.Target | None = None, *, luma_input=None, dense="fixed16",
+            mediump_warn_db=None, check_driver=False, fit=False, device=None, precision=None,
+            draw_buffers=None) -> Net:
     """Keras model -> IR -> limits check -> passes.
 
-    ``device``: the limits to fit, a profile name (``"videocore4"``, see
-    :data:`workbench.es2.limits.PROFILES`) or a :class:`~workbench.es2.limits.Limits`; default
-    :data:`~workbench.es2.limits.ES2` (``limits_table`` is the older name of the same
-    argument).  ``precision``: ``"highp"`` or ``"mediump"``, default the device's (highp for
-    ES2).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
-    :class:`workbench.ir.Dense`).  ``draw_buffers``: render targets a convolution's program
-    may write (``GL_EXT_draw_buffers``), default the device's (1 for ES2); at most the
-    device's, but with no device named any number (the runtime checks GL_MAX_DRAW_BUFFERS).
-    ``mediump_warn_db``: warn (:class:`workbench.es2.mediump.MediumpWarning`) when on a
-    float16-mediump GPU an op's output is predicted below this PSNR against highp.
-    ``check_driver``: compile every program with the device's own compiler (its Mesa driver
-    on a drm-shim, :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a
-    target name) and refuse, naming program, target and message, what it refuses; ``fit``:
-    instead split the refused layers' programs until it takes them (``net.changes`` says
-    what changed)."""
-    table = limits.profile(device if device is not None else limits_table, draw_buffers)
-    draw_buffers = limits.check_draw_buffers(draw_buffers, table)
-    precision = limits.check_precision(precision, table)
+    ``target``: what to compile for (:class:`workbench.es2.limits.Target`: the device's
+    limits, the shaders' precision, the render targets a program may write), default
+    ``Target.of(device, precision, draw_buffers)``: ``device`` a profile name
+    (``"videocore4"``, see :data:`workbench.es2.limits.PROFILES`) or a
+    :class:`~workbench.es2.limits.Limits`, default :data:`~workbench.es2.limits.ES2`;
+    ``precision`` ``"highp"`` or ``"mediump"``, default the device's; ``draw_buffers`` the
+    render targets a convolution's program may write (``GL_EXT_draw_buffers``), default the
+    device's (1 for ES2), with no device named any number (the runtime checks
+    GL_MAX_DRAW_BUFFERS).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or
+    ``"float"`` (see :class:`workbench.ir.Dense`).  ``mediump_warn_db``: warn
+    (:class:`workbench.es2.mediump.MediumpWarning`) when on a float16-mediump GPU an op's
+    output is predicted below this PSNR against highp.  ``check_driver``: compile every
+    program with the device's own compiler (its Mesa driver on a drm-shim,
+    :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a target name) and
+    refuse, naming program, target and message, what it refuses; ``fit``: instead split the
+    refused layers' programs until it takes them (``net.changes`` says what changed)."""
+    target = _target(target, device, precision, draw_buffers)
+    table = target.limits
     graph = prepared(ir.from_keras(model, luma_input=luma_input, dense=dense), table)
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
 
     def passes_with(layer_options=None):
-        passes = generate(graph, precision, draw_buffers, table, layer_options)
+        passes = generate(graph, target, layer_options)
         limits.check_passes(passes, table, graph)
         return passes
 
     changes = []
-    target = (check_driver if isinstance(check_driver, str) else table.driver) \
+    gpu = (check_driver if isinstance(check_driver, str) else table.driver) \
         if (check_driver or fit) else None
-    if (check_driver or fit) and target is None:
+    if (check_driver or fit) and gpu is None:
         raise ValueError(f"device {table.name!r} names no driver target to check with; name "
                          "one (check_driver='vc4') or a device profile that has one")
     if fit:
-        passes, _, changes = drivers.fit(graph, passes_with, target)
+        passes, _, changes = drivers.fit(graph, passes_with, gpu)
     else:
         passes = passes_with()
-        if target:
-            drivers.require(Net(graph, passes, precision), target)
-    net = Net(graph, passes, precision)
+        if gpu:
+            drivers.require(Net(graph, passes, target.precision), gpu)
+    net = Net(graph, passes, target.precision)
     net.changes = changes
     return net
+
+
+def _target(target, device, precision, draw_buffers) -> limits.Target:
+    """``target``, or the one ``device``, ``precision`` and ``draw_buffers`` name (not both)."""
+    if target is None:
+        return limits.Target.of(device, precision, draw_buffers)
+    if not isinstance(target, limits.Target):
+        raise TypeError(f"target: an es2.Target (es2.Target.of(device, precision, "
+                        f"draw_buffers)), not {type(target).__name__}")
+    if (device, precision, draw_buffers) != (None, None, None):
+        raise ValueError("give either a target or device/precision/draw_buffers, not both")
+    return target
 
 
 def prepared(graph: ir.Graph, table) -> ir.Graph:
@@ -239,25 +251,27 @@ def prepared(graph: ir.Graph, table) -> ir.Graph:
     return replace(graph, ops=ops)
 
 
-def load_net(path, precision=None, device=None, draw_buffers=None):
-    """A compiled net from a ``.keras`` model (compiled with ``draw_buffers``) or from a folder
-    written by :meth:`Net.save` (as saved), checked against ``device`` (see :func:`compile`).
-    Returns ``(net, keras_model_or_None)``."""
+def load_net(path, target: limits.Target | None = None, *, device=None, precision=None,
+             draw_buffers=None):
+    """A compiled net from a ``.keras`` model (compiled for ``target``, see :func:`compile`)
+    or from a folder written by :meth:`Net.save` (as saved, checked against the target's
+    limits with the folder's own precision and render targets).  Returns ``(net,
+    keras_model_or_None)``."""
     from workbench.nets.models import load_model
 
     path = Path(path)
-    table = limits.profile(device)
     if path.is_dir():
         net = load(path)
-        table = limits.profile(device, net.draw_buffers)
-        limits.check_precision(net.precision, table)
+        given = _target(target, device, precision, None).limits if (target or device) else None
+        table = limits.profile(given, net.draw_buffers)  # as saved: its programs name the layer
+        limits.check_precision(net.precision, table)     # that has more targets than allowed
         limits.check(net.graph, table)
         limits.check_passes(net.passes, table, net.graph)
         return net, None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
     model = load_model(path)
-    return compile(model, precision=precision, device=device, draw_buffers=draw_buffers), model
+    return compile(model, _target(target, device, precision, draw_buffers)), model
 
 
 def load(directory) -> Net:

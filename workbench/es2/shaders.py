@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench import ir
-from workbench.es2.limits import ES2
+from workbench.es2.limits import Target
 from workbench.es2.record import record
 
 PRECISIONS = ("highp", "mediump")
@@ -78,17 +78,17 @@ def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:
     return out
 
 
-def generate(graph: ir.Graph, precision="highp", draw_buffers=1, limits=ES2,
-             layer_options=None) -> list[Pass]:
-    """All passes of ``graph``, in execution order; ``draw_buffers``: render targets one
-    program may write, within ``limits``' texture units and fetches per fragment;
-    ``layer_options``: ``{conv layer: {"channels": 2, "inline_masks": True}}``, what a
-    driver asked for beyond the limits (:func:`workbench.es2.drivers.fit`)."""
+def generate(graph: ir.Graph, target: Target = Target(), layer_options=None) -> list[Pass]:
+    """All passes of ``graph`` for ``target`` (its precision; a program writing up to its
+    ``draw_buffers`` render targets within its limits' texture units and fetches per
+    fragment), in execution order; ``layer_options``: ``{conv layer: {"channels": 2,
+    "inline_masks": True}}``, what a driver asked for beyond the limits
+    (:func:`workbench.es2.drivers.fit`)."""
     shapes = graph.shapes(graph.input_size or (64, 64))
     passes = []
     for op in graph.ops:
         extra = (layer_options or {}).get(op.name, {})
-        passes += record(op).passes(op, shapes, precision, draw_buffers, limits, **extra)
+        passes += record(op).passes(op, shapes, target, **extra)
     return passes
 
 

@@ -40,12 +40,20 @@ def _sweep(args):
     return 0
 
 
+def _target(args):
+    """The one :class:`workbench.es2.Target` of a command, from its ``--device``,
+    ``--precision`` and ``--draw-buffers`` (those it has)."""
+    from workbench import es2
+    return es2.Target.of(getattr(args, "device", None), getattr(args, "precision", None),
+                         getattr(args, "draw_buffers", None))
+
+
 def _upscale(args):
     from workbench.nets.models import reference_sr
     from workbench.studies import deploy
     model = args.model or reference_sr()
-    shape, seconds, tiles = deploy.upscale_file(args.input, args.output, model, args.precision,
-                                                args.quality, args.device, args.draw_buffers)
+    shape, seconds, tiles = deploy.upscale_file(args.input, args.output, model, _target(args),
+                                                args.quality)
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU"
           + (f" ({tiles} tiles)" if tiles > 1 else ""))
     return 0
@@ -61,7 +69,7 @@ def _export_web(args):
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
-    net, model = es2.load_net(model_path, args.precision, args.device, args.draw_buffers)
+    net, model = es2.load_net(model_path, _target(args))
     if args.check and model is None:
         raise ValueError(f"--check needs a .keras model (for TensorFlow's outputs); {model_path} "
                          "is a saved shader folder")
@@ -84,7 +92,7 @@ def _bundle(args):
     from workbench import es2
     from workbench.es2 import bundle
     from workbench.nets.models import reference_sr
-    net, model = es2.load_net(args.model or reference_sr(), args.precision)
+    net, model = es2.load_net(args.model or reference_sr(), _target(args))
     if model is None:
         raise ValueError(f"--model {args.model}: a saved shader folder has no Keras model; the "
                          "bundle needs the .keras file (for TensorFlow's outputs)")
@@ -154,8 +162,7 @@ def _bench(args):
     if args.what == "sr":
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
-        bench.print_sr(bench.bench_sr(model, args.size, args.repeat, args.device,
-                                       args.draw_buffers))
+        bench.print_sr(bench.bench_sr(model, args.size, args.repeat, _target(args)))
     elif args.what == "draw-buffers":
         bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "web":

@@ -16,17 +16,21 @@ import sys
 import threading
 
 # Each pattern: a line TensorFlow prints at import, on every machine, that says nothing the user
-# must act on (the oneDNN option is set on purpose by workbench/__init__.py); and the line an
-# IPython kernel sometimes logs when papermill shuts it down after the last cell.
+# must act on (the oneDNN option is set on purpose by workbench/__init__.py); the line it logs,
+# as an error, the first time it computes in float16 on a CPU without AVX-512 FP16 (it then
+# uses Eigen's kernels: the mediump study's TF float16 column); and the line an IPython kernel
+# sometimes logs when papermill shuts it down after the last cell.
 NOISE = re.compile(rb"WARNING: All log messages before absl::InitializeLog\(\) is called"
                    rb"|\] oneDNN custom operations are on\."
                    rb"|cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"
+                   rb"|util\.cc:\d+\] oneDNN supports DT_HALF only on platforms with AVX-512\."
                    rb"|^\[IPKernelApp\] ERROR \| KeyboardInterrupt caught in kernel\.$")
 
 
 # How noise lines begin: a partial line that could still become one waits for its end; any
 # other is forwarded at once (progress bars redraw a line with "\r" and never end it).
-NOISE_STARTS = (b"I0", b"WARNING: All log messages", b"[IPKernelApp] ERROR | KeyboardInterrupt")
+NOISE_STARTS = (b"I0", b"E0", b"WARNING: All log messages",
+                b"[IPKernelApp] ERROR | KeyboardInterrupt")
 LINE_END = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
 
 

@@ -17,17 +17,17 @@ from workbench.nets import activations, classify, superres
 from workbench.nets.models import dogs_classifier, sr_x2
 
 
-def bench_sr(model=None, size=256, repeat=5, device=None, draw_buffers=None):
+def bench_sr(model=None, size=256, repeat=5, target=None):
     """GPU (this machine's GL) vs TensorFlow CPU time for one ``size`` x ``size`` -> 2x upscale,
-    and the compile+link time of all programs (checked against the limits of ``device``, a
-    profile name; ``draw_buffers`` render targets per program).  Returns a dict of seconds and
+    and the compile+link time of all programs (compiled for ``target``, an
+    :class:`workbench.es2.Target`; default plain ES 2.0).  Returns a dict of seconds and
     ratios."""
     import tensorflow as tf
 
     model = model or sr_x2()
     image = np.random.default_rng(0).random((size, size, 3)).astype(np.float32)
     start = time.perf_counter()
-    net = es2.compile(model, device=device, draw_buffers=draw_buffers)
+    net = es2.compile(model, target)
     generate_seconds = time.perf_counter() - start
     compile_seconds = net.compile_seconds  # compile + link + a warm-up draw of every program
     start = time.perf_counter()

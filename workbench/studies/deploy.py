@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench import es2, ir, references, tables
 from workbench.data import datasets, images, metrics
-from workbench.es2 import emulate, limits, tiling
+from workbench.es2 import emulate, tiling
 from workbench.files import read_json, write_json
 from workbench.ir import cost
 from workbench.ir.cost import Cost
@@ -147,18 +147,17 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "all textures MB": total.texture_bytes / 1e6}
 
 
-def upscale_file(source, target, model_path, precision=None, quality=95, device=None,
-                 draw_buffers=None):
+def upscale_file(source, output, model_path, target=None, quality=95):
     """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB.  The
     output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
-    is the input, or that cannot be saved, is refused before anything runs.  ``device``: the
-    limits the net must fit (:func:`workbench.es2.limits.profile`), ``draw_buffers`` the render
-    targets a program may write.  An image whose textures would exceed this GPU's
-    GL_MAX_TEXTURE_SIZE (or the device's ``max_texture_size`` if smaller) runs in overlapping tiles, with the same bytes (:mod:`workbench.es2.tiling`).
-    Returns ``(output shape, GPU seconds, tiles)``."""
-    table = limits.profile(device, draw_buffers)
-    images.check_save_path(target, quality, inputs=[source])  # check_output_path and more
-    net, _ = es2.load_net(model_path, precision, table, draw_buffers)
+    is the input, or that cannot be saved, is refused before anything runs.  ``target``: what
+    the net is compiled for (:class:`workbench.es2.Target`, default plain ES 2.0).  An image
+    whose textures would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the target's
+    ``max_texture_size`` if smaller) runs in overlapping tiles, with the same bytes
+    (:mod:`workbench.es2.tiling`).  Returns ``(output shape, GPU seconds, tiles)``."""
+    target = target or es2.Target.of()
+    images.check_save_path(output, quality, inputs=[source])  # check_output_path and more
+    net, _ = es2.load_net(model_path, target)
     out = net.graph.op(net.graph.output)
     if not net.graph.rgb_output:
         raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
@@ -167,9 +166,9 @@ def upscale_file(source, target, model_path, precision=None, quality=95, device=
                          "models/sr_x2_reference.keras")
     image = images.load_image(source)
     max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
-    max_size = min(max_size, table.max_texture_size or max_size)
+    max_size = min(max_size, target.limits.max_texture_size or max_size)
     out, tiles, seconds = tiling.run_tiled(net, image, max_size)
-    images.save_image(target, out, quality, inputs=[source])
+    images.save_image(output, out, quality, inputs=[source])
     return out.shape, seconds, tiles
 
 
@@ -218,7 +217,8 @@ def sr_section(directory) -> str | None:
     if not results:
         return None
     low, high = references.SR_PI3_COMPILE_S
-    return (tables.markdown(results["summary"]) + f"\n\nCompile + link of "
+    shares = {"min bytes GPU = emulator %": 4, "min bytes per op %": 4}  # 99.9989 is not 100
+    return (tables.markdown(results["summary"], digits=shares) + f"\n\nCompile + link of "
             f"{len(results['pass_seconds'])} programs: {results['compile_seconds']:.2f} s here "
             f"(reference: {low}-{high} s on a Pi 3). Reference: outputs of a Pi, a phone and a "
             f"desktop GPU within {references.SR_DEVICES_PSNR_DB} dB of each other."

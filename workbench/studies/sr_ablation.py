@@ -145,7 +145,7 @@ def report_section(directory) -> str | None:
     if not results:
         return None
     p = results["parameters"]
-    return (tables.markdown(results["summary"], digits=2) + f"\n\n{p['steps']:,} steps per row, "
+    return (tables.markdown(results["summary"], digits={"fetches/pixel": 0}) + f"\n\n{p['steps']:,} steps per row, "
             f"seeds {p['seeds']}, PSNR/SSIM of the GPU output (ES 2.0 shaders).\n\n"
             + results["verdict"].replace("\n", "  \n"))
 

@@ -58,6 +58,7 @@ from PIL import Image
 
 from workbench.data.images import to_uint8
 from workbench.es2 import plan, shaders, tiling
+from workbench.es2.limits import Target
 from workbench.es2.net import output_spec
 from workbench.files import json_text, write_folder
 from workbench.web import browser
@@ -249,7 +250,8 @@ def fallback_passes(net) -> dict[str, dict[int, list]]:
 def _generate(net, draw_buffers) -> list:
     """The passes of ``net``'s graph generated anew, up to ``draw_buffers`` render targets a
     program (within the ES 2.0 limits)."""
-    return shaders.generate(net.graph, net.precision, draw_buffers)
+    return shaders.generate(net.graph, Target.of(precision=net.precision,
+                                                 draw_buffers=draw_buffers))
 
 
 def export(net, directory, labels=None, force=False, check_model=None) -> Path:

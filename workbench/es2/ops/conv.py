@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma, quantize
-from workbench.es2.limits import ES2, LimitError, fits
+from workbench.es2.limits import LimitError, Target, fits
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
 from workbench.glsl_text import glsl_float, glsl_vec
@@ -148,19 +148,20 @@ def _vec(values, kept):
     return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
 
 
-def passes(op: ir.Conv, shapes, precision="highp", draw_buffers=1, limits=ES2,
-           channels=None, inline_masks=False) -> list[Pass]:
-    """``channels``: output channels a program writes (4, 2 or 1; default what ``limits``'
-    constant budget allows, :func:`channels_per_program`); under 4, each pack is
-    drawn by several programs of that many components each, one target each.
+def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False) -> list[Pass]:
+    """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
+    (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
+    what the target's constant budget allows, :func:`channels_per_program`); under 4, each
+    pack is drawn by several programs of that many components each, one target each.
     ``inline_masks``: see :func:`coordinates`."""
+    precision, limits = target.precision, target.limits
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if channels < ir.PACK:
         return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks)
                 for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
                 if k < op.cout - pack * ir.PACK]
     return [program(op, packs, precision, inline_masks=inline_masks)
-            for packs in programs(op, draw_buffers, limits.texture_units,
+            for packs in programs(op, target.draw_buffers, limits.texture_units,
                                   limits.fetches_per_fragment)]
 
 

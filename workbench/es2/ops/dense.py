@@ -12,7 +12,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.emulate import dtype, load, store
-from workbench.es2.limits import LimitError, fits
+from workbench.es2.limits import LimitError, Target, fits
 from workbench.es2.plan import texture_bytes
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
@@ -34,13 +34,13 @@ def _number_glsl(op: ir.Dense):
     return fixed16.GLSL + f"vec2 wdec(vec4 t) {{ return dec2(t) / {glsl_float(2 ** op.weight_shift)}; }}\n"
 
 
-def passes(op: ir.Dense, shapes, precision="highp", draw_buffers=1, limits=None) -> list[Pass]:
+def passes(op: ir.Dense, shapes, target: Target) -> list[Pass]:
     """The blocked GEMV: one multiply program per block of input packs (each writes one row
     of partial sums), then reduction passes; the last adds the bias row."""
     h, w, _ = shapes[op.input]
     pixels = [(x, y) for y in range(h) for x in range(w)] if op.pool else [(0, 0)]
     rows_w = op.cin + 1
-    head = header(precision) + _number_glsl(op)
+    head = header(target.precision) + _number_glsl(op)
     out = []
     for row, block in enumerate(op.blocks()):
         samplers = [f"u_in{k}" for k in range(len(block))] + ["u_w"]

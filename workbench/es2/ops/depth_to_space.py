@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from workbench import ir
 from workbench.es2.emulate import bilinear, luma, quantize
-from workbench.es2.limits import fits
+from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
 from workbench.glsl_text import glsl_float, glsl_vec
@@ -66,9 +66,9 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
     return Pass(f"{op.name}.{pack}", op.name, source, bindings, [(op.name, pack)], vectors)
 
 
-def passes(op: ir.DepthToSpace, shapes, precision="highp", draw_buffers=1, limits=None):
-    """One program per output pack (one target each, whatever ``draw_buffers``)."""
-    return [program(op, p, shapes, precision) for p in range(op.out_packs(shapes))]
+def passes(op: ir.DepthToSpace, shapes, target: Target) -> list[Pass]:
+    """One program per output pack (one render target each, whatever the target allows)."""
+    return [program(op, p, shapes, target.precision) for p in range(op.out_packs(shapes))]
 
 
 
