@@ -94,6 +94,29 @@ def test_classifier_preset_from_the_command_line_on_both_gls(tmp_path, capsys):
     assert "--gl: unknown GL(s) angle; known: swiftshader, llvmpipe" in capsys.readouterr().err
 
 
+@needs_tfjs
+def test_a_pooling_classifier_on_the_page_and_tfjs():
+    """Max and average pooling reach the TF.js peer through its op table (tf.maxPool,
+    tf.avgPool; 'same' average pooling counts the taps inside, as Keras): TF.js equals Keras
+    to float32 rounding, the page within a few fixed-point steps, the same top-1."""
+    from workbench.nets.layers import Act, GroupConv2D
+
+    keras.utils.set_random_seed(2)
+    x = inputs = keras.Input((16, 16, 3))
+    for layer in (GroupConv2D(8, 3), Act("sigmoid_like"), keras.layers.MaxPooling2D(2),
+                  GroupConv2D(8, 3), Act("sigmoid_like"),
+                  keras.layers.AveragePooling2D(3, 2, padding="same"),
+                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)):
+        x = layer(x)
+    [result] = peers.bench_web(keras.Model(inputs, x), runs=2, warmup=1, backends=("wasm",),
+                               profile_runs=1, verbose=False)
+    sides = _check_sides(result, [])  # no grouped conv: one TF.js form
+    assert [s["engine"] for s in sides].count("page") == 1 + len(peers.PAGE_VARIANTS)
+    assert result["kind"] == "logits" and all(s["top1_equal"] for s in sides)
+    assert sides[0]["max_logit_diff"] <= 8 / 256
+    assert all(s["max_logit_diff"] < 1e-4 for s in sides if s["engine"] != "page")
+
+
 def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
     """Also a row per es2.compile option of PAGE_VARIANTS (here: mediump); a GL that WebGL
     does not reach (here: llvmpipe's flags replaced by SwiftShader's) is skipped with a line."""

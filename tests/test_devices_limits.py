@@ -139,7 +139,9 @@ def test_cli_bad_device_is_one_line_and_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize("build, radius", [
     (sr_x2, 4),  # 5x5, 3x3, 1x1, 3x3, 1x1: 2 + 1 + 0 + 1 + 0
     (lambda: _model(1, GroupConv2D(4, 1), Act("bounded_relu"), DepthToSpace(2)), 1),  # chroma
-    (lambda: _model(1, GroupConv2D(4, 5), Act("bounded_relu"), DepthToSpace(2)), 2)])
+    (lambda: _model(1, GroupConv2D(4, 5), Act("bounded_relu"), DepthToSpace(2)), 2),
+    (lambda: _model(1, GroupConv2D(4, 3), Act("bounded_relu"),  # 1 + 1 (a 3x3 'same' max)
+                    keras.layers.MaxPooling2D(3, 1, padding="same"), DepthToSpace(2)), 2)])
 def test_receptive_field_matches_a_measurement(build, radius):
     """Set one input pixel to black, then to white, at a few places: no output pixel further
     than the radius moves (what tiling relies on), and some at the radius do (the bound is
@@ -157,6 +159,15 @@ def test_receptive_field_matches_a_measurement(build, radius):
             ys, xs = np.nonzero(np.any(_levels(net.emulate(changed)) != before, axis=-1))
             reach.append(max(np.abs(ys // 2 - y).max(initial=0), np.abs(xs // 2 - x).max(initial=0)))
     assert max(reach) == radius, reach
+
+
+@pytest.mark.parametrize("interpolation, radius", [("nearest", 1), ("bilinear", 2)])
+def test_receptive_field_of_upsampling(interpolation, radius):
+    """x2 upsampling halves the step; bilinear reads one source pixel further: a 3x3 conv
+    after it reaches half an input pixel more (0 + 0.5 or 1 + 0.5, rounded up)."""
+    net = es2.compile(_model(4, keras.layers.UpSampling2D(2, interpolation=interpolation),
+                             GroupConv2D(4, 3), Act("bounded_relu")))
+    assert tiling.receptive_field(net.graph) == radius
 
 
 def test_receptive_field_refuses_a_stride():

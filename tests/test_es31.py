@@ -105,6 +105,68 @@ def test_conv_against_tf(kernel, stride, padding, groups, residual, tile):
     assert net.cost(image.shape[:2])[net.graph.ops[0].name].texel_fetches == net.loads[net.kernels[0].name]
 
 
+@pytest.mark.parametrize("kind", ["max", "average"])
+@pytest.mark.parametrize("size, stride, padding", [(2, 2, "valid"), (3, 1, "same"),
+                                                   (3, 2, "same")])
+def test_pooling_against_tf(kind, size, stride, padding):
+    """Float storage: equal to TF up to float32 rounding; the loads counted on the GPU equal
+    the cost's (padded taps are not loaded)."""
+    layer = (keras.layers.MaxPooling2D if kind == "max" else keras.layers.AveragePooling2D)(
+        size, stride, padding=padding)
+    inputs = keras.Input((None, None, 6))
+    model = keras.Model(inputs, layer(inputs))
+    net = es31.compile(model, count_loads=True)
+    image = _image(13, 10, 6, seed=size + stride)
+    np.testing.assert_allclose(net.run(image)[..., :6], model(image[None]).numpy()[0], atol=1e-6)
+    op = net.graph.ops[0].name
+    assert net.cost(image.shape[:2])[op].texel_fetches == net.loads[op]
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_upsampling_against_tf(interpolation):
+    inputs = keras.Input((None, None, 6))
+    model = keras.Model(inputs, keras.layers.UpSampling2D(2, interpolation=interpolation)(inputs))
+    net = es31.compile(model, count_loads=True)
+    image = _image(9, 7, 6, seed=7)
+    np.testing.assert_allclose(net.run(image)[..., :6], model(image[None]).numpy()[0], atol=1e-6)
+    op = net.graph.ops[0].name
+    assert net.cost(image.shape[:2])[op].texel_fetches == net.loads[op]
+
+
+@pytest.mark.parametrize("tile", [True, False])
+def test_depthwise_and_any_groups_against_tf(tile):
+    """Groups that fill part of a pack: a job per output pack, its input packs padded to the
+    most any pack reads (zero weights); equal to TF, loads counted exactly."""
+    keras.utils.set_random_seed(4)
+    x = inputs = keras.Input((None, None, 6))
+    x = Act("sigmoid_like")(keras.layers.DepthwiseConv2D(3, strides=2, padding="same",
+                                                         depth_multiplier=2)(x))
+    model = keras.Model(inputs, Act("sigmoid_like")(keras.layers.Conv2D(9, 3, groups=3)(x)))
+    net = es31.compile(model, tile=tile, count_loads=True)
+    image = _image(11, 9, 6, seed=8)
+    np.testing.assert_allclose(net.run(image)[..., :9], model(image[None]).numpy()[0], atol=1e-5)
+    costs = net.cost(image.shape[:2])
+    assert {k: c.texel_fetches for k, c in costs.items()} == _loads_by_op(net)
+
+
+def test_add_concat_and_softmax_against_tf():
+    """A two-input Add with its activation, a Concatenate of packs and part-packs, pooling,
+    and a softmax after the logits (on the CPU): float storage, equal to TF to 1e-5."""
+    keras.utils.set_random_seed(9)
+    x = inputs = keras.Input((12, 12, 6))
+    a = Act("sigmoid_like")(GroupConv2D(8, 3)(x))
+    b = Act("sigmoid_like")(GroupConv2D(8, 1)(a))
+    c = keras.layers.Concatenate()([Act("bounded_relu")(keras.layers.Add()([a, b])), a, x])
+    y = keras.layers.GlobalAveragePooling2D()(keras.layers.MaxPooling2D(2)(c))
+    model = keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(y))
+    net = es31.compile(model, count_loads=True)
+    image = _image(12, 12, 6, seed=5)
+    np.testing.assert_allclose(net.run(image), model(image[None]).numpy()[0], atol=1e-5)
+    costs, counted = net.cost(image.shape[:2]), _loads_by_op(net)
+    for op in net.graph.ops[2:5]:  # the Add, the Concat, the pooling
+        assert costs[op.name].texel_fetches == counted[op.name], op.name
+
+
 def test_depth_to_space_without_chroma():
     keras.utils.set_random_seed(8)
     x = inputs = keras.Input((None, None, 16))

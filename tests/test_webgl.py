@@ -32,6 +32,7 @@ from workbench.data import datasets, images, metrics
 from workbench.es2 import plan, shaders
 from workbench.files import atomic_path, figures_dir, project_root  # noqa: E402
 from workbench.nets import classify, superres  # noqa: E402
+from workbench.nets.layers import Act, GroupConv2D  # noqa: E402
 from workbench.nets.models import dogs_classifier, sr_x2  # noqa: E402
 
 pytestmark = pytest.mark.gl
@@ -281,3 +282,39 @@ def test_float_dense_needs_float_textures(classifier, tmp_path):
         assert page.state == "error"
         assert "layer logits computes in float textures (RGBA32F), but this browser lacks " \
             "OES_texture_float and WEBGL_color_buffer_float" in page.message
+
+
+@pytest.mark.parametrize("gl", ["swiftshader", "llvmpipe"])
+def test_pooling_net_page_writes_the_emulators_bytes(gl, tmp_path):
+    """A net with max and average pooling (a stride-2 'valid' window and a stride-1 'same'
+    one) runs on the page with no page code for pooling: its shapes, textures and uniforms
+    from webgl.json, its output bytes those of the emulator (SwiftShader: but for values
+    rounded on the other side of a half level, as for the SR net)."""
+    from workbench.web import browser
+
+    keras.utils.set_random_seed(5)
+    x = inputs = keras.Input((None, None, 3))
+    for layer in (GroupConv2D(8, 3), Act("sigmoid_like"), keras.layers.MaxPooling2D(2),
+                  GroupConv2D(8, 3), Act("sigmoid_like"),
+                  keras.layers.AveragePooling2D(3, 1, padding="same"), GroupConv2D(4, 1),
+                  Act("sigmoid_like")):
+        x = layer(x)
+    net = es2.compile(keras.Model(inputs, x))
+    web.export(net, tmp_path)
+    image = _image_for_page(27, 22)
+    try:
+        with web.session(tmp_path, gl=gl) as page:
+            _assert_plan(page, net, [(27, 22), (8, 9)])
+            result = page.run(image)
+    except browser.BrowserUnavailable as error:  # llvmpipe: no Mesa EGL for ANGLE
+        pytest.skip(str(error))
+    emulated = net.emulate(image, keep=True)[net.graph.output]
+    out = result["output"][..., :4]
+    assert out.shape == emulated.shape == (13, 11, 4)
+    assert np.mean(out == emulated) >= (1.0 if gl == "llvmpipe" else 0.995)
+    assert np.abs(out.astype(int) - emulated).max() <= 1
+
+
+def _image_for_page(h, w, seed=0):
+    """An RGB image in 8-bit levels (what a PNG the page decodes holds)."""
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3)).astype(np.float32) / 255

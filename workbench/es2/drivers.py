@@ -104,7 +104,7 @@ def fit(graph, generate, target: str):
 
 def _padded(op) -> bool:
     """A layer whose padding masks may move into its taps (``inline_masks``, see
-    :func:`workbench.es2.ops.conv.coordinates`)."""
+    :func:`workbench.es2.shaders.coordinates`)."""
     return "inline_masks" in _options(op)
 
 

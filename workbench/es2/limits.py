@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from workbench.es2 import plan
 from workbench.es2.record import record
 from workbench.ir import PACK
+from workbench.nets import activations
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,16 @@ def check_passes(passes, limits: Limits = ES2, graph=None):
         op = graph.op(p.op) if graph else None
         if op is not None and record(op).check_program:
             record(op).check_program(op, [pack for _, pack in p.outputs], limits)
+
+
+def check_storage(layer, activation, limits):
+    """Raise :class:`LimitError` unless ``activation`` keeps a layer's output in the range of
+    its 8-bit storage."""
+    rng = activations.get(activation).output_range
+    if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
+        raise LimitError(f"layer {layer!r}: activation {activation!r} does not keep the "
+                         f"output in {limits.storage_range}, the range of {limits.storage} "
+                         "storage; add a bounded activation")
 
 
 def fits(layer, limit, value, maximum, limits):

@@ -54,9 +54,8 @@ def peak_texture_bytes(graph: ir.Graph, hw) -> int:
         nbytes[owner] = nbytes.get(owner, 0) + texture_bytes(*texture)
     last = {graph.input.name: len(graph.ops), graph.output: len(graph.ops)}
     for i, op in enumerate(graph.ops):
-        for name in (op.input, getattr(op, "residual", None), getattr(op, "chroma_from", None)):
-            if name:
-                last[name] = max(last.get(name, i), i)
+        for name in ir.reads(op):
+            last[name] = max(last.get(name, i), i)
     born = {graph.input.name: -1, **{op.name: i for i, op in enumerate(graph.ops)}}
     return max(sum(b for name, b in nbytes.items() if born[name] <= i <= last.get(name, born[name]))
                for i in range(len(graph.ops)))

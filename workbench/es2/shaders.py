@@ -16,6 +16,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2.limits import Target
 from workbench.es2.record import record
+from workbench.glsl_text import glsl_float
 
 PRECISIONS = ("highp", "mediump")
 VERTEX_SHADER = """#version 100
@@ -67,6 +68,32 @@ def uniform_declarations(samplers, vectors):
     """``uniform sampler2D`` for each of ``samplers``, ``uniform vec2`` for each of ``vectors``."""
     return "".join(f"uniform sampler2D {s};\n" for s in samplers) + \
         "".join(f"uniform vec2 {v};\n" for v in vectors)
+
+
+def inside_mask(axis, d) -> str:
+    """1.0 where column (``x``) or row (``y``) ``d`` of the window lies inside the texture,
+    0.0 in the zero padding (a texel centre outside lies half a texel beyond 0 or 1)."""
+    return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
+
+
+def coordinates(size, stride, masked, inline_masks=False) -> list[str]:
+    """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
+    each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
+    divided by ``u_in_size``; the window's first tap at ``(gl_FragCoord.xy - 0.5) * stride +
+    0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}`` / ``my{dy}``: 1.0 where that column or
+    row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
+    Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
+    ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
+    live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1)."""
+    lines = ["    vec2 inv = 1.0 / u_in_size;",
+             f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
+    for axis in "xy":
+        for d in range(size):
+            step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
+            lines.append(f"    float {axis}{d} = uv.{axis}{step};")
+            if masked and not inline_masks:
+                lines.append(f"    float m{axis}{d} = {inside_mask(axis, d)};")
+    return lines
 
 
 def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:

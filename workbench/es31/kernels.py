@@ -109,12 +109,12 @@ class ConvPlan:
 
 def conv_plan(op: ir.Conv, opts: Options) -> ConvPlan:
     out_packs = op.out_packs()
+    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
     if op.groups > 1 and not op.luma_input:
-        cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
-        if cin_g % ir.PACK or cout_g % ir.PACK:
-            raise ir.LoweringError(f"layer {op.name!r}: a grouped conv needs groups of whole "
-                                   f"RGBA packs ({cin_g} -> {cout_g} channels per group)")
-        per_group = cout_g // ir.PACK
+        # a job's output packs read the same input packs: those of one group of whole packs,
+        # else (groups that fill part of a pack, as a depthwise conv's) one output pack a job
+        whole = not (cin_g % ir.PACK or cout_g % ir.PACK)
+        per_group = cout_g // ir.PACK if whole else 1
     else:
         per_group = out_packs
     block = _largest_divisor(per_group, opts.max_outputs)
@@ -123,7 +123,7 @@ def conv_plan(op: ir.Conv, opts: Options) -> ConvPlan:
     tw, th = lx * s + k - s, ly * s + k - s
     tiled = opts.tile and k > 1
     stage = 0
-    nin = len(op.input_packs(0))
+    nin = max(len(op.input_packs(p)) for p in range(out_packs))
     if tiled:
         stage = min(nin, max(1, 16384 // (16 * tw * th)))
         if 16 * tw * th > 16384:
@@ -135,25 +135,32 @@ def conv_plan(op: ir.Conv, opts: Options) -> ConvPlan:
 
 def conv_weights(op: ir.Conv, plan: ConvPlan) -> np.ndarray:
     """The storage buffer of a conv as float32: ``vec4 bias[out packs]``, then
-    ``mat4 w[(pack * nin + i) * k * k + tap]`` with ``m[i_component][o_component]``."""
+    ``mat4 w[(pack * nin + i) * k * k + tap]`` with ``m[i_component][o_component]``
+    (:meth:`workbench.ir.Conv.tap_weights`; 0 for the slots a pack that reads fewer input
+    packs than ``nin`` leaves over)."""
     k, nin, out_packs = op.size, plan.nin, op.out_packs()
-    cin_g = op.kernel.shape[2]
     w = np.zeros((out_packs, nin, k * k, 4, 4), np.float32)
     bias = np.zeros((out_packs, 4), np.float32)
     for p in range(out_packs):
         outs = list(range(p * 4, min(p * 4 + 4, op.cout)))
         bias[p, :len(outs)] = op.bias[outs]
-        for i in range(nin):
-            for a, c in enumerate(range(i * 4, min(i * 4 + 4, cin_g))):
-                w[p, i, :, a, :len(outs)] = op.kernel[:, :, c, outs].reshape(k * k, len(outs))
+        taps = op.tap_weights(p)  # (k, k, slots, 4, 4)
+        w[p, :taps.shape[2]] = taps.reshape(k * k, taps.shape[2], 4, 4).transpose(1, 0, 2, 3)
     return np.concatenate([bias.ravel(), w.ravel()])
+
+
+def _job_packs(op: ir.Conv, pack: int, nin: int) -> list[int]:
+    """The input packs (layers) output pack ``pack``'s job loads: its own, then its first
+    again up to ``nin`` (their weights are 0)."""
+    mine = op.input_packs(pack)
+    return mine + mine[:1] * (nin - len(mine))
 
 
 def conv_kernel(op: ir.Conv, opts: Options) -> Kernel:
     plan = conv_plan(op, opts)
     lx, ly = opts.local_size
     k, s, b, nin = plan.k, plan.stride, plan.block, plan.nin
-    layers = [p for job in range(plan.jobs) for p in op.input_packs(job * b)]
+    layers = [p for job in range(plan.jobs) for p in _job_packs(op, job * b, nin)]
     images = [(0, op.input, "read"), (1, op.name, "write")]
     src = header(opts) + _image(opts, 0, "u_in", "readonly") + _image(opts, 1, "u_out", "writeonly")
     if op.residual:
@@ -318,6 +325,134 @@ def depth_to_space_loads(op: ir.DepthToSpace, shapes, opts: Options) -> int:
     return h * w * (len(needed) + (9 if op.chroma_from else 0))
 
 
+def window_pool_kernel(op: ir.Pool, shapes, opts: Options) -> Kernel:
+    """Max or average pooling: one invocation per output pixel, every pack; a tap outside the
+    input is skipped (left out of the max and of the average's count, as TF does)."""
+    k, s, n = op.size, op.stride, op.out_packs(shapes)
+    src = header(opts) + _image(opts, 0, "u_in", "readonly") + _image(opts, 1, "u_out", "writeonly")
+    src += ("uniform ivec2 u_in_size;\nuniform ivec2 u_out_size;\nuniform ivec2 u_pad;\n"
+            + _load_fn(opts, "load_in", "u_in"))
+    start = "vec4(-3.0e38)" if op.kind == "max" else "vec4(0.0)"
+    body = ["    ivec2 q = ivec2(gl_GlobalInvocationID.xy);",
+            "    if (any(greaterThanEqual(q, u_out_size))) return;",
+            f"    ivec2 first = q * {s} - u_pad;"]
+    for p in range(n):
+        body.append(f"    {{ vec4 acc = {start}; float count = 0.0;")
+        for dy in range(k):
+            for dx in range(k):
+                step = (f"acc = max(acc, load_in(t, {p}));" if op.kind == "max"
+                        else f"acc += load_in(t, {p}); count += 1.0;")
+                body.append(f"      {{ ivec2 t = first + ivec2({dx}, {dy}); if (all(greaterThanEqual("
+                            f"t, ivec2(0))) && all(lessThan(t, u_in_size))) {{ {step} }} }}")
+        value = "acc" if op.kind == "max" else "acc / count"
+        body.append(f"      imageStore(u_out, ivec3(q, {p}), {value}); }}")
+    src += "void main() {\n" + "\n".join(body) + "\n}\n"
+    uniforms = {"u_in_size": ("size", op.input), "u_out_size": ("size", op.name),
+                "u_pad": ("pad", op.input, k, s, op.padding)}
+    return Kernel(op.name, op.name, src, [(0, op.input, "read"), (1, op.name, "write")], None,
+                  uniforms, ("pixels", op.name), 1)
+
+
+def window_pool_cost(op: ir.Pool, shapes, opts: Options) -> Cost:
+    """Loads: the taps inside the input, of every output pixel and pack."""
+    h, w, c = shapes[op.input]
+    oh, ow, _ = shapes[op.name]
+    (top, left), k, s = ir.conv_pads((h, w), op.size, op.stride, op.padding), op.size, op.stride
+
+    def inside(n_out, n_in, pad):  # taps inside the input, summed over one axis
+        return sum(0 <= o * s - pad + d < n_in for o in range(n_out) for d in range(k))
+    taps = inside(oh, h, top) * inside(ow, w, left)
+    return Cost(multiply_adds=oh * ow * c * k * k if op.kind == "average" else 0,
+                texel_fetches=taps * ir.packs(c),
+                texture_bytes=oh * ow * ir.packs(c) * _texel_bytes(opts), programs=1)
+
+
+def upsample_kernel(op: ir.Upsample, shapes, opts: Options) -> Kernel:
+    """One invocation per output pixel, every pack: the source pixel (nearest), or the 4
+    nearest mixed with half-pixel centres and clamped edges (bilinear)."""
+    n = op.out_packs(shapes)
+    src = header(opts) + _image(opts, 0, "u_in", "readonly") + _image(opts, 1, "u_out", "writeonly")
+    src += ("uniform ivec2 u_in_size;\nuniform ivec2 u_out_size;\n"
+            + _load_fn(opts, "load_in", "u_in"))
+    body = ["    ivec2 q = ivec2(gl_GlobalInvocationID.xy);",
+            "    if (any(greaterThanEqual(q, u_out_size))) return;"]
+    if op.interpolation == "nearest":
+        body += [f"    imageStore(u_out, ivec3(q, {p}), load_in(q / {op.scale}, {p}));"
+                 for p in range(n)]
+    else:
+        body += [f"    vec2 u = (vec2(q) + 0.5) / {glsl_float(op.scale)} - 0.5;",
+                 "    vec2 i0 = floor(u);", "    vec2 f = u - i0;",
+                 "    ivec2 lo = clamp(ivec2(i0), ivec2(0), u_in_size - 1);",
+                 "    ivec2 hi = clamp(ivec2(i0) + 1, ivec2(0), u_in_size - 1);"]
+        body += [f"    imageStore(u_out, ivec3(q, {p}), mix(mix(load_in(lo, {p}), "
+                 f"load_in(ivec2(hi.x, lo.y), {p}), f.x), mix(load_in(ivec2(lo.x, hi.y), {p}), "
+                 f"load_in(hi, {p}), f.x), f.y));" for p in range(n)]
+    src += "void main() {\n" + "\n".join(body) + "\n}\n"
+    uniforms = {"u_in_size": ("size", op.input), "u_out_size": ("size", op.name)}
+    return Kernel(op.name, op.name, src, [(0, op.input, "read"), (1, op.name, "write")], None,
+                  uniforms, ("pixels", op.name), 1)
+
+
+def upsample_cost(op: ir.Upsample, shapes, opts: Options) -> Cost:
+    h, w, c = shapes[op.name]
+    taps = 1 if op.interpolation == "nearest" else 4
+    return Cost(multiply_adds=h * w * c * 3 if taps == 4 else 0,
+                texel_fetches=h * w * ir.packs(c) * taps,
+                texture_bytes=h * w * ir.packs(c) * _texel_bytes(opts), programs=1)
+
+
+def add_kernel(op: ir.Add, shapes, opts: Options) -> Kernel:
+    """One invocation per output pixel: both inputs' packs added, then the activation."""
+    n = op.out_packs(shapes)
+    src = (header(opts) + _image(opts, 0, "u_a", "readonly") + _image(opts, 1, "u_b", "readonly")
+           + _image(opts, 2, "u_out", "writeonly") + "uniform ivec2 u_out_size;\n"
+           + _load_fn(opts, "load_a", "u_a") + _load_fn(opts, "load_b", "u_b"))
+    act = activations.get(op.activation).glsl.format(x="v")
+    body = ["    ivec2 q = ivec2(gl_GlobalInvocationID.xy);",
+            "    if (any(greaterThanEqual(q, u_out_size))) return;"]
+    body += [f"    {{ vec4 v = load_a(q, {p}) + load_b(q, {p}); imageStore(u_out, ivec3(q, {p}), "
+             f"{act}); }}" for p in range(n)]
+    src += "void main() {\n" + "\n".join(body) + "\n}\n"
+    return Kernel(op.name, op.name, src, [(0, op.input, "read"), (1, op.other, "read"),
+                                          (2, op.name, "write")], None,
+                  {"u_out_size": ("size", op.name)}, ("pixels", op.name), 1)
+
+
+def concat_kernel(op: ir.Concat, shapes, opts: Options) -> Kernel:
+    """One invocation per output pixel: each input pack a channel comes from loaded once, the
+    output packs assembled from their components."""
+    inputs = list(op.inputs)
+    src = "".join(_image(opts, u, f"u_in{u}", "readonly") for u in range(len(inputs)))
+    src = (header(opts) + src + _image(opts, len(inputs), "u_out", "writeonly")
+           + "uniform ivec2 u_out_size;\n"
+           + "".join(_load_fn(opts, f"load_in{u}", f"u_in{u}") for u in range(len(inputs))))
+    body = ["    ivec2 q = ivec2(gl_GlobalInvocationID.xy);",
+            "    if (any(greaterThanEqual(q, u_out_size))) return;"]
+    sources = op.sources(shapes)
+    loaded = list(dict.fromkeys((t, c // 4) for t, c in sources))
+    body += [f"    vec4 t{i} = load_in{inputs.index(t)}(q, {k});" for i, (t, k) in enumerate(loaded)]
+    for p in range(op.out_packs(shapes)):
+        parts = [f"t{loaded.index((t, c // 4))}.{'xyzw'[c % 4]}" for t, c in sources[4 * p:4 * p + 4]]
+        body.append(f"    imageStore(u_out, ivec3(q, {p}), vec4({', '.join(parts + ['0.0'] * (4 - len(parts)))}));")
+    src += "void main() {\n" + "\n".join(body) + "\n}\n"
+    images = [(u, t, "read") for u, t in enumerate(inputs)] + [(len(inputs), op.name, "write")]
+    return Kernel(op.name, op.name, src, images, None, {"u_out_size": ("size", op.name)},
+                  ("pixels", op.name), 1)
+
+
+def add_cost(op: ir.Add, shapes, opts: Options) -> Cost:
+    h, w, c = shapes[op.name]
+    return Cost(multiply_adds=h * w * c, texel_fetches=2 * h * w * ir.packs(c),
+                texture_bytes=h * w * ir.packs(c) * _texel_bytes(opts), programs=1)
+
+
+def concat_cost(op: ir.Concat, shapes, opts: Options) -> Cost:
+    h, w, c = shapes[op.name]
+    loads = len({(t, ch // 4) for t, ch in op.sources(shapes)})
+    return Cost(texel_fetches=h * w * loads,
+                texture_bytes=h * w * ir.packs(c) * _texel_bytes(opts), programs=1)
+
+
 def _reduce_tree(n):
     top = 1 << (n - 1).bit_length()
     return [f"    for (int k = {top // 2}; k > 0; k /= 2) {{",
@@ -412,6 +547,12 @@ def dense_kernels(op: ir.Dense, shapes, opts: Options) -> list[Kernel]:
     return [pool_kernel(op, opts), dense_kernel(op, opts)]
 
 
+def _logits(op: ir.Dense, values):
+    """The stored logits as float32; their softmax where the net ends with one (CPU)."""
+    values = values.astype(np.float32)
+    return ir.softmax(values) if op.softmax else values
+
+
 def dense_images(op: ir.Dense, shapes, dtype) -> dict:
     return {f"{op.name}/pooled": (1, 1, ir.packs(op.cin), "f4"),
             op.name: (1, 1, ir.packs(op.cout), "f4")}
@@ -432,11 +573,13 @@ def tensor_images(op, shapes, dtype) -> dict:
 class OpRules:
     """What the ES 3.1 back end does with one IR op type: its ``kernels(op, shapes, opts)``,
     its ``cost(op, shapes, opts)``, its weight buffer ``weights(op, opts)`` (float32, as
-    uploaded; None: no weights) and its ``images(op, shapes, dtype)``."""
+    uploaded; None: no weights), its ``images(op, shapes, dtype)`` and, where the net's
+    output is not an image, ``output(op, stored)``: the values from the stored image."""
     kernels: Callable
     cost: Callable
     weights: Callable | None = None
     images: Callable = tensor_images
+    output: Callable | None = None
 
 
 # One entry per IR op type.
@@ -445,7 +588,14 @@ OPS = {
                      lambda op, opts: conv_weights(op, conv_plan(op, opts))),
     ir.DepthToSpace: OpRules(lambda op, shapes, opts: [depth_to_space_kernel(op, shapes, opts)],
                              depth_to_space_cost, images=depth_to_space_images),
-    ir.Dense: OpRules(dense_kernels, dense_cost, lambda op, opts: dense_weights(op), dense_images),
+    ir.Dense: OpRules(dense_kernels, dense_cost, lambda op, opts: dense_weights(op), dense_images,
+                      lambda op, stored: _logits(op, stored.reshape(-1)[:op.cout])),
+    ir.Pool: OpRules(lambda op, shapes, opts: [window_pool_kernel(op, shapes, opts)],
+                     window_pool_cost),
+    ir.Upsample: OpRules(lambda op, shapes, opts: [upsample_kernel(op, shapes, opts)],
+                         upsample_cost),
+    ir.Add: OpRules(lambda op, shapes, opts: [add_kernel(op, shapes, opts)], add_cost),
+    ir.Concat: OpRules(lambda op, shapes, opts: [concat_kernel(op, shapes, opts)], concat_cost),
 }
 
 

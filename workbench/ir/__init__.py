@@ -5,21 +5,25 @@ from workbench.ir.cost import Cost
 from workbench.ir.graph import (
                                 LUMA,
                                 PACK,
+                                Add,
+                                Concat,
                                 Conv,
                                 Dense,
                                 DepthToSpace,
                                 Graph,
                                 Input,
+                                OP_TYPES,
+                                Pool,
+                                Upsample,
                                 conv_out_hw,
                                 conv_pads,
                                 packs,
+                                reads,
+                                softmax,
                                 uniform_values,
 )
 from workbench.ir.lower import LoweringError, from_keras
 
-# The op types by name, as a saved net's manifest names them.
-OP_TYPES = {t.__name__: t for t in (Conv, DepthToSpace, Dense)}
-
-__all__ = ["Cost", "LUMA", "PACK", "Conv", "Dense", "DepthToSpace", "Graph", "Input", "packs",
-           "conv_out_hw", "conv_pads", "uniform_values", "LoweringError", "from_keras",
-           "OP_TYPES"]
+__all__ = ["Cost", "LUMA", "PACK", "OP_TYPES", "Add", "Concat", "Conv", "Dense", "DepthToSpace",
+           "Graph", "Input", "Pool", "Upsample", "packs", "reads", "softmax", "conv_out_hw", "conv_pads",
+           "uniform_values", "LoweringError", "from_keras"]

@@ -16,8 +16,12 @@ Ops:
   the input packs (a channel shuffle is a property of this connection, never a copy).
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``; with ``chroma_from`` it is the SR demux:
   1 luma channel out, recombined with the chroma of that RGB tensor sampled bilinearly.
+* :class:`Pool` -- max or average pooling, k x k windows at a stride, per channel.
+* :class:`Upsample` -- x2 (or xN) nearest or bilinear upsampling, per channel.
+* :class:`Add` -- the sum of two tensors (then an activation); :class:`Concat` -- their
+  channels one after the other.
 * :class:`Dense` -- the logits: GlobalAveragePooling2D + Dense as one blocked GEMV, in 16-bit
-  fixed point (or float); softmax stays on the CPU.
+  fixed point (or float); a softmax after it runs on the CPU.
 
 Each op reports its own :class:`workbench.ir.cost.Cost`.
 """
@@ -116,20 +120,41 @@ class Conv:
     def out_packs(self):
         return packs(self.cout)
 
-    def group_channels(self, pack):
-        """(first, count) of the input channels that output pack ``pack`` reads."""
-        cin_g, cout_g = self.kernel.shape[2], self.cout // self.groups
-        group = (pack * PACK) // cout_g
-        return group * cin_g, cin_g
+    def in_group(self, out_channel) -> range:
+        """The input channels output channel ``out_channel`` reads: its group's."""
+        cin_g, group = self.kernel.shape[2], out_channel // (self.cout // self.groups)
+        return range(group * cin_g, (group + 1) * cin_g)
+
+    def logical_packs(self, pack) -> list[int]:
+        """The input's packs of 4 channels (in channel order, before any shuffle) that output
+        pack ``pack`` reads, in order: those of its channels' groups (a group may fill part
+        of a pack, as a depthwise conv's one channel)."""
+        outs = range(pack * PACK, min(pack * PACK + PACK, self.cout))
+        return sorted({c // PACK for o in outs for c in self.in_group(o)})
 
     def input_packs(self, pack):
         """Physical input packs (texture indices) read by output pack ``pack``, in order."""
         if self.luma_input:
             return [0]
-        first, count = self.group_channels(pack)
-        logical = range(first // PACK, packs(first + count))
         order = self.input_order or range(packs(self.cin))
-        return [order[i] for i in logical]
+        return [order[i] for i in self.logical_packs(pack)]
+
+    def tap_weights(self, pack) -> np.ndarray:
+        """The weights output pack ``pack`` applies to each input pack it reads,
+        ``(k, k, len(logical_packs), 4, 4)``: ``[dy, dx, j, i, o]`` multiplies component ``i``
+        of its ``j``-th input pack into its output component ``o`` (0 where that input
+        channel is outside the output's group, or beyond the input's channels)."""
+        k, cin_g = self.size, self.kernel.shape[2]
+        logical = [0] if self.luma_input else self.logical_packs(pack)
+        w = np.zeros((k, k, len(logical), PACK, PACK), np.float32)
+        for o in range(pack * PACK, min(pack * PACK + PACK, self.cout)):
+            group = self.in_group(o)
+            for j, first in enumerate(logical):
+                for i in range(PACK):
+                    c = PACK * first + i
+                    if c in group:
+                        w[:, :, j, i, o - pack * PACK] = self.kernel[:, :, c - group.start, o]
+        return w
 
 
 @dataclass
@@ -161,6 +186,82 @@ class DepthToSpace:
         return packs(self.out_channels(shapes))
 
 
+@dataclass
+class Pool:
+    """Max or average pooling of each channel over ``size`` x ``size`` windows at ``stride``,
+    as ``tf.nn.max_pool2d`` / ``tf.nn.avg_pool2d``: 'same' padding leaves the padded taps out
+    (of the max, and of the average's count).  ``kind``: ``"max"`` or ``"average"``."""
+    name: str
+    input: str
+    kind: str
+    size: int
+    stride: int
+    padding: str = "valid"
+
+    def out_shape(self, shapes, hw):
+        h, w, c = shapes[self.input]
+        return (*conv_out_hw((h, w), self.size, self.stride, self.padding), c)
+
+    def out_packs(self, shapes):
+        return packs(shapes[self.name][2])
+
+
+@dataclass
+class Upsample:
+    """x``scale`` upsampling of each channel, ``interpolation`` ``"nearest"`` (each pixel
+    repeated) or ``"bilinear"`` (half-pixel centres, edges clamped: ``tf.image.resize``)."""
+    name: str
+    input: str
+    scale: int
+    interpolation: str = "nearest"
+
+    def out_shape(self, shapes, hw):
+        h, w, c = shapes[self.input]
+        return (h * self.scale, w * self.scale, c)
+
+    def out_packs(self, shapes):
+        return packs(shapes[self.name][2])
+
+
+@dataclass
+class Add:
+    """``input + other`` (two tensors of one shape), then ``activation``, which must keep the
+    sum in [0, 1] for 8-bit storage (the conv-fused residual is :attr:`Conv.residual`)."""
+    name: str
+    input: str
+    other: str
+    activation: str = "linear"
+
+    def out_shape(self, shapes, hw):
+        return shapes[self.input]
+
+    def out_packs(self, shapes):
+        return packs(shapes[self.name][2])
+
+
+@dataclass
+class Concat:
+    """The channels of ``input`` then of each of ``others`` (tensors of one size)."""
+    name: str
+    input: str
+    others: tuple[str, ...]
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.input, *self.others)
+
+    def out_shape(self, shapes, hw):
+        h, w, _ = shapes[self.input]
+        return (h, w, sum(shapes[t][2] for t in self.inputs))
+
+    def out_packs(self, shapes):
+        return packs(shapes[self.name][2])
+
+    def sources(self, shapes) -> list[tuple[str, int]]:
+        """``(tensor, channel)`` of each output channel, in order."""
+        return [(t, c) for t in self.inputs for c in range(shapes[t][2])]
+
+
 FIXED16_RANGE = (-128.0, 128.0)   # 8 integer bits (sign included), 8 fractional bits
 FIXED16_STEP = 1.0 / 256
 
@@ -176,7 +277,9 @@ class Dense:
     ``"float"`` in RGBA32F textures.  Stages: one multiply program per block of ``block``
     input packs writes one row of partial sums; reduction passes add ``reduce`` rows at a
     time; the last adds the bias.  Weights (scaled by ``2**weight_shift`` in fixed16) and
-    bias live in a texture: row c = input channel c, the last row = bias.
+    bias live in a texture: row c = input channel c, the last row = bias.  ``softmax``: the
+    net's output is the softmax of the logits, computed on the CPU from the logits the GPU
+    stored (:func:`softmax`).
     """
 
     name: str
@@ -187,6 +290,7 @@ class Dense:
     number: str = "fixed16"
     block: int = 4
     reduce: int = 8
+    softmax: bool = False
 
     @property
     def cin(self):
@@ -227,6 +331,24 @@ class Dense:
     def pixels(self, shapes):
         h, w, _ = shapes[self.input]
         return h * w if self.pool else 1
+
+
+def softmax(logits) -> np.ndarray:
+    """The softmax of a logits vector, float32 (computed in float64, largest logit first
+    subtracted)."""
+    z = np.asarray(logits, np.float64)
+    e = np.exp(z - z.max())
+    return (e / e.sum()).astype(np.float32)
+
+
+# The op types by name, as a saved net's manifest names them.
+OP_TYPES = {t.__name__: t for t in (Conv, DepthToSpace, Pool, Upsample, Add, Concat, Dense)}
+
+
+def reads(op) -> list[str]:
+    """Every tensor ``op`` reads: its input, and a residual, chroma, other or others."""
+    extra = [getattr(op, f, None) for f in ("residual", "chroma_from", "other")]
+    return [op.input, *(t for t in extra if t), *getattr(op, "others", ())]
 
 
 @dataclass

@@ -8,10 +8,29 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from workbench.ir.graph import Conv, Dense, DepthToSpace, Graph, Input
+from workbench.ir.graph import (
+    Add,
+    Concat,
+    Conv,
+    Dense,
+    DepthToSpace,
+    Graph,
+    Input,
+    Pool,
+    Upsample,
+)
 from workbench.nets import activations
 from workbench.nets.layers import Act, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
+
+
+# The Keras layers the lowering takes (each with the conditions its branch checks).
+SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNormalization (after a conv)",
+             "Activation / Act (after a conv or an Add)", "Add (of two tensors)",
+             "Concatenate (channels)",
+             "MaxPooling2D", "AveragePooling2D", "UpSampling2D (nearest, bilinear)",
+             "GlobalAveragePooling2D + Dense (last; a softmax after it on the CPU)",
+             "DepthToSpace", "Shuffle", "Quantize8")
 
 
 class LoweringError(ValueError):
@@ -24,6 +43,13 @@ def _keras_activation(layer):
         return name
     raise LoweringError(f"layer {layer.name!r}: Keras activation {name!r} has no [0, 1]-bounded "
                         f"GLSL form; use workbench.nets.layers.Act with one of {activations.names()}")
+
+
+def _is_softmax(layer) -> bool:
+    """A Softmax layer, an Activation("softmax"), or a layer whose activation is softmax."""
+    if isinstance(layer, keras.layers.Softmax):
+        return True
+    return getattr(getattr(layer, "activation", None), "__name__", None) == "softmax"
 
 
 def _check_finite(layer, arrays):
@@ -42,15 +68,38 @@ def _conv_from(layer, source):
     else:
         if layer.strides[0] != layer.strides[1] or layer.dilation_rate != (1, 1):
             raise LoweringError(f"layer {layer.name!r}: only square strides, no dilation")
-        stride, padding, groups = layer.strides[0], layer.padding, layer.groups
+        stride, padding = layer.strides[0], layer.padding
+        groups = getattr(layer, "groups", 1)  # DepthwiseConv2D: set from its kernel below
         act = _keras_activation(layer)
     weights = layer.get_weights()
     kernel = weights[0].astype(np.float32)
+    if isinstance(layer, keras.layers.DepthwiseConv2D):  # (k, k, C, m): C groups of 1 -> m
+        groups = kernel.shape[2]
+        kernel = kernel.reshape(*kernel.shape[:2], 1, -1)
     if kernel.shape[0] != kernel.shape[1]:
         raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
     bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
     _check_finite(layer, {"kernel": kernel, "bias": bias})
     return Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups, act)
+
+
+def _pool_from(layer, source) -> Pool:
+    """Max or average pooling: square windows of 2 or 3, square strides."""
+    (kh, kw), (sh, sw) = layer.pool_size, layer.strides
+    if kh != kw or sh != sw or kh not in (2, 3):
+        raise LoweringError(f"layer {layer.name!r}: pooling takes square 2x2 or 3x3 windows "
+                            f"and square strides, got {kh}x{kw} at {sh}x{sw}")
+    kind = "max" if isinstance(layer, keras.layers.MaxPooling2D) else "average"
+    return Pool(layer.name, source, kind, kh, sh, layer.padding)
+
+
+def _upsample_from(layer, source) -> Upsample:
+    """Nearest or bilinear upsampling by one whole factor on both axes."""
+    (sy, sx), how = layer.size, layer.interpolation
+    if sy != sx or how not in ("nearest", "bilinear"):
+        raise LoweringError(f"layer {layer.name!r}: upsampling takes one factor on both axes "
+                            f"and nearest or bilinear, got {sy}x{sx} {how}")
+    return Upsample(layer.name, source, sy, how)
 
 
 def _fold_batchnorm(conv, layer):
@@ -90,24 +139,27 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                                 "cannot take it from (a global pooling must feed a Dense layer)")
         return tensor_of[id(keras_tensor)]
 
-    def last_conv(keras_tensor, layer, what):
+    def last_conv(keras_tensor, layer, what, kinds=(Conv,)):
         name = producer(keras_tensor)
         op = ops[-1] if ops else None
-        if (not isinstance(op, Conv) or op.name != name or op.activation != "linear"
+        if (not isinstance(op, kinds) or op.name != name or op.activation != "linear"
                 or id(keras_tensor) in order_of):
             raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
                                 f"convolution without activation (it follows {name!r})")
         return op
+
+    def unshuffled(keras_tensor, layer):
+        if id(keras_tensor) in order_of:
+            raise LoweringError(f"layer {layer.name!r}: its input {keras_tensor.name!r} is "
+                                "shuffled; take it before the shuffle")
+        return producer(keras_tensor)
 
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             tensor_of[id(layer.output)] = graph_input.name
             continue
         inputs = layer.input if isinstance(layer.input, list) else [layer.input]
-        if isinstance(layer, (GroupConv2D, keras.layers.Conv2D)):
-            if isinstance(layer, keras.layers.DepthwiseConv2D):
-                raise LoweringError(f"layer {layer.name!r}: DepthwiseConv2D is not supported; "
-                                    "use GroupConv2D")
+        if isinstance(layer, (GroupConv2D, keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
             op = _conv_from(layer, producer(inputs[0]))
             op.luma_input = luma_input and op.input == graph_input.name
             op.input_order = order_of.get(id(inputs[0]))
@@ -116,8 +168,16 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
         elif isinstance(layer, keras.layers.BatchNormalization):
             _fold_batchnorm(last_conv(inputs[0], layer, "BatchNormalization"), layer)
             tensor_of[id(layer.output)] = producer(inputs[0])
+        elif isinstance(layer, (keras.layers.Softmax, keras.layers.Activation)) \
+                and _is_softmax(layer):
+            op = ops[-1] if ops else None
+            if not isinstance(op, Dense) or op.name != producer(inputs[0]) or op.softmax:
+                raise LoweringError(f"layer {layer.name!r}: a softmax must follow the last "
+                                    "Dense layer (the logits)")
+            op.softmax = True
+            tensor_of[id(layer.output)] = op.name
         elif isinstance(layer, (Act, keras.layers.Activation)):
-            op = last_conv(inputs[0], layer, "an activation")
+            op = last_conv(inputs[0], layer, "an activation", (Conv, Add))
             op.activation = (layer.activation if isinstance(layer, Act)
                              else _keras_activation(layer))
             tensor_of[id(layer.output)] = op.name
@@ -134,28 +194,50 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                 raise LoweringError(f"layer {layer.name!r}: Add of exactly two tensors supported")
             names = [producer(t) for t in inputs]
             op = ops[-1] if ops else None
-            if not isinstance(op, Conv) or op.name not in names:
-                raise LoweringError(f"layer {layer.name!r}: one input of Add must be the "
-                                    "convolution just before it")
-            last_conv(inputs[names.index(op.name)], layer, "Add")
-            other = inputs[1 - names.index(op.name)]
-            if id(other) in order_of:
-                raise LoweringError(f"layer {layer.name!r}: the residual input of Add must not "
-                                    "be shuffled (add the unit's input before its shuffle)")
-            op.residual = producer(other)
+            fused = (isinstance(op, Conv) and op.name in names and op.activation == "linear"
+                     and not op.residual and id(inputs[names.index(op.name)]) not in order_of)
+            if fused:  # the residual of the conv just before: one program
+                op.residual = unshuffled(inputs[1 - names.index(op.name)], layer)
+            else:
+                op = Add(layer.name, unshuffled(inputs[0], layer), unshuffled(inputs[1], layer))
+                ops.append(op)
             tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, keras.layers.Concatenate):
+            if layer.axis not in (-1, 3):
+                raise LoweringError(f"layer {layer.name!r}: concatenation along the channels "
+                                    f"only (axis -1), not axis {layer.axis}")
+            first, *others = (unshuffled(t, layer) for t in inputs)
+            ops.append(Concat(layer.name, first, tuple(others)))
+            tensor_of[id(layer.output)] = layer.name
+        elif isinstance(layer, (keras.layers.MaxPooling2D, keras.layers.AveragePooling2D)):
+            op = _pool_from(layer, producer(inputs[0]))
+            ops.append(op)
+            tensor_of[id(layer.output)] = op.name
+            if id(inputs[0]) in order_of:  # per channel: the packs keep their order
+                order_of[id(layer.output)] = order_of[id(inputs[0])]
+        elif isinstance(layer, keras.layers.UpSampling2D):
+            op = _upsample_from(layer, producer(inputs[0]))
+            ops.append(op)
+            tensor_of[id(layer.output)] = op.name
+            if id(inputs[0]) in order_of:  # per channel: the packs keep their order
+                order_of[id(layer.output)] = order_of[id(inputs[0])]
         elif isinstance(layer, keras.layers.GlobalAveragePooling2D):
             pooled[id(layer.output)] = producer(inputs[0])
         elif isinstance(layer, keras.layers.Dense):
             if id(inputs[0]) not in pooled:
                 raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
                                     "GlobalAveragePooling2D on ES 2.0")
-            if _keras_activation(layer) != "linear" or layer is not model.layers[-1]:
+            probabilities = _is_softmax(layer)
+            last = model.layers[-1] is layer or (model.layers[-1] is not layer
+                                                 and _is_softmax(model.layers[-1])
+                                                 and model.layers[-2] is layer)
+            if (not probabilities and _keras_activation(layer) != "linear") or not last:
                 raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
-                                    "without activation (logits; softmax on the CPU)")
+                                    "without activation or with softmax (on the CPU)")
             weight, bias = (w.astype(np.float32) for w in layer.get_weights())
             _check_finite(layer, {"kernel": weight, "bias": bias})
-            op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense)
+            op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense,
+                       softmax=probabilities)
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
         elif isinstance(layer, D2S):
@@ -165,8 +247,8 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
         else:
-            raise LoweringError(f"layer {layer.name!r} ({type(layer).__name__}) is not supported "
-                                "by the ES 2.0 back end")
+            raise LoweringError(f"layer {layer.name!r} ({type(layer).__name__}) is not "
+                                f"supported; supported: {', '.join(SUPPORTED)}")
     size = tuple(model.inputs[0].shape[1:3])
     graph = Graph(graph_input, ops, producer(model.outputs[0]), model.name,
                   None if None in size else size)

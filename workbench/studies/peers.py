@@ -82,9 +82,9 @@ def resolve_model(model=None) -> tuple[keras.Model, str]:
 def keras_output(model, graph: ir.Graph, image) -> np.ndarray:
     """Keras' float32 output for ``image`` (HxWx3 in [0, 1]): the SR net's RGB upscale (luma
     through the net, bilinear chroma, clipped to [0, 1]) or a classifier's logits."""
-    if output_spec(graph)["kind"] == "logits":
-        return np.asarray(model(image[None], training=False), np.float32)[0]
-    return superres.upscale(model, image, rounded=False)
+    if graph.rgb_output:
+        return superres.upscale(model, image, rounded=False)
+    return np.asarray(model(image[None], training=False), np.float32)[0]
 
 
 def fidelity(reference, output, logits) -> dict:

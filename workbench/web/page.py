@@ -37,7 +37,8 @@ The page reports its state in ``document.body.dataset.state`` (``loading``, ``re
 ``window.workbench.runUrl(url)`` runs another image and returns the same result object.
 
 Result (JSON): ``kind`` ``"image"`` (``width``, ``height``, base64 RGBA8 ``output``,
-``bicubic`` and ``input`` bytes, rows top first) or ``"logits"`` (``logits``,
+``bicubic`` (null unless the net upscales by a whole factor) and ``input`` bytes, rows top
+first) or ``"logits"`` (``logits``,
 ``probabilities``, ``top5``); both with ``passes`` (``[name, ms]``: each pass until a 1-pixel
 ``readPixels`` of its target returned), ``total_ms`` (their sum), ``run_ms`` (upload to
 read-back, without the per-pass waits), ``compile_ms`` and ``renderer``.
@@ -291,7 +292,9 @@ def decode_result(result: dict) -> dict:
         sizes = {"output": out, "bicubic": out,
                  "input": (result["input_height"], result["input_width"])}
         for key, (h, w) in sizes.items():
-            result[key] = np.frombuffer(base64.b64decode(result[key]), np.uint8).reshape(h, w, 4)
+            if result[key] is not None:  # no bicubic beside a net that is not an upscaler
+                result[key] = np.frombuffer(base64.b64decode(result[key]), np.uint8).reshape(
+                    h, w, 4)
     elif result.get("kind") == "logits":
         result["logits"] = np.asarray(result["logits"], np.float32)
     return result

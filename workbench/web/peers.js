@@ -17,7 +17,7 @@
 "use strict";
 
 // The page's own code (ES modules, see workbench.js) as it hands it to this script.
-const { fetchFile, loadNet, fitDrawBuffers, checkNetLimits, Runner, runImage, decodeLogits, base64 } = window.workbench.modules;
+const { fetchFile, loadNet, fitDrawBuffers, checkNetLimits, Runner, runImage, decodeLogits, softmax, base64 } = window.workbench.modules;
 const page = window.workbench.page;
 
 const PEER_ACTIVATIONS = {
@@ -72,6 +72,7 @@ function buildTfjsNet({ spec, values }, grouping) {
         indices: op.gather ? tf.tensor1d(op.gather, "int32") : null };
     }
     if (op.kind === "dense") return { ...op, w: tensor(op.weight), b: tensor(op.bias) };
+    if (op.kind === "add") return { ...op, act: peerActivation(op.activation, op.name) };
     return op;
   });
   return { spec, ops, lumaFilter: tf.tensor(spec.luma, [1, 1, 3, 1]) };
@@ -104,10 +105,22 @@ function tfjsForward(net, input) {
       } else {
         t[op.name] = y;
       }
+    } else if (op.kind === "pool") {
+      const pool = op.pool === "max" ? tf.maxPool : tf.avgPool;
+      t[op.name] = pool(x, op.size, op.stride, op.padding);
+    } else if (op.kind === "add") {
+      t[op.name] = op.act(tf.add(x, t[op.other]));
+    } else if (op.kind === "concat") {
+      t[op.name] = tf.concat([x, ...op.others.map((name) => t[name])], 3);
+    } else if (op.kind === "upsample") {
+      const size = [x.shape[1] * op.scale, x.shape[2] * op.scale];
+      t[op.name] = op.interpolation === "nearest"
+        ? tf.image.resizeNearestNeighbor(x, size, false, true) : tf.image.resizeBilinear(x, size, false, true);
     } else if (op.kind === "dense") {
       const cin = op.weight[1][0];
       const v = op.pool ? tf.mean(x, [1, 2]) : tf.reshape(x, [1, -1]);
-      t[op.name] = tf.add(tf.matMul(tf.slice(v, [0, 0], [1, cin]), op.w), op.b);
+      const logits = tf.add(tf.matMul(tf.slice(v, [0, 0], [1, cin]), op.w), op.b);
+      t[op.name] = op.softmax ? tf.softmax(logits) : logits;
     } else {
       throw new Error(`op ${op.name}: unknown kind ${op.kind}`);
     }
@@ -123,7 +136,9 @@ function pageSide(name, runner, pixels, programs) {
     run: async () => {
       const r = runImage(runner, pixels, page.limits, false);
       const out = page.net.spec.output;  // a classifier's logits decoded as the page decodes them
-      return { ms: r.runMs, output: out.kind === "logits" ? Float32Array.from(decodeLogits(r.output, out).logits) : r.output };
+      if (out.kind !== "logits") return { ms: r.runMs, output: r.output };
+      const { logits } = decodeLogits(r.output, out); // the net's output: its softmax where it ends with one
+      return { ms: r.runMs, output: Float32Array.from(out.softmax ? softmax(logits) : logits) };
     } };
 }
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
+from workbench.es2.net import output_spec
 from workbench.files import project_root
 
 TFJS_VERSION = "4.22.0"  # keep in step with tools/tfjs.sh
@@ -76,6 +77,39 @@ def script_files() -> dict[str, bytes]:
             for package, names in SCRIPTS.items() for name in names}
 
 
+def _conv(op: ir.Conv, channels, array) -> dict:
+    """A conv's TF.js entry; ``channels`` of its input, ``gather`` the channel order it reads
+    (a shuffle's binding order, or the first ``cin`` channels)."""
+    gather = None
+    if op.input_order is not None:
+        gather = [c for p in op.input_order
+                  for c in range(ir.PACK * p, min(ir.PACK * p + ir.PACK, channels))]
+    elif channels != op.cin and not op.luma_input:
+        gather = list(range(op.cin))
+    return dict(kind="conv", kernel=array(op.kernel), bias=array(op.bias), stride=op.stride,
+                padding=op.padding, groups=op.groups, activation=op.activation,
+                residual=op.residual, luma=op.luma_input, gather=gather and gather[:op.cin])
+
+
+# The TF.js back end's op table: ``op type -> entry(op, input channels, array)``, read by
+# peers.js ``tfjsForward`` (one branch per ``kind``).
+ENTRIES = {
+    ir.Conv: _conv,
+    ir.DepthToSpace: lambda op, channels, array: dict(kind="depth_to_space", block=op.block,
+                                                      chroma_from=op.chroma_from),
+    ir.Dense: lambda op, channels, array: dict(kind="dense", weight=array(op.weight),
+                                               bias=array(op.bias), pool=op.pool,
+                                               softmax=op.softmax),
+    ir.Pool: lambda op, channels, array: dict(kind="pool", pool=op.kind, size=op.size,
+                                              stride=op.stride, padding=op.padding),
+    ir.Upsample: lambda op, channels, array: dict(kind="upsample", scale=op.scale,
+                                                  interpolation=op.interpolation),
+    ir.Add: lambda op, channels, array: dict(kind="add", other=op.other,
+                                             activation=op.activation),
+    ir.Concat: lambda op, channels, array: dict(kind="concat", others=list(op.others)),
+}
+
+
 def net_files(graph: ir.Graph) -> dict:
     """``{"tfjs.json": spec, "tfjs.bin": bytes}`` for ``graph`` (see the module docstring)."""
     shapes = graph.shapes(graph.input_size or (64, 64))
@@ -91,28 +125,11 @@ def net_files(graph: ir.Graph) -> dict:
 
     ops = []
     for op in graph.ops:
-        entry = {"name": op.name, "input": op.input}
-        if isinstance(op, ir.Conv):
-            channels = shapes[op.input][2]
-            gather = None
-            if op.input_order is not None:
-                gather = [c for p in op.input_order
-                          for c in range(ir.PACK * p, min(ir.PACK * p + ir.PACK, channels))]
-            elif channels != op.cin and not op.luma_input:
-                gather = list(range(op.cin))
-            entry.update(kind="conv", kernel=array(op.kernel), bias=array(op.bias),
-                         stride=op.stride, padding=op.padding, groups=op.groups,
-                         activation=op.activation, residual=op.residual,
-                         luma=op.luma_input, gather=gather and gather[:op.cin])
-        elif isinstance(op, ir.DepthToSpace):
-            entry.update(kind="depth_to_space", block=op.block, chroma_from=op.chroma_from)
-        elif isinstance(op, ir.Dense):
-            entry.update(kind="dense", weight=array(op.weight), bias=array(op.bias),
-                         pool=op.pool)
-        else:
+        if type(op) not in ENTRIES:
             raise TypeError(f"op {op.name!r}: no TF.js form for {type(op).__name__}")
-        ops.append(entry)
-    kind = "logits" if isinstance(graph.op(graph.output), ir.Dense) else "image"
+        ops.append({"name": op.name, "input": op.input,
+                    **ENTRIES[type(op)](op, shapes[op.input][2], array)})
+    kind = output_spec(graph)["kind"]
     spec = {"format": "workbench-tfjs/1", "name": graph.name,
             "input": {"name": graph.input.name, "channels": graph.input.channels,
                       "rgb": graph.input.rgb},

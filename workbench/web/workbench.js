@@ -93,11 +93,13 @@ async function runBlob(blob, name = "image") {
     if (spec.output.kind === "image") {
       const [h, w] = run.outSize;
       const scale = w / width;
-      const bicubic = bicubicUpscale(run.input, width, height, scale);
-      Object.assign(result, { width: w, height: h, output: base64(run.output), bicubic: base64(bicubic), input: base64(run.input) });
-      showCanvas("input", run.input, width, height, `input, ${width}x${height}${note} (shown ×${scale}, nearest neighbour)`);
-      showCanvas("bicubic", bicubic, w, h, `bicubic ×${scale} (MATLAB imresize, Keys a = −0.5; JavaScript on the CPU)`);
-      showCanvas("output", run.output, w, h, `${spec.name} ×${scale}, ${w}x${h} (WebGL, ${run.passes.length} passes)`);
+      // an upscaler (a whole scale > 1) is shown beside bicubic; any other image net alone
+      const upscaler = Number.isInteger(scale) && scale > 1 && h === height * scale;
+      const bicubic = upscaler ? bicubicUpscale(run.input, width, height, scale) : null;
+      Object.assign(result, { width: w, height: h, output: base64(run.output), bicubic: bicubic && base64(bicubic), input: base64(run.input) });
+      showCanvas("input", run.input, width, height, `input, ${width}x${height}${note}` + (upscaler ? ` (shown ×${scale}, nearest neighbour)` : ""));
+      if (upscaler) showCanvas("bicubic", bicubic, w, h, `bicubic ×${scale} (MATLAB imresize, Keys a = −0.5; JavaScript on the CPU)`);
+      showCanvas("output", run.output, w, h, `${spec.name}` + (upscaler ? ` ×${scale}` : "") + `, ${w}x${h} (WebGL, ${run.passes.length} passes)`);
     } else {
       const { logits, saturated } = decodeLogits(run.output, spec.output);
       const probabilities = softmax(logits);
@@ -201,6 +203,6 @@ async function setUpCheck() {
 // What the tests and peers.js (loaded into the page as a classic script) use.
 window.workbench = {
   runUrl, runBlob, runCheck, plan, bicubicUpscale, spec: () => page.net && page.net.spec, deviceReport: null,
-  page, modules: { fetchFile, loadNet, fitDrawBuffers, checkNetLimits, Runner, runImage, decodeLogits, base64 },
+  page, modules: { fetchFile, loadNet, fitDrawBuffers, checkNetLimits, Runner, runImage, decodeLogits, softmax, base64 },
 };
 main();

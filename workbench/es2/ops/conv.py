@@ -12,38 +12,19 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma, quantize
-from workbench.es2.limits import LimitError, Target, fits
+from workbench.es2.limits import LimitError, Target, check_storage, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.es2.shaders import (
+    Binding,
+    Pass,
+    coordinates,
+    header,
+    inside_mask,
+    uniform_declarations,
+)
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.ir.cost import Cost
 from workbench.nets import activations
-
-
-def _mask(axis, d) -> str:
-    """1.0 where column (``x``) or row (``y``) ``d`` of the window lies inside the texture,
-    0.0 in the zero padding (a texel centre outside lies half a texel beyond 0 or 1)."""
-    return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
-
-
-def coordinates(size, stride, masked, inline_masks=False) -> list[str]:
-    """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
-    each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
-    divided by ``u_in_size``; the window's first tap at ``(gl_FragCoord.xy - 0.5) * stride +
-    0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}`` / ``my{dy}``: 1.0 where that column or
-    row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
-    Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
-    ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
-    live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1)."""
-    lines = ["    vec2 inv = 1.0 / u_in_size;",
-             f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
-    for axis in "xy":
-        for d in range(size):
-            step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
-            lines.append(f"    float {axis}{d} = uv.{axis}{step};")
-            if masked and not inline_masks:
-                lines.append(f"    float m{axis}{d} = {_mask(axis, d)};")
-    return lines
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False) -> Pass:
@@ -53,7 +34,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     pack, only these components of it (0-3), the others' weights left out of the program (a
     compiler that keeps literals in a small constant file takes it then); the runtime masks
     the rest, so a component's arithmetic, and its bytes, are those of the whole program.
-    ``inline_masks``: see :func:`coordinates` (the same 0/1 masks: the same bytes)."""
+    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
+    the same bytes)."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     if channels is not None and many:
@@ -63,7 +45,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
-    _, count = op.group_channels(packs[0])  # the group's channels are 0..count-1 of the kernel
+    weights = [op.tap_weights(p) for p in packs]  # [dy, dx, input pack, in component, out]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
     vectors = {"u_in_size": ("size", op.input),
                "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
@@ -82,7 +64,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         for dx in range(op.size):
             where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if masked else "")
             if masked:
-                mx, my = ((f"({_mask('x', dx)})", f"({_mask('y', dy)})") if inline_masks
+                mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
                           else (f"mx{dx}", f"my{dy}"))
                 body.append(f"    float m{dx}_{dy} = {mx} * {my};")
             if op.luma_input:
@@ -98,14 +80,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                          for s, o in zip(sums, outs)]
                 continue
             for j, sampler in enumerate(samplers[:len(in_packs)]):
-                chans = range(j * ir.PACK, min((j + 1) * ir.PACK, count))
-                products = []
-                for s, o in zip(sums, outs):
-                    m = np.zeros((4, 4), np.float32)  # m[i, o]: input component i -> output o
-                    for i, c in enumerate(chans):
-                        m[i, :len(o)] = op.kernel[dy, dx, c, o]
-                    if np.any(m):
-                        products.append((s, m))
+                # m[i, o]: input component i -> output component o
+                products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights) if np.any(w[dy, dx, j])]
                 texel = f"(texture2D({sampler}, {where}){mask})"
                 if channels is not None:  # the kept rows of mat4 * t, summed in its order
                     if products:
@@ -153,7 +129,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
     pack is drawn by several programs of that many components each, one target each.
-    ``inline_masks``: see :func:`coordinates`."""
+    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`."""
     precision, limits = target.precision, target.limits
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if channels < ir.PACK:
@@ -170,7 +146,8 @@ def emulate(op: ir.Conv, x, residual=None):
     mediump: the arithmetic follows ``x``'s type), before storage.
 
     Summed as the shader sums: the bias, then per tap (row by row) and per input pack of 4
-    channels the ``mat4 * vec4`` product (its 4 terms in channel order) added to the sum.
+    channels the ``mat4 * vec4`` product (its 4 terms in channel order; a weight 0 where
+    the channel is outside the output's group adds exactly 0) added to the sum.
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
     x = np.asarray(x, F)
@@ -184,26 +161,40 @@ def emulate(op: ir.Conv, x, residual=None):
     padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
                        x.shape[2]), F)
     padded[pt:pt + h, pl:pl + w] = x
-    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
-    kernel, bias = op.kernel.astype(F), op.bias.astype(F)
-    out = np.empty((oh, ow, op.cout), F)
-    for g in range(op.groups):
-        outs = slice(g * cout_g, (g + 1) * cout_g)
-        acc = np.tile(bias[outs], (oh, ow, 1))
-        for dy in range(k):
-            for dx in range(k):
-                window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
-                for first in range(0, cin_g, ir.PACK):  # one input pack: mat4 * vec4
-                    terms = (window[..., g * cin_g + c, None] * kernel[dy, dx, c, outs]
-                             for c in range(first, min(first + ir.PACK, cin_g)))
-                    product = next(terms)
-                    for term in terms:
-                        product += term
-                    acc += product
-        out[..., outs] = acc
+    index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
+    weight = weight.astype(F)
+    out = np.tile(op.bias.astype(F), (oh, ow, 1))
+    for dy in range(k):
+        for dx in range(k):
+            window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
+            for j in range(index.shape[0]):  # the j-th input pack of each output: mat4 * vec4
+                product = window[..., index[j, 0]] * weight[dy, dx, j, 0]
+                for i in range(1, ir.PACK):
+                    product += window[..., index[j, i]] * weight[dy, dx, j, i]
+                out += product
     if residual is not None:
         out += residual[..., :op.cout]
     return np.asarray(activations.get(op.activation).np_fn(out), F)
+
+
+def _gathers(op: ir.Conv):
+    """For every output channel ``o`` at once, what its program multiplies: ``index[j, i, o]``
+    the input channel that is component ``i`` of its ``j``-th input pack and ``weight[dy, dx,
+    j, i, o]`` its weight (:meth:`workbench.ir.Conv.tap_weights`; 0 past the pack's inputs or
+    the channel's group, and for a ``j`` beyond those of its pack, which adds exactly 0)."""
+    packs = range(op.out_packs())
+    logical = [[0] if op.luma_input else op.logical_packs(p) for p in packs]
+    slots = max(map(len, logical))
+    index = np.zeros((slots, ir.PACK, op.cout), int)
+    weight = np.zeros((op.size, op.size, slots, ir.PACK, op.cout), np.float32)
+    for p, firsts in zip(packs, logical):
+        outs = range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))
+        w = op.tap_weights(p)
+        for j, first in enumerate(firsts):
+            for i in range(ir.PACK):
+                index[j, i, outs.start:outs.stop] = min(ir.PACK * first + i, op.cin - 1)
+            weight[:, :, j, :, outs.start:outs.stop] = w[:, :, j, :, :len(outs)]
+    return index, weight
 
 
 def apply(op: ir.Conv, tensors, precision):
@@ -212,32 +203,19 @@ def apply(op: ir.Conv, tensors, precision):
     return quantize(emulate(op, tensors[op.input], res), precision)
 
 
-def _check_storage(op, limits):
-    """The activation keeps the output in the storage's range."""
-    rng = activations.get(op.activation).output_range
-    if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
-        raise LimitError(f"layer {op.name!r}: activation {op.activation!r} does not keep the "
-                         f"output in {limits.storage_range}, the range of {limits.storage} "
-                         "storage; add a bounded activation")
-
-
 def check(op: ir.Conv, shapes, limits):
     """The limits of every program of ``op`` in its one-target form, and 8-bit storage."""
-    cin_g, cout_g = op.kernel.shape[2], op.cout // op.groups
+    cin_g = op.kernel.shape[2]
     fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program, limits)
     if limits.sampled_channels:
         budget = limits.sampled_channels[op.size > 1]
         fits(op.name, "input channels sampled per output", 3 if op.luma_input else cin_g, budget,
              limits)
-    if op.groups > 1 and (cin_g % ir.PACK or cout_g % ir.PACK):
-        raise LimitError(f"layer {op.name!r}: with groups={op.groups} each group must read and "
-                         f"write whole RGBA packs of {ir.PACK} channels; it reads {cin_g} and writes "
-                         f"{cout_g}")
     for pack in range(op.out_packs()):
         fits(op.name, "texture units", units(op, [pack]), limits.texture_units, limits)
         fits(op.name, "texel fetches per fragment", fetches(op, [pack]),
              limits.fetches_per_fragment, limits)
-    _check_storage(op, limits)
+    check_storage(op.name, op.activation, limits)
 
 
 def fetches(op: ir.Conv, packs) -> int:

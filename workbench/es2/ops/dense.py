@@ -183,16 +183,18 @@ def stored(op: ir.Dense, logits) -> np.ndarray:
 
 
 def output(op: ir.Dense, texture) -> np.ndarray:
-    """The logits (float32 vector) from the output texture."""
+    """The logits (float32 vector) from the output texture; their softmax where the net ends
+    with one (on the CPU)."""
     pairs = texture[0, :op.pairs]
     values = pairs[..., :2] if op.number == "float" else fixed16.decode(pairs.reshape(-1, 2, 2))
-    return np.asarray(values, np.float32).reshape(-1)[:op.cout]
+    logits = np.asarray(values, np.float32).reshape(-1)[:op.cout]
+    return ir.softmax(logits) if op.softmax else logits
 
 
 def output_spec(op: ir.Dense) -> dict:
     """What a runtime needs to decode the logits texture (:func:`output`)."""
     return {"packs": 1, "kind": "logits", "number": op.number, "count": op.cout,
-            "pairs": op.pairs}
+            "pairs": op.pairs, "softmax": op.softmax}
 
 
 def saturated(op: ir.Dense, textures) -> bool:

@@ -1,0 +1,86 @@
+"""The ES 2.0 record of :class:`workbench.ir.Upsample`: x``scale`` nearest or bilinear
+upsampling of every channel, one program per pack of 4 channels, its emulator, limits, cost
+and tiling.
+
+Nearest: output pixel ``o`` fetches input pixel ``floor(o / scale)``.  Bilinear (half-pixel
+centres, edges clamped, as ``tf.image.resize`` and Keras' ``UpSampling2D``): 4 nearest
+fetches mixed in float, as the SR demux mixes the chroma (:func:`workbench.es2.emulate.
+bilinear`; a GL_LINEAR sampler on RGBA8 would filter with 8-bit weights).
+"""
+from __future__ import annotations
+
+from workbench import ir
+from workbench.es2.emulate import bilinear, quantize
+from workbench.es2.limits import Target, fits
+from workbench.es2.record import OpRecord, register
+from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.glsl_text import glsl_float
+from workbench.ir.cost import Cost
+
+
+def fetches(op: ir.Upsample) -> int:
+    return 1 if op.interpolation == "nearest" else 4
+
+
+def program(op: ir.Upsample, pack: int, precision="highp") -> Pass:
+    s = glsl_float(op.scale)
+    vectors = {"u_in_size": ("size", op.input)}
+    # gl_FragCoord is mediump in GLSL ES 1.00: copied to a highp variable first (see the demux)
+    body = ["    vec2 fc = gl_FragCoord.xy;", "    vec2 o = fc - 0.5;"]
+    if op.interpolation == "nearest":
+        body += [f"    vec2 uv = (floor((o + 0.5) / {s}) + 0.5) / u_in_size;",
+                 "    gl_FragColor = texture2D(u_in0, uv);"]
+    else:
+        body += [f"    vec2 u = (o + 0.5) / {s} - 0.5;",
+                 "    vec2 i0 = floor(u);",
+                 "    vec2 f = u - i0;",
+                 "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+                 "    gl_FragColor = mix(mix(texture2D(u_in0, lo), texture2D(u_in0, vec2(hi.x, lo.y)), "
+                 "f.x),",
+                 "                       mix(texture2D(u_in0, vec2(lo.x, hi.y)), texture2D(u_in0, hi), "
+                 "f.x), f.y);"]
+    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, [Binding("u_in0", op.input, pack)],
+                [(op.name, pack)], vectors)
+
+
+def passes(op: ir.Upsample, shapes, target: Target) -> list[Pass]:
+    """One program per pack of 4 channels (one render target each)."""
+    return [program(op, p, target.precision) for p in range(op.out_packs(shapes))]
+
+
+def emulate(op: ir.Upsample, x):
+    """The upsampled HxWxC ``x`` in its float type, as the program computes it."""
+    if op.interpolation == "nearest":
+        return x.repeat(op.scale, axis=0).repeat(op.scale, axis=1)
+    return bilinear(x, op.scale)
+
+
+def apply(op: ir.Upsample, tensors, precision):
+    """The stored output, as the next op fetches it."""
+    return quantize(emulate(op, tensors[op.input]), precision)
+
+
+def check(op: ir.Upsample, shapes, limits):
+    fits(op.name, "texel fetches per fragment", fetches(op), limits.fetches_per_fragment, limits)
+
+
+def cost(op: ir.Upsample, shapes, programs=None) -> Cost:
+    """Fetches (and the bilinear mix's 3 multiply-adds a channel) of every output pixel."""
+    h, w, c = shapes[op.name]
+    n = op.out_packs(shapes)
+    return Cost(multiply_adds=h * w * c * 3 if op.interpolation == "bilinear" else 0,
+                texel_fetches=h * w * n * fetches(op), texture_bytes=h * w * 4 * n, programs=n)
+
+
+def tile(op: ir.Upsample, step, reach):
+    """The step divides by the scale; nearest reads its own source pixel, bilinear the two
+    nearest."""
+    out = reach[op.input] + (step[op.input] if op.interpolation == "bilinear" else 0)
+    return step[op.input] / op.scale, out
+
+
+RECORD = register(ir.Upsample, OpRecord(
+    "Upsample", passes=passes, apply=apply, check=check, cost=cost, tile=tile))
