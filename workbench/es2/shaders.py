@@ -70,6 +70,15 @@ def uniform_declarations(samplers, vectors):
         "".join(f"uniform vec2 {v};\n" for v in vectors)
 
 
+def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict) -> Pass:
+    """The program of an op that turns pack ``pack`` of its input (sampler ``u_in0``) into
+    the same pack of its output, from the lines of its ``main`` and its ``vec2`` uniforms."""
+    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return Pass(f"{op.name}.{pack}", op.name, source, [Binding("u_in0", op.input, pack)],
+                [(op.name, pack)], vectors)
+
+
 def inside_mask(axis, d) -> str:
     """1.0 where column (``x``) or row (``y``) ``d`` of the window lies inside the texture,
     0.0 in the zero padding (a texel centre outside lies half a texel beyond 0 or 1)."""

@@ -17,7 +17,7 @@ from workbench import ir
 from workbench.es2.emulate import F32, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, coordinates, header, uniform_declarations
+from workbench.es2.shaders import Pass, coordinates, same_pack_pass
 from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 
@@ -51,10 +51,7 @@ def program(op: ir.Pool, pack: int, precision="highp") -> Pass:
         body.append("    gl_FragColor = s * (rx * ry);")
     else:
         body.append(f"    gl_FragColor = s * {glsl_float(RECIPROCALS[k] * RECIPROCALS[k])};")
-    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
-              + "void main() {\n" + "\n".join(body) + "\n}\n")
-    return Pass(f"{op.name}.{pack}", op.name, source, [Binding("u_in0", op.input, pack)],
-                [(op.name, pack)], vectors)
+    return same_pack_pass(op, pack, precision, body, vectors)
 
 
 def passes(op: ir.Pool, shapes, target: Target) -> list[Pass]:

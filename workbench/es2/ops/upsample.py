@@ -13,7 +13,7 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.es2.shaders import Pass, same_pack_pass
 from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 
@@ -40,10 +40,7 @@ def program(op: ir.Upsample, pack: int, precision="highp") -> Pass:
                  "f.x),",
                  "                       mix(texture2D(u_in0, vec2(lo.x, hi.y)), texture2D(u_in0, hi), "
                  "f.x), f.y);"]
-    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
-              + "void main() {\n" + "\n".join(body) + "\n}\n")
-    return Pass(f"{op.name}.{pack}", op.name, source, [Binding("u_in0", op.input, pack)],
-                [(op.name, pack)], vectors)
+    return same_pack_pass(op, pack, precision, body, vectors)
 
 
 def passes(op: ir.Upsample, shapes, target: Target) -> list[Pass]:
