@@ -119,6 +119,23 @@ def test_train_writes_the_plain_deployable_net(tmp_path):
         [(2, 150), (8, 250), (2, 151), (1, 100)]
 
 
+def test_a_family_member_trains_and_collapses_to_its_widths(tmp_path):
+    """``widths``: another member of the family (here ~3K parameters), recorded in the run's
+    config so that a resume builds the same net; model.keras is the plain sr_x2 of them."""
+    import json
+
+    from workbench.nets import superres
+    from workbench.nets.models import load_model
+
+    rng = np.random.default_rng(1)
+    photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
+    superres.train(photos, tmp_path / "run", steps=2, batch=2, patch=12, expand=16,
+                   init="identity", verbose=0, widths=(32, 16, 16, 12))
+    saved = load_model(tmp_path / "run" / "model.keras")
+    assert saved.count_params() == 3200 == sr_x2(widths=(32, 16, 16, 12)).count_params()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["widths"] == [32, 16, 16, 12]
+
+
 def test_ablation_verdict_reads_gaps_against_the_noise():
     from workbench.studies import sr_ablation
 

@@ -18,9 +18,18 @@ def parse(row):
     out = {}
     for item in filter(None, opts.split(",")):
         key, value = item.split(":")
-        out[key] = (int(value) if value.isdigit() else float(value) if value[0].isdigit()
-                    else {"true": True, "false": False}.get(value.lower(), value))
+        out[key] = _value(value)
     return name, out
+
+
+def _value(text):
+    """An option's value: an int, a float, true/false, else the text (``32-16-16-12``)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def main(out, runs, steps, seeds, *rows):

@@ -2,8 +2,9 @@
 
   python tools/sr_reference.py train RUN_DIR STEPS [option:value ...]   (resumable)
 
-Options: the recipe options of ``superres.train`` and ``data:NAME``, the SR training set under
-the data root's ``sr/`` (default ``train``; ``train291`` is T91 + BSD200).
+Options: the recipe options of ``superres.train`` (``widths:32-16-16-12`` for another member of
+the family) and ``data:NAME``, the SR training set under the data root's ``sr/`` (default
+``train``; ``train291`` is T91 + BSD200).
   python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
 
 Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net), ``OUT_STEM.json`` and
@@ -34,6 +35,8 @@ DATA = {80: "80 JPEG photos of sr/train",
 
 def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
+    if "widths" in options:  # widths:32-16-16-12, a member of the family
+        options["widths"] = tuple(int(w) for w in str(options["widths"]).split("-"))
     images = [im for _, im in datasets.sr_images(options.pop("data", "train")).images]
     superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
 
