@@ -22,6 +22,7 @@ from workbench.studies import (
     peers,
     shuffle,
     sr_ablation,
+    sr_front,
 )
 
 # (title, the notebook that writes the results, the study function that reports them)
@@ -29,6 +30,8 @@ SECTIONS = [
     ("x2 super-resolution: Set5 / Set14, each degradation kernel", superres.NOTEBOOK,
      superres.report_section),
     ("x2 SR recipes (ablation, GPU output)", sr_ablation.NOTEBOOK, sr_ablation.report_section),
+    ("x2 SR: quality against size (the checkpoints that ship)", sr_front.NOTEBOOK,
+     sr_front.report_section),
     ("Deployment fidelity: ES 2.0 shaders vs TensorFlow", deploy.SR_NOTEBOOK, deploy.sr_section),
     ("Classifier: TensorFlow vs the GPU", deploy.CLASSIFIER_NOTEBOOK, deploy.classifier_section),
     ("Cost per op", deploy.SR_NOTEBOOK, deploy.cost_section),
