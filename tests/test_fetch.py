@@ -418,3 +418,26 @@ def test_shared_data_verifies():
     checks = verify(["Set5", "Set14", "train", "cifar10"], SHARED)
     assert [c.state for c in checks] == ["ok"] * 4, [c.line() for c in checks]
     assert [c.checked for c in checks[:2]] == [5, 14]
+
+
+def test_train291_from_file_urls(tmp_path):
+    """The train291 entry: T91's BMPs become t91_*.png with the same pixels, BSD200's PNGs are
+    copied as bsd200_*.png, checked against the manifest's sha256 (file URLs stand in for
+    the repository's raw files); the real entry lists all 291 files with their sha256."""
+    rng = np.random.default_rng(0)
+    bmp, png = tmp_path / "t1.bmp", tmp_path / "100075.png"
+    Image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(bmp)
+    Image.fromarray(rng.integers(0, 256, (4, 7, 3), dtype=np.uint8)).save(png)
+    real = load_manifest()["train291"]
+    entry = {**real, "files": [{"url": f.as_uri(), "sha256": sha256(f)} for f in (bmp, png)]}
+    root = tmp_path / "data"
+    fetch(["train291"], root, {"train291": entry})
+    folder = root / "sr" / "train291"
+    assert images_in(folder) == ["bsd200_100075.png", "t91_t1.png"]
+    np.testing.assert_array_equal(np.asarray(Image.open(folder / "t91_t1.png")),
+                                  np.asarray(Image.open(bmp)))
+    assert (folder / "bsd200_100075.png").read_bytes() == png.read_bytes()
+    assert verify(["train291"], root, {"train291": entry})[0].state == "ok"
+    assert len(real["files"]) == 291 and not real["default"]
+    assert sum(f["url"].endswith(".bmp") for f in real["files"]) == 91
+    assert all(len(f["sha256"]) == 64 for f in real["files"])

@@ -429,7 +429,20 @@ def cifar10_python(files, stage):
         list(pool.map(write, jobs))
 
 
-CONVERTERS = {"cifar10-python": cifar10_python}
+def train291(files, dest):
+    """T91's BMP files as ``t91_<name>.png`` (the same pixels, lossless), BSD200's PNG files
+    copied as ``bsd200_<name>.png``: one flat folder, as ``sr/train291``."""
+    from PIL import Image
+
+    for file in files:
+        if file.suffix.lower() == ".bmp":
+            with Image.open(file) as image:
+                image.convert("RGB").save(dest / f"t91_{file.stem}.png")
+        else:
+            shutil.copyfile(file, dest / f"bsd200_{file.name}")
+
+
+CONVERTERS = {"cifar10-python": cifar10_python, "train291": train291}
 
 
 # --------------------------------------------------------------------------- command line
