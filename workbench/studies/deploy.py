@@ -12,7 +12,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from workbench import es2, ir, references, tables
+from workbench import es2, references, tables
 from workbench.data import datasets, images, metrics
 from workbench.es2 import emulate, tiling
 from workbench.files import read_json, write_json

@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma, quantize
-from workbench.es2.limits import LimitError, Target, check_storage, fits
+from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import (
     Binding,
