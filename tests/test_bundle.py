@@ -130,7 +130,7 @@ def test_mediump_bundle_passes_its_own_check(tmp_path):
     entry = spec["inputs"][0]
     image = np.load(directory / entry["input"])[..., :3] / np.float32(255)
     np.testing.assert_array_equal(np.load(directory / entry["expected"]),
-                                  net.emulate(image, keep=True, precision="mediump")["subpixels"])
+                                  net.emulate(image, keep=True, arithmetic="float16")["subpixels"])
     result = run_bundle(directory)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"within {spec['levels']} levels" in result.stdout

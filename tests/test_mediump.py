@@ -25,10 +25,15 @@ def _sr(seed=0):
     return model, es2.compile(model)
 
 
-def test_highp_is_the_default_and_still_llvmpipes_bytes():
+def test_float32_is_the_default_and_still_llvmpipes_bytes():
+    """The emulator's arithmetic is its own argument (not the shaders' precision): float32 by
+    default, llvmpipe's bytes; a name it does not know is refused."""
     _, net = _sr(5)
     image = np.random.default_rng(6).integers(0, 256, (24, 20, 3)).astype(np.float32) / 255
-    default, highp = net.emulate(image, keep=True), net.emulate(image, keep=True, precision="highp")
+    default = net.emulate(image, keep=True)
+    highp = net.emulate(image, keep=True, arithmetic="float32")
+    with pytest.raises(ValueError, match="arithmetic must be one of \\('float32', 'float16'\\)"):
+        net.emulate(image, arithmetic="mediump")
     for name in default:
         np.testing.assert_array_equal(default[name], highp[name], err_msg=name)
     renderer = gl.info()["GL_RENDERER"]
@@ -50,7 +55,7 @@ def test_one_conv_rounds_as_float16_after_every_operation():
     bias = rng.normal(0, 0.3, 4).astype(np.float32)
     op = ir.Conv("c", "image", kernel, bias, 1, "same", 1, "sigmoid_like")
     levels = rng.integers(0, 256, (3, 5, 4))
-    got = ops.conv.emulate(op, emulate.load(levels, "mediump"))
+    got = ops.conv.emulate(op, emulate.load(levels, "float16"))
     assert got.dtype == np.float16
     expected = np.zeros(got.shape)
     for y, x, o in np.ndindex(*got.shape):
@@ -75,8 +80,7 @@ def test_fixed16_glsl_in_float32_is_the_value_model_and_in_float16_keeps_11_bits
     v = np.array([-100.3, -1.7, -0.01, 0.0, 0.3, 1.234, 50.55, 127.9])
     for dtype in (np.float32, np.float16):
         levels = emulate.store(fixed16.glsl_enc(v.astype(dtype)))
-        precision_name = "highp" if dtype == np.float32 else "mediump"
-        decoded = fixed16.glsl_dec(emulate.load(levels, precision_name))
+        decoded = fixed16.glsl_dec(emulate.load(levels, np.dtype(dtype).name))
         if dtype == np.float32:
             np.testing.assert_array_equal(decoded, fixed16.quantize(v))
             np.testing.assert_array_equal(levels, fixed16.encode(v))
@@ -94,7 +98,7 @@ def test_classifier_dense_fixed16_loses_its_low_byte_in_mediump():
     diffs = {}
     for dense in ("fixed16", "float"):
         net = es2.compile(model, dense=dense)
-        high, medium = net.emulate(image), net.emulate(image, precision="mediump")
+        high, medium = net.emulate(image), net.emulate(image, arithmetic="float16")
         diffs[dense] = np.abs(medium - high).max()
         if dense == "fixed16":  # read back exactly from bytes whose low byte is a multiple of 16
             assert np.all((medium * 16) == np.round(medium * 16))

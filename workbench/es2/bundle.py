@@ -107,7 +107,8 @@ def files(net, model, inputs=None, threshold=None) -> dict:
         entry = {"name": name, **{k: f"checks/{name}.{k}.npy"
                                   for k in ("input", "expected", "tf")}}
         contents[entry["input"]] = emulate.to_packs(image, opaque=graph.input.rgb)
-        expected = net.emulate(image, keep=True, precision=net.precision)[graph.output]
+        arithmetic = "float16" if net.precision == "mediump" else "float32"
+        expected = net.emulate(image, keep=True, arithmetic=arithmetic)[graph.output]
         if net.precision == "mediump":  # a GPU may compute mediump in float16 or float32
             highp = net.emulate(image, keep=True)[graph.output]
             levels = max(levels, int(np.abs(highp.astype(np.int16) - expected).max()))

@@ -12,7 +12,7 @@ trained one (values within 1e-5 of a half level, where llvmpipe still rounds dif
 A GPU that fuses or reorders differs only where a value sits that close to a half level.
 It is the oracle of the tests.
 
-``precision="mediump"`` predicts instead a GPU whose ``mediump`` is a true 16-bit float
+``arithmetic="float16"`` predicts instead a GPU whose ``mediump`` is a true 16-bit float
 (Mali-400, many Adreno and PowerVR parts; a ``highp`` shader falls back to it where
 ``GL_FRAGMENT_PRECISION_HIGH`` is undefined).  The same code runs with numpy float16 in place
 of float32, so every step the shader writes rounds to float16, round to nearest even:
@@ -37,20 +37,22 @@ from workbench.es2.record import record
 
 F32 = np.float32
 LEVEL = F32(1 / 255)
-DTYPES = {"highp": np.float32, "mediump": np.float16}   # precision -> the shaders' arithmetic
+# the GPU's arithmetic the emulator predicts: "float32" (highp; llvmpipe, whatever the shader
+# declares) or "float16" (a GPU whose mediump is a true 16-bit float)
+DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
-def dtype(precision):
-    """The numpy float type the emulator computes in for ``precision``."""
-    if precision not in DTYPES:
-        raise ValueError(f"precision must be one of {tuple(DTYPES)}, not {precision!r}")
-    return DTYPES[precision]
+def dtype(arithmetic):
+    """The numpy float type the emulator computes in for ``arithmetic``."""
+    if arithmetic not in DTYPES:
+        raise ValueError(f"arithmetic must be one of {tuple(DTYPES)}, not {arithmetic!r}")
+    return DTYPES[arithmetic]
 
 
-def load(levels, precision="highp"):
+def load(levels, arithmetic="float32"):
     """8-bit levels -> float, as a texture fetch converts RGBA8: ``level * float32(1/255)``
-    (rounded to float16 for ``mediump``)."""
-    return (np.asarray(levels, F32) * LEVEL).astype(dtype(precision))
+    (rounded to float16 for ``arithmetic="float16"``)."""
+    return (np.asarray(levels, F32) * LEVEL).astype(dtype(arithmetic))
 
 
 def store(x):
@@ -61,9 +63,9 @@ def store(x):
     return np.rint(np.clip(x, F32(0), F32(1)) * F32(255)).astype(np.uint8)
 
 
-def quantize(x, precision="highp"):
+def quantize(x, arithmetic="float32"):
     """The value the next op reads back after an RGBA8 store of ``x``."""
-    return load(store(x), precision)
+    return load(store(x), arithmetic)
 
 
 def luma(rgb):
@@ -92,29 +94,29 @@ def bilinear(image, block):
     return mix(top, bottom, fy)
 
 
-def apply(op, tensors, precision="highp"):
+def apply(op, tensors, arithmetic="float32"):
     """The stored (quantized) output of ``op`` given the tensors it reads (as fetched:
-    float32, or float16 for ``mediump``): its record's ``apply``."""
-    return record(op).apply(op, tensors, precision)
+    float32, or float16): its record's ``apply``."""
+    return record(op).apply(op, tensors, arithmetic)
 
 
-def tensors(graph: ir.Graph, image, precision="highp"):
+def tensors(graph: ir.Graph, image, arithmetic="float32"):
     """Every tensor of a run on an HxWxC image in [0, 1], ``{name: value}``, as the next op
-    fetches it (8-bit levels as float32, or float16 for ``mediump``; a dense layer's
+    fetches it (8-bit levels as float32, or float16; a dense layer's
     logits)."""
     image = graph.input_image(image)  # the GPU runner's checks and uint8 conversion
-    values = {graph.input.name: quantize(image, precision)}
+    values = {graph.input.name: quantize(image, arithmetic)}
     for op in graph.ops:
-        values[op.name] = apply(op, values, precision)
+        values[op.name] = apply(op, values, arithmetic)
     return values
 
 
-def run(graph: ir.Graph, image, keep=False, precision="highp"):
+def run(graph: ir.Graph, image, keep=False, arithmetic="float32"):
     """Run ``graph`` on an HxWxC image in [0, 1]; the output as float32 (8-bit levels), or
     with ``keep`` every tensor as uint8 HxWx(4*packs), the layout the GPU runner returns.
-    ``precision``: ``"highp"`` (float32, llvmpipe's bytes) or ``"mediump"`` (the prediction
-    for a GPU whose mediump is float16; see the module's docstring)."""
-    values = tensors(graph, image, precision)
+    ``arithmetic``: ``"float32"`` (llvmpipe's bytes, a highp GPU's) or ``"float16"`` (the
+    prediction for a GPU whose mediump is float16; see the module's docstring)."""
+    values = tensors(graph, image, arithmetic)
     if not keep:
         op = graph.op(graph.output)
         if record(op).output:  # as the GPU's run decodes its output texture (a softmax too)
@@ -136,7 +138,7 @@ def _stored(graph, name, t):
     return to_packs(t, opaque=name in _rgb_tensors(graph))
 
 
-def stepwise(graph: ir.Graph, stored: dict, precision="highp"):
+def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
     """Each op emulated from the bytes another run (the GPU's) stored for its inputs.
 
     ``stored``: uint8 HxWx(4*packs) per tensor, as ``net.run(image, keep=True)`` returns.
@@ -144,9 +146,9 @@ def stepwise(graph: ir.Graph, stored: dict, precision="highp"):
     difference in one layer does not spread to the next.
     """
     shapes = graph.shapes(stored[graph.input.name].shape[:2])
-    values = {name: load(data[..., :shapes[name][2]], precision) for name, data in stored.items()
+    values = {name: load(data[..., :shapes[name][2]], arithmetic) for name, data in stored.items()
               if name in shapes and _levels(graph, name)}
-    return {op.name: _stored(graph, op.name, apply(op, values, precision)) for op in graph.ops}
+    return {op.name: _stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
 
 
 def _rgb_tensors(graph):

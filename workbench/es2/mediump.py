@@ -1,5 +1,5 @@
 """What a GPU whose ``mediump`` is float16 does to a net, predicted by the emulator
-(:func:`workbench.es2.emulate.run` with ``precision="mediump"``; its docstring states the
+(:func:`workbench.es2.emulate.run` with ``arithmetic="float16"``; its docstring states the
 assumptions), op by op against ``highp``; and the warning ``es2.compile(...,
 mediump_warn_db=...)`` gives.
 
@@ -54,8 +54,8 @@ def per_op(graph: ir.Graph, image):
     """``{op name: PSNR dB}`` of every op's output predicted for mediump against highp's on
     ``image`` (HxWxC in [0, 1]), in execution order.  Each op runs on its own precision's
     inputs, so a loss in one op carries on into the next, as on the GPU."""
-    high = emulate.tensors(graph, image, "highp")
-    medium = emulate.tensors(graph, image, "mediump")
+    high = emulate.tensors(graph, image, "float32")
+    medium = emulate.tensors(graph, image, "float16")
     return {op.name: psnr(high[op.name], medium[op.name], peak(graph, op.name, high[op.name]))
             for op in graph.ops}
 

@@ -87,10 +87,11 @@ class Net:
                     f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
                     "range on the GPU")
 
-    def emulate(self, image, keep=False, precision="highp"):
-        """The numpy emulator's prediction of :meth:`run` on llvmpipe (``highp``, float32), or
-        with ``precision="mediump"`` on a GPU whose mediump is float16 (:mod:`.emulate`)."""
-        return emulate.run(self.graph, image, keep=keep, precision=precision)
+    def emulate(self, image, keep=False, arithmetic="float32"):
+        """The numpy emulator's prediction of :meth:`run` on llvmpipe (a highp GPU: float32),
+        or with ``arithmetic="float16"`` on a GPU whose mediump is float16 (:mod:`.emulate`).
+        (Not the shaders' ``precision``, which :attr:`precision` is.)"""
+        return emulate.run(self.graph, image, keep=keep, arithmetic=arithmetic)
 
     @property
     def draw_buffers(self) -> int:

@@ -11,8 +11,9 @@ input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
 
 * ``passes(op, shapes, precision, draw_buffers, limits, **layer_options)`` -> the op's
   :class:`~workbench.es2.shaders.Pass` list, in execution order;
-* ``apply(op, tensors, precision)`` -> the op's output as the next op fetches it (the
-  emulator; ``tensors``: every earlier tensor, float32, or float16 for ``mediump``);
+* ``apply(op, tensors, arithmetic)`` -> the op's output as the next op fetches it (the
+  emulator; ``tensors``: every earlier tensor, float32, or float16 for ``arithmetic=
+  "float16"``, the prediction for a GPU whose mediump is float16);
 * ``check(op, shapes, limits)`` raises :class:`~workbench.es2.limits.LimitError`;
 * ``cost(op, shapes, programs=None)`` -> :class:`workbench.ir.Cost`; ``programs``: the
   output packs of each of its programs as compiled (None: one each);

@@ -79,7 +79,8 @@ def compare(model, net, images):
         image = imaging.round_8bit(image)
         runs.append({"TF": tf_tensors(model, net.graph, image),
                      "TF float16": tf_tensors(model16, net.graph, image),
-                     **{p: emulate.tensors(net.graph, image, p) for p in ("highp", "mediump")}})
+                     **{p: emulate.tensors(net.graph, image, a)
+                        for p, a in (("highp", "float32"), ("mediump", "float16"))}})
     def pooled(kind, name):
         return np.concatenate([np.ravel(run[kind][name]) for run in runs])
 

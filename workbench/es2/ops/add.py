@@ -32,10 +32,10 @@ def passes(op: ir.Add, shapes, target: Target) -> list[Pass]:
     return [program(op, p, target.precision) for p in range(op.out_packs(shapes))]
 
 
-def apply(op: ir.Add, tensors, precision):
+def apply(op: ir.Add, tensors, arithmetic):
     """The stored output, as the next op fetches it."""
     a, b = tensors[op.input], tensors[op.other]
-    return quantize(np.asarray(activations.get(op.activation).np_fn(a + b), a.dtype), precision)
+    return quantize(np.asarray(activations.get(op.activation).np_fn(a + b), a.dtype), arithmetic)
 
 
 def check(op: ir.Add, shapes, limits):

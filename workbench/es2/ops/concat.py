@@ -43,7 +43,7 @@ def passes(op: ir.Concat, shapes, target: Target) -> list[Pass]:
     return [program(op, shapes, p, target.precision) for p in range(op.out_packs(shapes))]
 
 
-def apply(op: ir.Concat, tensors, precision):
+def apply(op: ir.Concat, tensors, arithmetic):
     """The inputs' values, channels one after the other (nothing is rounded again)."""
     return np.concatenate([tensors[t] for t in op.inputs], axis=-1)
 

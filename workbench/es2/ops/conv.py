@@ -197,10 +197,10 @@ def _gathers(op: ir.Conv):
     return index, weight
 
 
-def apply(op: ir.Conv, tensors, precision):
+def apply(op: ir.Conv, tensors, arithmetic):
     """The stored output, as the next op fetches it."""
     res = tensors[op.residual] if op.residual else None
-    return quantize(emulate(op, tensors[op.input], res), precision)
+    return quantize(emulate(op, tensors[op.input], res), arithmetic)
 
 
 def check(op: ir.Conv, shapes, limits):

@@ -102,7 +102,7 @@ def constants(op: ir.Dense) -> dict[str, np.ndarray]:
     return {f"{op.name}/weights": weight_texture(op)}
 
 
-def emulate(op: ir.Dense, x, precision="highp"):
+def emulate(op: ir.Dense, x, arithmetic="float32"):
     """The blocked GEMV of :class:`workbench.ir.Dense`, stage by stage, with the storage of
     every stage; returns the logits as the CPU reads them back.  A stage out of the fixed16
     range raises :class:`workbench.es2.fixed16.FixedPointOverflow`.
@@ -117,7 +117,7 @@ def emulate(op: ir.Dense, x, precision="highp"):
     byte; ``enc`` rounds ``u`` the same way and at the top of the range makes ``inf``.
     """
     cin, pixels = op.cin, 1
-    if precision == "highp":
+    if arithmetic == "float32":
         x = x[..., :cin].mean(axis=(0, 1)) if op.pool else x[0, 0, :cin]
         if op.number == "float":
             weight, bias = op.weight.astype(np.float64), op.bias.astype(np.float64)
@@ -132,13 +132,13 @@ def emulate(op: ir.Dense, x, precision="highp"):
                 fixed16.check(v, op.name, stage)
                 return fixed16.quantize(v)
     else:
-        F = dtype(precision)
+        F = dtype(arithmetic)
         taps = x[..., :cin].reshape(-1, cin) if op.pool else x[:1, 0, :cin]
         x, pixels = taps[0], len(taps)
         for tap in taps[1:]:
             x = x + tap
         texture = weight_texture(op)  # (cin + 1, pairs, 4): the weight rows, the bias
-        fetched = load(texture, precision) if op.number == "fixed16" else texture.astype(F)
+        fetched = load(texture, arithmetic) if op.number == "fixed16" else texture.astype(F)
         fetched = fetched.reshape(cin + 1, -1, 2, 2)
         if op.number == "float":
             values = fetched[:, :, 0].reshape(cin + 1, -1)[:, :op.cout]  # components x, y
@@ -153,7 +153,7 @@ def emulate(op: ir.Dense, x, precision="highp"):
             def put(v, stage, last=False):
                 fixed16.check(v, op.name, stage)
                 stored = store(fixed16.glsl_enc(v))
-                return fixed16.decode(stored) if last else fixed16.glsl_dec(load(stored, precision))
+                return fixed16.decode(stored) if last else fixed16.glsl_dec(load(stored, arithmetic))
     rows = [put(sum(weight[c] * x[c] for p in block for c in range(4 * p, min(4 * p + 4, cin)))
                 / pixels, f"the partial sum of input block {b}")
             for b, block in enumerate(op.blocks())]
@@ -167,8 +167,8 @@ def emulate(op: ir.Dense, x, precision="highp"):
 
 
 
-def apply(op: ir.Dense, tensors, precision):
-    return emulate(op, tensors[op.input], precision)
+def apply(op: ir.Dense, tensors, arithmetic):
+    return emulate(op, tensors[op.input], arithmetic)
 
 
 def stored(op: ir.Dense, logits) -> np.ndarray:

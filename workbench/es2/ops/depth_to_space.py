@@ -84,10 +84,10 @@ def emulate(op: ir.DepthToSpace, x, image=None):
     return rgb + (y[..., :1] - luma(rgb)[..., None])
 
 
-def apply(op: ir.DepthToSpace, tensors, precision):
+def apply(op: ir.DepthToSpace, tensors, arithmetic):
     """The stored output, as the next op fetches it."""
     chroma = tensors[op.chroma_from] if op.chroma_from else None
-    return quantize(emulate(op, tensors[op.input], chroma), precision)
+    return quantize(emulate(op, tensors[op.input], chroma), arithmetic)
 
 
 

@@ -88,9 +88,9 @@ def emulate(op: ir.Pool, x):
     return acc * F(RECIPROCALS[k] * RECIPROCALS[k])
 
 
-def apply(op: ir.Pool, tensors, precision):
+def apply(op: ir.Pool, tensors, arithmetic):
     """The stored output, as the next op fetches it."""
-    return quantize(emulate(op, tensors[op.input]), precision)
+    return quantize(emulate(op, tensors[op.input]), arithmetic)
 
 
 def check(op: ir.Pool, shapes, limits):

@@ -55,9 +55,9 @@ def emulate(op: ir.Upsample, x):
     return bilinear(x, op.scale)
 
 
-def apply(op: ir.Upsample, tensors, precision):
+def apply(op: ir.Upsample, tensors, arithmetic):
     """The stored output, as the next op fetches it."""
-    return quantize(emulate(op, tensors[op.input]), precision)
+    return quantize(emulate(op, tensors[op.input]), arithmetic)
 
 
 def check(op: ir.Upsample, shapes, limits):
