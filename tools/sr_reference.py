@@ -56,6 +56,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
     card = {
         "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),
+        "widths": "-".join(str(deploy.get_layer(f"L{i}").filters) for i in range(1, 5)),
         "recipe": {"function": "workbench.nets.superres.train", **options,
                    "steps_planned": config["steps"], "optimizer": "Adam, cosine decay to 1 %"},
         "steps_done": steps_done, "finished": steps_done >= config["steps"],
@@ -72,6 +73,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
         "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
                       f"{config['steps']} "
                       + ("data:train291 " if config["train_images"] == 291 else "")
+                      + (f"widths:{'-'.join(map(str, config['widths']))} "
+                         if config.get("widths") else "")
                       + " ".join(f"{k}:{v}" for k, v in options.items() if v is not None) +
                       f"; python tools/sr_reference.py export {run_dir}"),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -82,7 +85,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
     stem.with_suffix(".md").write_text(f"""# {stem.name}: x2 SR reference checkpoint
 
 Deployable net: `{card['model']}`, the plain `workbench.nets.models.sr_x2` layers
-({card['deployed_parameters']:,} parameters; same layers and texel fetches as today's net).
+({card['deployed_parameters']:,} parameters, widths {card['widths']}).
 Recipe: `{json.dumps(card['recipe'])}`.
 Steps: {steps_done:,} of {config['steps']:,} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
 {card['training_minutes']} training minutes on {card['machine']}.
