@@ -26,7 +26,6 @@ import multiprocessing
 import tempfile
 from pathlib import Path
 
-import yaml
 
 from workbench.files import figures_dir, project_root, write_json, write_text
 from workbench.run import pipeline
