@@ -79,6 +79,12 @@ def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict) -> 
                 [(op.name, pack)], vectors)
 
 
+def masked(size, padding) -> bool:
+    """Whether a ``size`` x ``size`` window with this padding has taps in the zero padding,
+    which :func:`coordinates` then masks."""
+    return padding == "same" and size > 1
+
+
 def inside_mask(axis, d) -> str:
     """1.0 where column (``x``) or row (``y``) ``d`` of the window lies inside the texture,
     0.0 in the zero padding (a texel centre outside lies half a texel beyond 0 or 1)."""

@@ -186,8 +186,15 @@ class DepthToSpace:
         return packs(self.out_channels(shapes))
 
 
+class SameChannelsPacks:
+    """For an op whose output packs follow its output's channels (its ``out_shape``)."""
+
+    def out_packs(self, shapes):
+        return packs(shapes[self.name][2])
+
+
 @dataclass
-class Pool:
+class Pool(SameChannelsPacks):
     """Max or average pooling of each channel over ``size`` x ``size`` windows at ``stride``,
     as ``tf.nn.max_pool2d`` / ``tf.nn.avg_pool2d``: 'same' padding leaves the padded taps out
     (of the max, and of the average's count).  ``kind``: ``"max"`` or ``"average"``."""
@@ -202,12 +209,9 @@ class Pool:
         h, w, c = shapes[self.input]
         return (*conv_out_hw((h, w), self.size, self.stride, self.padding), c)
 
-    def out_packs(self, shapes):
-        return packs(shapes[self.name][2])
-
 
 @dataclass
-class Upsample:
+class Upsample(SameChannelsPacks):
     """x``scale`` upsampling of each channel, ``interpolation`` ``"nearest"`` (each pixel
     repeated) or ``"bilinear"`` (half-pixel centres, edges clamped: ``tf.image.resize``)."""
     name: str
@@ -219,12 +223,9 @@ class Upsample:
         h, w, c = shapes[self.input]
         return (h * self.scale, w * self.scale, c)
 
-    def out_packs(self, shapes):
-        return packs(shapes[self.name][2])
-
 
 @dataclass
-class Add:
+class Add(SameChannelsPacks):
     """``input + other`` (two tensors of one shape), then ``activation``, which must keep the
     sum in [0, 1] for 8-bit storage (the conv-fused residual is :attr:`Conv.residual`)."""
     name: str
@@ -235,12 +236,9 @@ class Add:
     def out_shape(self, shapes, hw):
         return shapes[self.input]
 
-    def out_packs(self, shapes):
-        return packs(shapes[self.name][2])
-
 
 @dataclass
-class Concat:
+class Concat(SameChannelsPacks):
     """The channels of ``input`` then of each of ``others`` (tensors of one size)."""
     name: str
     input: str
@@ -253,9 +251,6 @@ class Concat:
     def out_shape(self, shapes, hw):
         h, w, _ = shapes[self.input]
         return (h, w, sum(shapes[t][2] for t in self.inputs))
-
-    def out_packs(self, shapes):
-        return packs(shapes[self.name][2])
 
     def sources(self, shapes) -> list[tuple[str, int]]:
         """``(tensor, channel)`` of each output channel, in order."""

@@ -20,6 +20,7 @@ from workbench.es2.shaders import (
     coordinates,
     header,
     inside_mask,
+    masked,
     uniform_declarations,
 )
 from workbench.glsl_text import glsl_float, glsl_vec
@@ -54,16 +55,16 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         samplers += residuals
         bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
         vectors["u_out_size"] = ("size", op.name)
-    masked = op.padding == "same" and op.size > 1
-    body = coordinates(op.size, glsl_float(op.stride), masked, inline_masks)
+    padded = masked(op.size, op.padding)
+    body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks)
     body += [f"    vec4 {s} = {glsl_vec(_kept(op.bias[o], kept))};" for s, o in zip(sums, outs)]
     part = "".join("xyzw"[k] for k in kept)
     if many or (channels is not None and not op.luma_input):  # a texel fetched once
         body.append("    float y;" if op.luma_input else "    vec4 t;")
     for dy in range(op.size):
         for dx in range(op.size):
-            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if masked else "")
-            if masked:
+            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
+            if padded:
                 mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
                           else (f"mx{dx}", f"my{dy}"))
                 body.append(f"    float m{dx}_{dy} = {mx} * {my};")
@@ -296,8 +297,7 @@ def tile(op: ir.Conv, step, reach):
 
 def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
-    masked = op.padding == "same" and op.size > 1
-    return ("channels", "inline_masks") if masked else ("channels",)
+    return ("channels", "inline_masks") if masked(op.size, op.padding) else ("channels",)
 
 
 RECORD = register(ir.Conv, OpRecord(

@@ -17,32 +17,28 @@ from workbench import ir
 from workbench.es2.emulate import F32, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Pass, coordinates, same_pack_pass
+from workbench.es2.shaders import Pass, coordinates, masked, same_pack_pass
 from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 
 RECIPROCALS = {1: F32(1.0), 2: F32(0.5), 3: F32(1 / 3)}  # 1 / valid taps along one axis
 
 
-def _masked(op: ir.Pool) -> bool:
-    return op.padding == "same" and op.size > 1
-
-
 def program(op: ir.Pool, pack: int, precision="highp") -> Pass:
     k = op.size
     vectors = {"u_in_size": ("size", op.input),
                "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
-    masked = _masked(op)
-    body = coordinates(k, glsl_float(op.stride), masked)
+    padded = masked(op.size, op.padding)
+    body = coordinates(k, glsl_float(op.stride), padded)
     body.append("    vec4 m = vec4(0.0);" if op.kind == "max" else "    vec4 s = vec4(0.0);")
     for dy in range(k):
         for dx in range(k):
             tap = f"texture2D(u_in0, vec2(x{dx}, y{dy}))" + (f" * (mx{dx} * my{dy})"
-                                                              if masked else "")
+                                                              if padded else "")
             body.append(f"    m = max(m, {tap});" if op.kind == "max" else f"    s += {tap};")
     if op.kind == "max":
         body.append("    gl_FragColor = m;")
-    elif masked:
+    elif padded:
         third = glsl_float(RECIPROCALS[3])
         for axis in "xy":
             count = " + ".join(f"m{axis}{d}" for d in range(k))
@@ -79,7 +75,7 @@ def emulate(op: ir.Pool, x):
             acc = np.maximum(acc, tap) if op.kind == "max" else acc + tap
     if op.kind == "max":
         return acc
-    if _masked(op):
+    if masked(op.size, op.padding):
         def reciprocal(ok, n):  # valid taps along one axis, per output position
             counts = sum(ok[d:d + (n - 1) * s + 1:s].astype(int) for d in range(k))
             return np.array([RECIPROCALS[int(n_)] for n_ in counts]).astype(F)
