@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from workbench import ir
 from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan
-from workbench.es2.record import record
+from workbench.es2.record import record, record_of_type
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import (
     VERTEX_SHADER,
@@ -121,7 +121,7 @@ class Net:
         files["vertex.glsl"] = VERTEX_SHADER
         weights, ops = {}, []
         for op in self.graph.ops:
-            desc = {"type": type(op).__name__}
+            desc = {"type": record(op).name}
             for key, value in vars(op).items():
                 if isinstance(value, np.ndarray):
                     weights[f"{op.name}/{key}"] = value
@@ -183,7 +183,7 @@ def output_spec(graph: ir.Graph) -> dict:
 def compile(model, target: limits.Target | None = None, *, luma_input=None, dense="fixed16",
             mediump_warn_db=None, check_driver=False, fit=False, device=None, precision=None,
             draw_buffers=None) -> Net:
-    """Keras model -> IR -> limits check -> passes.
+    """Keras or ONNX model -> IR -> limits check -> passes.
 
     ``target``: what to compile for (:class:`workbench.es2.limits.Target`: the device's
     limits, the shaders' precision, the render targets a program may write), default
@@ -203,7 +203,7 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     refused layers' programs until it takes them (``net.changes`` says what changed)."""
     target = _target(target, device, precision, draw_buffers)
     table = target.limits
-    graph = prepared(ir.from_keras(model, luma_input=luma_input, dense=dense), table)
+    graph = prepared(ir.from_model(model, luma_input=luma_input, dense=dense), table)
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
@@ -319,8 +319,11 @@ def _load(directory: Path, manifest: dict) -> Net:
                              f"{', '.join(ir.OP_TYPES)}")
         arrays = {k.split("/", 1)[1]: v for k, v in weights.items()
                   if k.split("/", 1)[0] == desc["name"]}
-        if desc.get("input_order") is not None:
-            desc["input_order"] = tuple(desc["input_order"])
+        for key in ("input_order", "padding"):  # JSON lists back to tuples
+            if isinstance(desc.get(key), list):
+                desc[key] = tuple(desc[key])
+        if set(desc) - {f.name for f in fields(kind)}:  # the back end's choices: as prepared
+            kind = record_of_type(kind).prepared or kind
         ops.append(kind(**desc, **arrays))
     size = manifest.get("input_size")
     graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],

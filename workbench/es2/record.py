@@ -28,7 +28,9 @@ input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
   (:mod:`workbench.es2.tiling`), or None when the op cannot be tiled;
 * ``saturated(op, textures)``: whether its stored textures hit their number format's range;
 * ``prepare(op, shapes, limits)`` -> a copy of ``op`` with what the back end chooses for
-  ``limits`` (a dense layer's block size); compile never changes the IR it lowered;
+  ``limits``, of the type ``prepared`` (a subclass of the IR op: a dense layer's blocks of
+  packs and pixels); compile never changes the IR it lowered, and a saved net's ops are
+  rebuilt as that type;
 * ``layer_options(op)``: the keywords of ``passes`` a driver may set for this layer
   (:func:`workbench.es2.drivers.fit`).
 """
@@ -55,6 +57,7 @@ class OpRecord:
     saturated: Callable | None = None
     layer_options: Callable | None = None
     prepare: Callable | None = None
+    prepared: type | None = None
 
 
 RECORDS: dict[type, OpRecord] = {}
@@ -65,9 +68,14 @@ def register(op_type: type, op_record: OpRecord) -> OpRecord:
     return op_record
 
 
+def record_of_type(op_type: type) -> OpRecord | None:
+    """The record of an op type (or of the IR type a prepared type extends), or None."""
+    return next((RECORDS[t] for t in op_type.__mro__ if t in RECORDS), None)
+
+
 def record(op) -> OpRecord:
     """The record of ``op``'s type; ValueError naming the op and the supported types."""
-    found = RECORDS.get(type(op))
+    found = record_of_type(type(op))
     if found is None:
         raise ValueError(f"layer {op.name!r}: the ES 2.0 back end has no {type(op).__name__} "
                          f"op; it has: {', '.join(r.name for r in RECORDS.values())}")

@@ -82,7 +82,9 @@ def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict) -> 
 def masked(size, padding) -> bool:
     """Whether a ``size`` x ``size`` window with this padding has taps in the zero padding,
     which :func:`coordinates` then masks."""
-    return padding == "same" and size > 1
+    if padding == "same":
+        return size > 1
+    return any(ir.explicit_pads(padding))
 
 
 def inside_mask(axis, d) -> str:

@@ -1,5 +1,5 @@
 """The intermediate representation: a list of ops with numpy weights (:mod:`.graph`), lowered
-from Keras (:mod:`.lower`); the record of what an op costs (:mod:`.cost`), which each back end
+from Keras (:mod:`.lower`) or ONNX (:mod:`.lower_onnx`), either by :func:`from_model`; the record of what an op costs (:mod:`.cost`), which each back end
 counts for its own programs."""
 from workbench.ir.cost import Cost
 from workbench.ir.graph import (
@@ -17,13 +17,17 @@ from workbench.ir.graph import (
                                 Upsample,
                                 conv_out_hw,
                                 conv_pads,
+                                explicit_pads,
                                 packs,
                                 reads,
                                 softmax,
                                 uniform_values,
 )
+from workbench.ir.front import from_model
 from workbench.ir.lower import LoweringError, from_keras
+from workbench.ir.lower_onnx import from_onnx
 
 __all__ = ["Cost", "LUMA", "PACK", "OP_TYPES", "Add", "Concat", "Conv", "Dense", "DepthToSpace",
            "Graph", "Input", "Pool", "Upsample", "packs", "reads", "softmax", "conv_out_hw", "conv_pads",
-           "uniform_values", "LoweringError", "from_keras"]
+           "uniform_values", "LoweringError", "from_keras", "from_onnx", "from_model",
+           "explicit_pads"]

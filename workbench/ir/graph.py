@@ -40,17 +40,30 @@ def packs(channels: int) -> int:
 
 
 def conv_out_hw(hw, size, stride, padding):
-    """Output (height, width) of a convolution, as ``tf.nn.conv2d`` computes it."""
+    """Output (height, width) of a convolution, as ``tf.nn.conv2d`` computes it.
+    ``padding``: ``"same"`` (TensorFlow's), ``"valid"``, or explicit zero padding
+    ``(top, left, bottom, right)`` (as ONNX and PyTorch put it)."""
     if padding == "same":
         return tuple(-(-n // stride) for n in hw)
-    return tuple((n - size) // stride + 1 for n in hw)
+    top, left, bottom, right = explicit_pads(padding)
+    return tuple((n + before + after - size) // stride + 1
+                 for n, before, after in zip(hw, (top, left), (bottom, right)))
+
+
+def explicit_pads(padding) -> tuple[int, int, int, int]:
+    """``(top, left, bottom, right)`` of ``"valid"`` (zeros) or of an explicit padding."""
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if isinstance(padding, str):
+        raise ValueError(f"padding {padding!r}: 'same' depends on the input size")
+    return tuple(int(p) for p in padding)
 
 
 def conv_pads(hw, size, stride, padding):
     """Zero padding (top, left) before the first row and column, as TensorFlow's 'SAME' puts
-    it; (0, 0) for 'valid'."""
-    if padding == "valid":
-        return (0, 0)
+    it; (0, 0) for 'valid'; the first two of an explicit padding."""
+    if padding != "same":
+        return explicit_pads(padding)[:2]
     return tuple(max((o - 1) * stride + size - n, 0) // 2
                  for o, n in zip(conv_out_hw(hw, size, stride, padding), hw))
 
@@ -89,7 +102,7 @@ class Conv:
     kernel: np.ndarray
     bias: np.ndarray
     stride: int = 1
-    padding: str = "same"
+    padding: str | tuple = "same"  # "same", "valid" or (top, left, bottom, right)
     groups: int = 1
     activation: str = "linear"
     residual: str | None = None
@@ -203,7 +216,7 @@ class Pool(SameChannelsPacks):
     kind: str
     size: int
     stride: int
-    padding: str = "valid"
+    padding: str | tuple = "valid"  # as Conv.padding
 
     def out_shape(self, shapes, hw):
         h, w, c = shapes[self.input]
@@ -263,18 +276,15 @@ FIXED16_STEP = 1.0 / 256
 
 @dataclass
 class Dense:
-    """Fully connected layer (logits), on ES 2.0 as a blocked GEMV.
+    """Fully connected layer (logits).
 
     ``weight`` is ``(cin, cout)``.  ``pool``: the input is averaged over all its pixels first
     (a GlobalAveragePooling2D fused in, so the average is never rounded to 8 bits).
-    ``number``: ``"fixed16"`` stores partial sums and logits in 16-bit fixed point (range
-    [-128, 128), steps of 1/256) packed in two 8-bit channels, 2 values per RGBA texel;
-    ``"float"`` in RGBA32F textures.  Stages: one multiply program per block of ``block``
-    input packs writes one row of partial sums; reduction passes add ``reduce`` rows at a
-    time; the last adds the bias.  Weights (scaled by ``2**weight_shift`` in fixed16) and
-    bias live in a texture: row c = input channel c, the last row = bias.  ``softmax``: the
-    net's output is the softmax of the logits, computed on the CPU from the logits the GPU
-    stored (:func:`softmax`).
+    ``number``: ``"fixed16"`` keeps partial sums and logits in 16-bit fixed point (range
+    [-128, 128), steps of 1/256; the weights scaled by ``2**weight_shift``), ``"float"`` in
+    float32 (how ES 2.0 runs it: :mod:`workbench.es2.ops.dense`).  ``softmax``: the net's
+    output is the softmax of the logits, computed on the CPU from the logits the GPU stored
+    (:func:`softmax`).
     """
 
     name: str
@@ -283,8 +293,6 @@ class Dense:
     bias: np.ndarray
     pool: bool = False
     number: str = "fixed16"
-    block: int = 4
-    reduce: int = 8
     softmax: bool = False
 
     @property
@@ -307,18 +315,6 @@ class Dense:
             return 0
         biggest = float(np.abs(self.weight).max()) or 1.0
         return int(np.clip(np.floor(np.log2(127.0 / biggest)), 0, 7))
-
-    def blocks(self):
-        """Input packs of each multiply program."""
-        n = packs(self.cin)
-        return [list(range(b, min(b + self.block, n))) for b in range(0, n, self.block)]
-
-    def reductions(self):
-        """Row counts: of the partial sums, then after each reduction pass (ends at 1)."""
-        rows = [len(self.blocks())]
-        while rows[-1] > 1 or len(rows) == 1:
-            rows.append(-(-rows[-1] // self.reduce))
-        return rows
 
     def out_shape(self, shapes, hw):
         return (1, 1, self.cout)
@@ -353,6 +349,7 @@ class Graph:
     output: str
     name: str = "net"
     input_size: tuple | None = None   # (height, width) when the net needs a fixed size
+    origin: dict | None = None  # tensor -> the source model's tensor it stands for (ONNX)
 
     def op(self, name):
         return next(op for op in self.ops if op.name == name)

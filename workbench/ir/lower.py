@@ -52,13 +52,13 @@ def _is_softmax(layer) -> bool:
     return getattr(getattr(layer, "activation", None), "__name__", None) == "softmax"
 
 
-def _check_finite(layer, arrays):
-    """Refuse NaN or infinite weights, ``{what: values}`` of ``layer`` (in the shaders they
-    would become ``nan`` literals that fail to compile)."""
+def check_finite(name, arrays):
+    """Refuse NaN or infinite weights, ``{what: values}`` of layer ``name`` (in the shaders
+    they would become ``nan`` literals that fail to compile)."""
     for what, values in arrays.items():
         bad = int(np.size(values) - np.isfinite(values).sum())
         if bad:
-            raise LoweringError(f"layer {layer.name!r}: {what} has {bad} NaN or infinite "
+            raise LoweringError(f"layer {name!r}: {what} has {bad} NaN or infinite "
                                 "values (diverged training?); fix or retrain the weights")
 
 
@@ -79,7 +79,7 @@ def _conv_from(layer, source):
     if kernel.shape[0] != kernel.shape[1]:
         raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
     bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
-    _check_finite(layer, {"kernel": kernel, "bias": bias})
+    check_finite(layer.name, {"kernel": kernel, "bias": bias})
     return Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups, act)
 
 
@@ -103,16 +103,21 @@ def _upsample_from(layer, source) -> Upsample:
 
 
 def _fold_batchnorm(conv, layer):
-    gamma, beta, mean, var = (layer.gamma.numpy() if layer.scale else 1.0,
-                              layer.beta.numpy() if layer.center else 0.0,
-                              layer.moving_mean.numpy(), layer.moving_variance.numpy())
-    _check_finite(layer, {"gamma": gamma, "beta": beta, "moving_mean": mean,
-                          "moving_variance": var})
+    fold_batchnorm(conv, layer.name, layer.gamma.numpy() if layer.scale else 1.0,
+                   layer.beta.numpy() if layer.center else 0.0, layer.moving_mean.numpy(),
+                   layer.moving_variance.numpy(), layer.epsilon)
+
+
+def fold_batchnorm(conv, name, gamma, beta, mean, var, epsilon):
+    """Fold batch normalisation ``name`` (inference: ``gamma * (x - mean) / sqrt(var +
+    epsilon) + beta`` per channel) into ``conv``'s kernel and bias."""
+    check_finite(name, {"gamma": gamma, "beta": beta, "moving_mean": mean,
+                        "moving_variance": var})
     with np.errstate(divide="ignore", invalid="ignore"):  # checked just below
-        k = gamma / np.sqrt(np.maximum(var + layer.epsilon, 0))
+        k = gamma / np.sqrt(np.maximum(var + epsilon, 0))
         conv.kernel = (conv.kernel * k).astype(np.float32)
         conv.bias = ((conv.bias - mean) * k + beta).astype(np.float32)
-    _check_finite(layer, {"the folded kernel": conv.kernel, "the folded bias": conv.bias})
+    check_finite(name, {"the folded kernel": conv.kernel, "the folded bias": conv.bias})
 
 
 def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
@@ -235,7 +240,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                 raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
                                     "without activation or with softmax (on the CPU)")
             weight, bias = (w.astype(np.float32) for w in layer.get_weights())
-            _check_finite(layer, {"kernel": weight, "bias": bias})
+            check_finite(layer.name, {"kernel": weight, "bias": bias})
             op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense,
                        softmax=probabilities)
             ops.append(op)
@@ -259,11 +264,11 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     shapes = graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
     for op in ops:
         if isinstance(op, DepthToSpace) and op.chroma_from:
-            _check_demux_size(op, shapes)
+            check_demux_size(op, shapes)
     return graph
 
 
-def _check_demux_size(op, shapes):
+def check_demux_size(op, shapes):
     """The SR demux samples the chroma of the input image at its own input's pixels: the two
     must have one size (no stride or 'valid' padding on the way)."""
     have, want = shapes[op.input][:2], shapes[op.chroma_from][:2]

@@ -12,6 +12,7 @@ epochs are then chosen on the test set, so the last epoch's top-1 is the unbiase
 """
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -22,7 +23,8 @@ import tensorflow as tf
 from workbench.data import datasets
 from workbench.files import read_json
 from workbench.nets import training
-from workbench.nets.models import CLASSIFIER_PRESETS, dogs_classifier, load_model
+from workbench.nets.models import (CLASSIFIER_PRESETS, dogs_classifier, load_model,
+                                   plain_classifier)
 
 BEST_DIR = "best"
 OPTIMIZERS = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop}
@@ -126,8 +128,9 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
           batch=64, optimizer="adam", learning_rate=3e-3, schedule="cosine", decay_start=None,
           decay_every=None, bn_momentum=0.75, augment=True, quantize=False, keep_best=3,
           limit=None, val_limit=None, steps_per_epoch=None, seed=0, activation="sigmoid_like",
-          verbose=2):
-    """Train ``dogs_classifier(preset)`` on the image folders ``data`` (default: CIFAR-10
+          net="dogs", verbose=2):
+    """Train ``dogs_classifier(preset)`` (``net="plain"``: :func:`plain_classifier` at the
+    preset's input size) on the image folders ``data`` (default: CIFAR-10
     under the data root); resumable.  Validation after every epoch (``val`` split, else
     ``test``); the ``keep_best`` best checkpoints by validation top-1 are kept.
 
@@ -139,6 +142,8 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
     history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
     ``val_loss``, ``val_accuracy``; training metrics are on augmented batches).
     """
+    if net not in ("dogs", "plain"):
+        raise ValueError(f"net {net!r}: 'dogs' or 'plain'")
     run_dir = Path(run_dir)
     root = Path(data) if data else datasets.classification_root("cifar10")
     size = input_size or CLASSIFIER_PRESETS[preset]["input_size"]
@@ -152,6 +157,8 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
                   activation=activation)
     if val_limit is not None:  # only then: runs from before val_limit still resume
         config["val_limit"] = val_limit
+    if net != "dogs":  # likewise
+        config["net"] = net
     keras.utils.set_random_seed(seed)
     train_ds, _ = datasets.image_folder(root, "train", size, batch=batch, classes=names,
                                         limit=limit, augment=augment, shuffle=True,
@@ -159,9 +166,10 @@ def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None
     val_ds = validation_data(config)
 
     def build():
-        model = dogs_classifier(preset, input_size=size, classes=len(names),
-                                activation=activation, bn_momentum=bn_momentum,
-                                quantize=quantize)
+        builder = {"dogs": functools.partial(dogs_classifier, preset),
+                   "plain": plain_classifier}[net]
+        model = builder(input_size=size, classes=len(names), activation=activation,
+                        bn_momentum=bn_momentum, quantize=quantize)
         rate = lr_schedule(schedule, learning_rate, epochs, steps, decay_start, decay_every)
         return compile_classifier(model, optimizer, rate)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import keras
 
+from workbench.nets import onnx_model
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D  # registers the custom layers
 
 
@@ -32,10 +33,14 @@ class ModelFileError(ValueError):
 
 def load_model(path) -> keras.Model:
     """``keras.models.load_model`` with the workbench's layers registered, and errors that
-    name the file: a missing file, or one that is not a readable model (corrupt, truncated)."""
+    name the file: a missing file, or one that is not a readable model (corrupt, truncated).
+    An ``.onnx`` file gives an :class:`workbench.nets.onnx_model.OnnxModel` (called as a
+    Keras model is, ONNX Runtime computing)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
+    if path.suffix == ".onnx":
+        return onnx_model.load(path)
     if path.suffix == ".keras" and not zipfile.is_zipfile(path):
         raise ModelFileError(f"{path}: corrupt or truncated .keras model (not a zip archive)")
     try:
@@ -184,3 +189,36 @@ def dogs_classifier(preset="dogs120", *, input_size=None, classes=None,
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     outputs = keras.layers.Dense(classes or p["classes"], name="logits")(x)
     return keras.Model(inputs, outputs, name=name or f"classifier_{preset}")
+
+
+def plain_classifier(input_size=32, classes=10, widths=(16, 32, 64), *,
+                     activation="bounded_relu", bn_momentum=0.75, quantize=False,
+                     name="plain_classifier"):
+    """A classifier of the layers a PyTorch user writes, which the ONNX front end reads back
+    from PyTorch's export patterns: per stage a 3x3 conv (stride 1, 'same'), BatchNorm and
+    the activation, then a residual unit (two 3x3 convs, the sum activated), then 2x2 max
+    pooling (not after the last); global average pooling and the logits.
+
+    Input: RGB in [0, 1], (N, input_size, input_size, 3).  Output: logits.  ``activation``
+    ``bounded_relu`` is ``nn.Hardtanh(0, 1)`` (``Clip(0, 1)`` in ONNX); ``quantize`` as
+    :func:`dogs_classifier`.  Layer names ``s{stage}_in``, ``s{stage}_a``, ``s{stage}_b``
+    (+ ``_bn``, ``_act``), ``s{stage}_add``, ``s{stage}_pool``, ``pool``, ``logits``."""
+    def conv_bn(x, filters, label):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, name=label)(x)
+        return FastBatchNorm(momentum=bn_momentum, name=f"{label}_bn")(x)
+
+    def act(x, label):
+        x = Act(activation, name=f"{label}_act")(x)
+        return Quantize8(name=f"{label}_q8")(x) if quantize else x
+
+    x = inputs = keras.Input((input_size, input_size, 3), name="rgb")
+    for s, width in enumerate(widths, start=1):
+        x = act(conv_bn(x, width, f"s{s}_in"), f"s{s}_in")
+        y = act(conv_bn(x, width, f"s{s}_a"), f"s{s}_a")
+        y = conv_bn(y, width, f"s{s}_b")
+        x = act(keras.layers.Add(name=f"s{s}_add")([y, x]), f"s{s}_add")
+        if s < len(widths):
+            x = keras.layers.MaxPooling2D(2, name=f"s{s}_pool")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    outputs = keras.layers.Dense(classes, name="logits")(x)
+    return keras.Model(inputs, outputs, name=name)

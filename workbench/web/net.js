@@ -4,7 +4,8 @@
  * Size rule of a tensor or texture ([height, width]): {fixed: [h, w]}, or {from, num, den,
  * offset}: on each axis floor((n * num + offset) / den) of tensor `from`'s size n.  Uniform
  * formula ([x, y] = from widths, from heights): floor(max(sum of coef * ceil(size(tensor) /
- * div) over terms [coef, tensor, div] + offset, at_least) / divide).  Nothing here knows an op.
+ * div) over terms [coef, tensor, div] + offset, at_least) / divide), offset a number or
+ * [x, y].  Nothing here knows an op.
  */
 
 export const PACK = 4;
@@ -96,8 +97,9 @@ function applySizeRule(rule, sizes) {
 /** [x, y] of a uniform formula, from the tensors' sizes ([height, width]). */
 function evaluateUniform(formula, sizes) {
   return [1, 0].map((axis) => {
+    const offset = Array.isArray(formula.offset) ? formula.offset[1 - axis] : formula.offset;
     const sum = formula.terms.reduce((s, [coef, tensor, div]) => s + coef * Math.ceil(sizes[tensor][axis] / div),
-      formula.offset);
+      offset);
     return Math.floor(Math.max(sum, formula.at_least ?? -Infinity) / formula.divide);
   });
 }

@@ -57,6 +57,7 @@ from urllib.parse import urlencode
 import numpy as np
 from PIL import Image
 
+from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import plan, shaders, tiling
 from workbench.es2.limits import Target
@@ -191,6 +192,7 @@ def _fit(pairs) -> dict | None:
 def uniform_formula(spec) -> dict:
     """A pass's uniform as the page evaluates it: on each axis (x from widths, y from
     heights) ``floor(max(sum(coef * ceil(size(tensor) / div)) + offset, at_least) / divide)``
+    (``offset`` one number, or ``[x, y]``)
     over ``terms`` ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
     :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)`` or ``("pad", input,
     kernel, stride, padding)``: TensorFlow's 'SAME' padding before the first column and
@@ -200,8 +202,10 @@ def uniform_formula(spec) -> dict:
         return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1}
     if kind == "pad":
         kernel, stride, padding = conv
-        if padding == "valid":
-            return {"terms": [], "offset": 0, "at_least": None, "divide": 1}
+        if padding != "same":  # constants: [left, top] of the padding (zeros for 'valid')
+            top, left = ir.explicit_pads(padding)[:2]
+            return {"terms": [], "offset": [left, top],
+                    "at_least": None, "divide": 1}
         return {"terms": [[stride, tensor, stride], [-1, tensor, 1]], "offset": kernel - stride,
                 "at_least": 0, "divide": 2}
     raise ValueError(f"uniform spec {spec!r}: the page knows 'size' and 'pad'")

@@ -77,6 +77,15 @@ def script_files() -> dict[str, bytes]:
             for package, names in SCRIPTS.items() for name in names}
 
 
+def _padding(padding):
+    """TF.js' ``pad``: ``"same"``, ``"valid"``, or explicit ``[[0, 0], [top, bottom], [left,
+    right], [0, 0]]`` (NHWC)."""
+    if isinstance(padding, str):
+        return padding
+    top, left, bottom, right = padding
+    return [[0, 0], [top, bottom], [left, right], [0, 0]]
+
+
 def _conv(op: ir.Conv, channels, array) -> dict:
     """A conv's TF.js entry; ``channels`` of its input, ``gather`` the channel order it reads
     (a shuffle's binding order, or the first ``cin`` channels)."""
@@ -87,7 +96,7 @@ def _conv(op: ir.Conv, channels, array) -> dict:
     elif channels != op.cin and not op.luma_input:
         gather = list(range(op.cin))
     return dict(kind="conv", kernel=array(op.kernel), bias=array(op.bias), stride=op.stride,
-                padding=op.padding, groups=op.groups, activation=op.activation,
+                padding=_padding(op.padding), groups=op.groups, activation=op.activation,
                 residual=op.residual, luma=op.luma_input, gather=gather and gather[:op.cin])
 
 
@@ -101,7 +110,7 @@ ENTRIES = {
                                                bias=array(op.bias), pool=op.pool,
                                                softmax=op.softmax),
     ir.Pool: lambda op, channels, array: dict(kind="pool", pool=op.kind, size=op.size,
-                                              stride=op.stride, padding=op.padding),
+                                              stride=op.stride, padding=_padding(op.padding)),
     ir.Upsample: lambda op, channels, array: dict(kind="upsample", scale=op.scale,
                                                   interpolation=op.interpolation),
     ir.Add: lambda op, channels, array: dict(kind="add", other=op.other,

@@ -1,11 +1,12 @@
 """The ES 2.0 record of :class:`workbench.ir.Dense`: the logits as a blocked GEMV (one multiply
-program per block of input packs, then reduction passes; the last adds the bias), its
-numbers in 16-bit fixed point packed two to an RGBA8 texel (or float in RGBA32F); its
-weights texture, emulator, limits, cost and output decoding.
+program per block of input packs and chunk of pooled pixels, then reduction passes; the last
+adds the bias), its numbers in 16-bit fixed point packed two to an RGBA8 texel (or float in
+RGBA32F); its weights texture, emulator, limits, cost and output decoding.  What compile
+chooses for a device's limits (the blocks) lives in :class:`Gemv`, the prepared op.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,10 +21,37 @@ from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 
 
-def fetches(op: ir.Dense, shapes) -> int:
+@dataclass
+class Gemv(ir.Dense):
+    """A :class:`workbench.ir.Dense` as ES 2.0 runs it: one multiply program per ``block``
+    input packs and ``chunk`` of the pooled pixels (0: all) writes one row of partial sums
+    (divided by the number of pixels: the rows add up to the average); reduction passes add
+    ``reduce`` rows at a time; the last adds the bias.  Weights and bias live in a texture:
+    row c = input channel c, the last row = bias."""
+    block: int = 4
+    chunk: int = 0
+    reduce: int = 8
+
+    def pieces(self, shapes) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """``(input packs, pixels (x, y))`` of each multiply program, in row order."""
+        h, w, _ = shapes[self.input]
+        pixels = [(x, y) for y in range(h) for x in range(w)] if self.pool else [(0, 0)]
+        n, step = ir.packs(self.cin), self.chunk or len(pixels)
+        return [(list(range(b, min(b + self.block, n))), pixels[c:c + step])
+                for b in range(0, n, self.block) for c in range(0, len(pixels), step)]
+
+    def reductions(self, shapes) -> list[int]:
+        """Row counts: of the partial sums, then after each reduction pass (ends at 1)."""
+        rows = [len(self.pieces(shapes))]
+        while rows[-1] > 1 or len(rows) == 1:
+            rows.append(-(-rows[-1] // self.reduce))
+        return rows
+
+
+def fetches(op: Gemv, shapes) -> int:
     """Texel fetches per fragment of the heaviest stage, a multiply program: 4 weights and
     one input texel per pixel, for each input pack of its block."""
-    return max(4 * len(b) + len(b) * op.pixels(shapes) for b in op.blocks())
+    return max(4 * len(packs) + len(packs) * len(pixels) for packs, pixels in op.pieces(shapes))
 
 
 def _number_glsl(op: ir.Dense):
@@ -34,15 +62,14 @@ def _number_glsl(op: ir.Dense):
     return fixed16.GLSL + f"vec2 wdec(vec4 t) {{ return dec2(t) / {glsl_float(2 ** op.weight_shift)}; }}\n"
 
 
-def passes(op: ir.Dense, shapes, target: Target) -> list[Pass]:
-    """The blocked GEMV: one multiply program per block of input packs (each writes one row
-    of partial sums), then reduction passes; the last adds the bias row."""
+def passes(op: Gemv, shapes, target: Target) -> list[Pass]:
+    """The blocked GEMV: one multiply program per block of input packs and chunk of pixels
+    (each writes one row of partial sums), then reduction passes; the last adds the bias."""
     h, w, _ = shapes[op.input]
-    pixels = [(x, y) for y in range(h) for x in range(w)] if op.pool else [(0, 0)]
-    rows_w = op.cin + 1
+    rows_w, total = op.cin + 1, op.pixels(shapes)
     head = header(target.precision) + _number_glsl(op)
     out = []
-    for row, block in enumerate(op.blocks()):
+    for row, (block, pixels) in enumerate(op.pieces(shapes)):
         samplers = [f"u_in{k}" for k in range(len(block))] + ["u_w"]
         bindings = [Binding(s_, op.input, p) for s_, p in zip(samplers, block)]
         bindings.append(Binding("u_w", f"{op.name}/weights", 0))
@@ -56,11 +83,11 @@ def passes(op: ir.Dense, shapes, target: Target) -> list[Pass]:
                 c = 4 * pack + i
                 body.append(f"    acc += wdec(texture2D(u_w, vec2(x, {glsl_float((c + 0.5) / rows_w)})))"
                             f" * s.{'xyzw'[i]};")
-        body.append(f"    gl_FragColor = enc2(acc / {glsl_float(len(pixels))});")
+        body.append(f"    gl_FragColor = enc2(acc / {glsl_float(total)});")
         source = head + uniform_declarations(samplers, {}) + "void main() {\n" + "\n".join(body) + "\n}\n"
         out.append(Pass(f"{op.name}.multiply{row}", op.name, source, bindings,
                            [(f"{op.name}/partial0", 0)], {}, (0, row, op.pairs, 1)))
-    rows = op.reductions()
+    rows = op.reductions(shapes)
     for k, (prev, r) in enumerate(zip(rows, rows[1:])):
         last = r == 1 and k == len(rows) - 2
         source_key = f"{op.name}/partial{k}"
@@ -102,10 +129,10 @@ def constants(op: ir.Dense) -> dict[str, np.ndarray]:
     return {f"{op.name}/weights": weight_texture(op)}
 
 
-def emulate(op: ir.Dense, x, arithmetic="float32"):
-    """The blocked GEMV of :class:`workbench.ir.Dense`, stage by stage, with the storage of
-    every stage; returns the logits as the CPU reads them back.  A stage out of the fixed16
-    range raises :class:`workbench.es2.fixed16.FixedPointOverflow`.
+def emulate(op: Gemv, x, arithmetic="float32"):
+    """The blocked GEMV of :class:`Gemv`, stage by stage, with the storage of every stage;
+    returns the logits as the CPU reads them back.  A stage out of the fixed16 range raises
+    :class:`workbench.es2.fixed16.FixedPointOverflow`.
 
     ``highp`` models the values: sums in float64, stored in steps of 1/256 (fixed16) or as
     float32 (float).  ``mediump`` runs the shaders' arithmetic op by op in float16: the input
@@ -116,9 +143,14 @@ def emulate(op: ir.Dense, x, arithmetic="float32"):
     weights (``|w| * 2**weight_shift < 1/32``) become 0 and partial sums lose their low
     byte; ``enc`` rounds ``u`` the same way and at the top of the range makes ``inf``.
     """
-    cin, pixels = op.cin, 1
+    cin, shapes = op.cin, {op.input: x.shape}
+    total = op.pixels(shapes)
     if arithmetic == "float32":
-        x = x[..., :cin].mean(axis=(0, 1)) if op.pool else x[0, 0, :cin]
+        def summed(pixels):  # the piece's share of the average (float64; all: the mean)
+            if len(pixels) == total:
+                return x[..., :cin].mean(axis=(0, 1)) if op.pool else x[0, 0, :cin]
+            return np.sum([x[py, px, :cin] for px, py in pixels], 0, np.float64) / total
+        divide = 1
         if op.number == "float":
             weight, bias = op.weight.astype(np.float64), op.bias.astype(np.float64)
 
@@ -133,10 +165,13 @@ def emulate(op: ir.Dense, x, arithmetic="float32"):
                 return fixed16.quantize(v)
     else:
         F = dtype(arithmetic)
-        taps = x[..., :cin].reshape(-1, cin) if op.pool else x[:1, 0, :cin]
-        x, pixels = taps[0], len(taps)
-        for tap in taps[1:]:
-            x = x + tap
+
+        def summed(pixels):  # the taps of the piece, summed in order
+            s = x[pixels[0][1], pixels[0][0], :cin]
+            for px, py in pixels[1:]:
+                s = s + x[py, px, :cin]
+            return s
+        divide = total
         texture = weight_texture(op)  # (cin + 1, pairs, 4): the weight rows, the bias
         fetched = load(texture, arithmetic) if op.number == "fixed16" else texture.astype(F)
         fetched = fetched.reshape(cin + 1, -1, 2, 2)
@@ -154,17 +189,19 @@ def emulate(op: ir.Dense, x, arithmetic="float32"):
                 fixed16.check(v, op.name, stage)
                 stored = store(fixed16.glsl_enc(v))
                 return fixed16.decode(stored) if last else fixed16.glsl_dec(load(stored, arithmetic))
-    rows = [put(sum(weight[c] * x[c] for p in block for c in range(4 * p, min(4 * p + 4, cin)))
-                / pixels, f"the partial sum of input block {b}")
-            for b, block in enumerate(op.blocks())]
-    passes = len(op.reductions()) - 1
+    rows = []
+    for row, (block, pixels) in enumerate(op.pieces(shapes)):
+        s = summed(pixels)
+        rows.append(put(sum(weight[c] * s[c] for p in block
+                            for c in range(4 * p, min(4 * p + 4, cin))) / divide,
+                        f"the partial sum of program {row}"))
+    passes = len(op.reductions(shapes)) - 1
     for k in range(passes):
         last = k == passes - 1
         rows = [put(sum(rows[i:i + op.reduce]) + (bias if last else 0),
                     "the output (with bias)" if last else f"reduction {k}", last)
                 for i in range(0, len(rows), op.reduce)]
     return rows[0]
-
 
 
 def apply(op: ir.Dense, tensors, arithmetic):
@@ -204,7 +241,7 @@ def saturated(op: ir.Dense, textures) -> bool:
         fixed16.saturated(t.reshape(*t.shape[:-1], 2, 2)).any() for t in textures.values())
 
 
-def check(op: ir.Dense, shapes, limits):
+def check(op: Gemv, shapes, limits):
     """Texture units and fetches of its multiply programs, the fixed16 range of its bias."""
     fits(op.name, "texture units", op.block + 1, limits.texture_units, limits)
     fits(op.name, "texel fetches per fragment", fetches(op, shapes), limits.fetches_per_fragment,
@@ -213,24 +250,25 @@ def check(op: ir.Dense, shapes, limits):
         fixed16.check(op.bias, op.name, "the bias")
 
 
-def block_for(op: ir.Dense, shapes, limits) -> int:
-    """The most input packs one multiply program of a dense layer can read within the fetch
-    and texture-unit limits (its weights: 4 fetches per pack; its input: 1 per pack and
-    pixel; one unit for the weights texture)."""
-    per_pack = 4 + op.pixels(shapes)
-    block = min(limits.fetches_per_fragment // per_pack, limits.texture_units - 1)
-    if block < 1:
-        raise LimitError(f"layer {op.name!r}: texel fetches per fragment = {per_pack} for one "
-                         f"input pack ({op.pixels(shapes)} pixels to average) exceeds the "
-                         f"{limits.name} limit of {limits.fetches_per_fragment}")
-    return block
+def blocks_for(op: ir.Dense, shapes, limits) -> tuple[int, int]:
+    """``(block, chunk)``: the most input packs one multiply program can read within the
+    fetch and texture-unit limits (its weights: 4 fetches per pack; its input: 1 per pack
+    and pixel; one unit for the weights texture), over all pixels (chunk 0); one pack over
+    as many pixels as fit where one pack over all of them does not."""
+    fetch, per_pack = limits.fetches_per_fragment, 4 + op.pixels(shapes)
+    block = min(fetch // per_pack, limits.texture_units - 1)
+    if block >= 1:
+        return block, 0
+    if fetch <= 4:
+        raise LimitError(f"layer {op.name!r}: {limits.name} allows {fetch} texel fetches per "
+                         "fragment, fewer than one input pack's 4 weights and a pixel")
+    return 1, fetch - 4
 
 
-
-def textures(op: ir.Dense, shapes) -> dict:
+def textures(op: Gemv, shapes) -> dict:
     """Textures of this op: ``{(name, index): (width, height, dtype)}``."""
     dtype = "f1" if op.number == "fixed16" else "f4"
-    rows = op.reductions()
+    rows = op.reductions(shapes)
     out = {(f"{op.name}/weights", 0): (op.pairs, op.cin + 1, dtype)}
     for k, r in enumerate(rows[:-1]):
         out[(f"{op.name}/partial{k}", 0)] = (op.pairs, r, dtype)
@@ -238,21 +276,24 @@ def textures(op: ir.Dense, shapes) -> dict:
     return out
 
 
-def cost(op: ir.Dense, shapes, programs=None) -> Cost:
-    rows = op.reductions()
-    total = op.pairs * sum(4 * len(b) + len(b) * op.pixels(shapes) for b in op.blocks())
+def cost(op: Gemv, shapes, programs=None) -> Cost:
+    rows = op.reductions(shapes)
+    pieces = op.pieces(shapes)
+    total = op.pairs * sum(4 * len(b) + len(b) * len(pixels) for b, pixels in pieces)
     total += op.pairs * sum(r * min(op.reduce, prev) + (1 if r == 1 else 0)
                             for prev, r in zip(rows, rows[1:]))
     nbytes = sum(texture_bytes(*t) for t in textures(op, shapes).values())
     return Cost(multiply_adds=op.cin * op.cout, texel_fetches=total, texture_bytes=nbytes,
-                programs=len(op.blocks()) + len(rows) - 1)
+                programs=len(pieces) + len(rows) - 1)
 
 
 
-def prepare(op: ir.Dense, shapes, limits) -> ir.Dense:
-    """A copy of ``op`` with the largest block of input packs a multiply program can read
-    within ``limits`` (:func:`block_for`)."""
-    return replace(op, block=block_for(op, shapes, limits))
+def prepare(op: ir.Dense, shapes, limits) -> Gemv:
+    """``op`` as a :class:`Gemv` with the largest blocks a multiply program can read within
+    ``limits`` (:func:`blocks_for`)."""
+    block, chunk = blocks_for(op, shapes, limits)
+    fields = {k: v for k, v in vars(op).items() if k not in ("block", "chunk", "reduce")}
+    return Gemv(**fields, block=block, chunk=chunk)
 
 
 def tile(op: ir.Dense, step, reach):
@@ -262,4 +303,4 @@ def tile(op: ir.Dense, step, reach):
 RECORD = register(ir.Dense, OpRecord(
     "Dense", passes=passes, apply=apply, check=check, cost=cost, tile=tile, textures=textures,
     constants=constants, stored=stored, output=output, output_spec=output_spec,
-    saturated=saturated, prepare=prepare))
+    saturated=saturated, prepare=prepare, prepared=Gemv))

@@ -1,0 +1,123 @@
+"""The ONNX front end: graphs in PyTorch's export patterns (each supported node, opsets 11,
+13, 17 and the newest) lower to the IR and compute what ONNX Runtime computes (the emulator,
+which the GPU matches byte for byte: tests/integration/test_onnx_deploy.py); Keras nets
+written as ONNX come back as the same shaders; what is not supported is named."""
+import numpy as np
+import pytest
+
+from tests.ir import onnx_graphs
+from tests.ir.onnx_graphs import OPSETS
+from workbench import es2, ir
+from workbench.es2 import bundle, mediump
+from workbench.ir.to_onnx import to_onnx
+from workbench.nets.models import load_model, plain_classifier, reference_sr
+from workbench.nets.onnx_model import OnnxModel
+
+RNG = np.random.default_rng(7)
+IMAGES = [np.round(RNG.random((16, 16, 3)) * 255).astype(np.float32) / 255 for _ in range(3)]
+
+
+def emulator_vs_onnxruntime(model, images=IMAGES):
+    """PSNR (dB) of the emulator's output against ONNX Runtime's, worst image."""
+    net = es2.compile(model)
+    return min(mediump.psnr(bundle.tf_output(model, net.graph, x), net.emulate(x))
+               for x in images)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("shuffle", ["node", "reshape"])
+def test_sr_net_matches_onnxruntime(opset, shuffle):
+    model = OnnxModel(onnx_graphs.sr_net(opset, shuffle, size=(16, 16) if shuffle != "node"
+                                         else None))
+    graph = ir.from_onnx(model)
+    assert [type(op).__name__ for op in graph.ops] == ["Conv"] * 4 + ["DepthToSpace"]
+    assert graph.ops[0].luma_input and graph.ops[1].groups == 16
+    assert graph.ops[2].residual == graph.ops[0].name and graph.rgb_output
+    assert emulator_vs_onnxruntime(model) >= 45
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_unet_matches_onnxruntime(opset):
+    model = OnnxModel(onnx_graphs.unet(opset))
+    graph = ir.from_onnx(model)
+    kinds = [type(op).__name__ for op in graph.ops]
+    assert kinds == ["Conv", "Pool", "Upsample", "Concat", "Conv", "Pool", "Upsample", "Add",
+                     "Conv"]
+    assert graph.ops[0].padding == (1, 1, 1, 1) and graph.ops[1].padding == (1, 1, 1, 1)
+    assert emulator_vs_onnxruntime(model) >= 45
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("variant", [{}, {"head": "matmul", "flatten": "view"},
+                                     {"pooling": "mean", "head": "matmul"}])
+def test_classifier_top1_matches_onnxruntime(opset, variant):
+    model = OnnxModel(onnx_graphs.classifier(opset, **variant))
+    net = es2.compile(model)
+    dense = net.graph.ops[-1]
+    assert isinstance(dense, ir.Dense) and dense.pool and dense.softmax
+    assert net.graph.ops[2].padding == "same"  # 3x3 stride 1 padding 1: TensorFlow's SAME
+    images = [np.round(RNG.random((16, 16, 3)) * 255).astype(np.float32) / 255
+              for _ in range(40)]
+    reference = model.predict(np.stack(images)).argmax(1)
+    ours = np.array([net.emulate(x).argmax() for x in images])
+    assert np.mean(ours == reference) >= 0.995
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("pixel_shuffle", ["crd", "dcr", "reshape"])
+def test_keras_net_written_as_onnx_gives_the_same_shaders(opset, pixel_shuffle):
+    keras_model = load_model(reference_sr())
+    size = (20, 24) if pixel_shuffle == "reshape" else None
+    model = OnnxModel(to_onnx(ir.from_keras(keras_model), opset, pixel_shuffle, size))
+    x = IMAGES[0][:20, :16] if size is None else np.resize(IMAGES[0], (20, 24, 3))
+    luma = bundle.tf_output(keras_model, ir.from_keras(keras_model), x)
+    np.testing.assert_allclose(bundle.tf_output(model, ir.from_onnx(model), x), luma,
+                               atol=1e-5)
+    ours, theirs = es2.compile(keras_model), es2.compile(model)
+    assert [p.source for p in ours.passes] == [p.source for p in theirs.passes]
+
+
+def test_keras_classifier_written_as_onnx_gives_the_same_bytes():
+    import keras
+    keras.utils.set_random_seed(3)
+    keras_model = plain_classifier(16, 5, widths=(8, 12))
+    model = OnnxModel(to_onnx(ir.from_keras(keras_model), 17))
+    ours, theirs = es2.compile(keras_model), es2.compile(model)
+    assert [p.source for p in ours.passes] == [p.source for p in theirs.passes]
+    np.testing.assert_allclose(model.predict(np.stack(IMAGES)),
+                               keras_model.predict(np.stack(IMAGES), verbose=0), atol=1e-4)
+
+
+def refusal(model, **kwargs) -> str:
+    with pytest.raises(ir.LoweringError) as err:
+        ir.from_onnx(model, **kwargs)
+    return str(err.value)
+
+
+def test_an_unsupported_node_is_named_with_the_supported_list():
+    b = onnx_graphs.Builder(17)
+    out = b.node("LeakyRelu", [b.conv("input", 3, 4, 3)], layer="act1", alpha=0.1)
+    message = refusal(b.model(3, None, out, "leaky"))
+    assert "/act1/LeakyRelu" in message and "(LeakyRelu)" in message
+    assert "supported:" in message and "Conv" in message and "Resize" in message
+
+
+def test_refusals_name_node_and_reason():
+    old = onnx_graphs.classifier(11)
+    old.opset_import[0].version = 10
+    assert "opset 10; supported: 11 to" in refusal(old)
+    b = onnx_graphs.Builder(17)
+    out = b.node("AveragePool", ["input"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                 count_include_pad=1)
+    assert "count_include_pad=1" in refusal(b.model(3, None, out, "avg"))
+    dynamic = onnx_graphs.classifier(17)
+    dim = dynamic.graph.input[0].type.tensor_type.shape.dim
+    dim[2].dim_param, dim[3].dim_param = "height", "width"
+    assert "fixed input size" in refusal(dynamic)
+    assert ir.from_onnx(dynamic, input_size=(16, 16)).input_size == (16, 16)
+    b = onnx_graphs.Builder(17)  # the conv's output read raw and activated: one IR tensor
+    y = b.conv("input", 3, 4, 3)
+    out = b.node("Add", [b.node("Relu", [y], layer="act"), y])
+    message = refusal(b.model(3, None, out, "twice"))
+    assert "/act/Relu" in message and "also used elsewhere" in message
+

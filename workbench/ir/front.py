@@ -1,0 +1,14 @@
+"""The front ends: a Keras model (:func:`workbench.ir.from_keras`) or an ONNX model
+(:func:`workbench.ir.from_onnx`) lowered to the IR by one call."""
+from __future__ import annotations
+
+from workbench.ir.graph import Graph
+from workbench.ir.lower import from_keras
+from workbench.ir.lower_onnx import from_onnx, is_onnx
+
+
+def from_model(model, luma_input=None, dense="fixed16") -> Graph:
+    """``model`` (a Keras model, an ``onnx.ModelProto`` or an
+    :class:`~workbench.nets.onnx_model.OnnxModel`) as a :class:`Graph`."""
+    lower = from_onnx if is_onnx(model) else from_keras
+    return lower(model, luma_input=luma_input, dense=dense)

@@ -1,0 +1,142 @@
+"""An IR graph written as ONNX, in the node patterns PyTorch's exporter writes (NCHW).
+
+For nets made in Keras that should enter as a PyTorch user's would (the tests of the ONNX
+front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + Clip(0, 1) or
+Sigmoid, MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShuffle (a
+DepthToSpace in CRD mode, or its Reshape-Transpose-Reshape; the conv before it writes its
+channels in that order), GlobalAveragePool + Flatten + Gemm (+ Softmax).  A luma net's
+input and output are its luma (the RGB demux is the workbench's, outside the model).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.ir.graph import Add, Concat, Conv, Dense, DepthToSpace, Graph, Pool, Upsample
+from workbench.ir.graph import conv_pads, explicit_pads
+
+ACTIVATIONS = ("linear", "bounded_relu", "sigmoid")
+
+
+def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
+    """``graph`` as an ``onnx.ModelProto`` of ``opset``.  ``pixel_shuffle``: how a
+    depth-to-space is written: ``"crd"`` (``nn.PixelShuffle``'s DepthToSpace), ``"dcr"``
+    (DepthToSpace, TensorFlow's order) or ``"reshape"`` (PixelShuffle's Reshape-Transpose-
+    Reshape, which needs a fixed size).  ``input_size`` ``(height, width)`` fixes the input's
+    size (default the graph's; else dynamic ``height`` and ``width``).  Activations other
+    than ``bounded_relu`` (Clip(0, 1)), ``sigmoid`` and none have no PyTorch layer and are
+    refused (:class:`ValueError`), as is a pack shuffle."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    size = tuple(input_size or graph.input_size or ()) or None
+    if pixel_shuffle == "reshape" and size is None:
+        raise ValueError("pixel_shuffle='reshape' writes constant shapes: give input_size")
+    shapes = graph.shapes(size or (64, 64))
+    nodes, inits, onnx_of = [], [], {graph.input.name: "input"}
+    crd = {op.input: op.block for op in graph.ops
+           if isinstance(op, DepthToSpace) and pixel_shuffle in ("crd", "reshape")}
+
+    def const(name, value, dtype=np.float32):
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def node(kind, inputs, layer, **attrs):  # PyTorch's names: /layer/Kind, /layer/Kind_1
+        name = f"/{layer}/{kind}"
+        name += "".join(f"_{k}" for k in [sum(n.name.startswith(name) for n in nodes)] if k)
+        out = f"{name}_output_0"
+        nodes.append(helper.make_node(kind, inputs, [out], name=name, **attrs))
+        return out
+
+    def pads(op):
+        if op.padding == "same":
+            if size is None and op.stride != 1:
+                raise ValueError(f"layer {op.name!r}: TensorFlow's 'same' padding at stride "
+                                 f"{op.stride} depends on the input size: give input_size")
+            hw = shapes[op.input][:2]
+            top, left = conv_pads(hw, op.size, op.stride, "same")
+            oh, ow = shapes[op.name][:2]
+            bottom = (oh - 1) * op.stride + op.size - hw[0] - top
+            right = (ow - 1) * op.stride + op.size - hw[1] - left
+            return [top, left, max(bottom, 0), max(right, 0)]
+        return list(explicit_pads(op.padding))
+
+    def activation(out, op):
+        act = getattr(op, "activation", "linear")
+        if act not in ACTIVATIONS:
+            raise ValueError(f"layer {op.name!r}: activation {act!r} has no PyTorch layer; "
+                             f"written: {', '.join(ACTIVATIONS)}")
+        if act == "bounded_relu":
+            return node("Clip", [out, const(f"{op.name}.min", 0.0), const(f"{op.name}.max", 1.0)],
+                        op.name)
+        return node("Sigmoid", [out], op.name) if act == "sigmoid" else out
+
+    for op in graph.ops:
+        x = onnx_of.get(op.input)
+        if isinstance(op, Conv):
+            if op.input_order is not None:
+                raise ValueError(f"layer {op.name!r}: a pack shuffle has no PyTorch pattern")
+            kernel, bias = op.kernel, op.bias
+            if op.name in crd:  # the PixelShuffle's order: channel c * b**2 + s from s * C + c
+                b = crd[op.name]
+                c = op.cout // b ** 2
+                order = [s * c + cc for cc in range(c) for s in range(b ** 2)]
+                kernel, bias = kernel[..., order], bias[order]
+            w = const(f"{op.name}.weight", np.transpose(kernel, (3, 2, 0, 1)))
+            y = node("Conv", [x, w, const(f"{op.name}.bias", bias)], op.name,
+                     kernel_shape=[op.size] * 2, strides=[op.stride] * 2, pads=pads(op),
+                     group=op.groups, dilations=[1, 1])
+            if op.residual:
+                y = node("Add", [y, onnx_of[op.residual]], op.name)
+            onnx_of[op.name] = activation(y, op)
+        elif isinstance(op, DepthToSpace):
+            if pixel_shuffle == "reshape":
+                n, c, b = 1, shapes[op.input][2] // op.block ** 2, op.block
+                h, w = shapes[op.input][:2]
+                y = node("Reshape", [x, const(f"{op.name}.shape6", [n, c, b, b, h, w],
+                                              np.int64)], op.name)
+                y = node("Transpose", [y], op.name, perm=[0, 1, 4, 2, 5, 3])
+                onnx_of[op.name] = node("Reshape", [y, const(f"{op.name}.shape4",
+                                                             [n, c, h * b, w * b], np.int64)],
+                                        op.name)
+            else:
+                onnx_of[op.name] = node("DepthToSpace", [x], op.name, blocksize=op.block,
+                                        mode=pixel_shuffle.upper())
+        elif isinstance(op, Pool):
+            kind = "MaxPool" if op.kind == "max" else "AveragePool"
+            extra = {} if op.kind == "max" else {"count_include_pad": 0}
+            onnx_of[op.name] = node(kind, [x], op.name, kernel_shape=[op.size] * 2,
+                                    strides=[op.stride] * 2, pads=pads(op), **extra)
+        elif isinstance(op, Upsample):
+            roi = const(f"{op.name}.roi", np.zeros(0))
+            scales = const(f"{op.name}.scales", [1, 1, op.scale, op.scale])
+            modes = ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                      "nearest_mode": "floor"} if op.interpolation == "nearest" else
+                     {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"})
+            onnx_of[op.name] = node("Resize", [x, roi, scales], op.name, **modes)
+        elif isinstance(op, Add):
+            onnx_of[op.name] = activation(node("Add", [x, onnx_of[op.other]], op.name), op)
+        elif isinstance(op, Concat):
+            onnx_of[op.name] = node("Concat", [onnx_of[t] for t in op.inputs], op.name, axis=1)
+        elif isinstance(op, Dense):
+            y = node("GlobalAveragePool", [x], op.name) if op.pool else x
+            y = node("Flatten", [y], op.name, axis=1)
+            y = node("Gemm", [y, const(f"{op.name}.weight", op.weight.T),
+                              const(f"{op.name}.bias", op.bias)], op.name, transB=1)
+            onnx_of[op.name] = node("Softmax", [y], op.name, axis=1) if op.softmax else y
+        else:
+            raise ValueError(f"layer {op.name!r}: no ONNX pattern for {type(op).__name__}")
+    channels = 1 if graph.input.rgb else graph.input.channels
+    h, w = size or ("height", "width")
+    out = graph.op(graph.output)
+    out_shape = (["batch", out.cout] if isinstance(out, Dense) else ["batch", None, None, None])
+    nodes.append(helper.make_node("Identity", [onnx_of[graph.output]], ["output"],
+                                  name="/output/Identity"))
+    model = helper.make_model(
+        helper.make_graph(nodes, graph.name,
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                         ["batch", channels, h, w])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, out_shape)],
+                          inits),
+        opset_imports=[helper.make_opsetid("", opset)], producer_name="workbench")
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,82 @@
+"""An ONNX model with ONNX Runtime (CPU) as its reference, called as a Keras model is.
+
+PyTorch's exporter writes NCHW tensors; the workbench's images are NHWC.  :class:`OnnxModel`
+takes and gives NHWC (a 2-D output, a classifier's logits, as it is), so that every check
+written for a Keras model (``model(x, training=False)``, ``model.predict(x)``) runs an ONNX
+net against ONNX Runtime unchanged.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class OnnxModel:
+    """``proto`` (an ``onnx.ModelProto``), run by an ONNX Runtime CPU session; ``name`` the
+    file's stem or the graph's name."""
+
+    def __init__(self, proto, name=None):
+        self.proto = proto
+        self.name = name or proto.graph.name or "onnx_net"
+        self._session = None
+
+    @property
+    def session(self):
+        """The ONNX Runtime session, made at first use (quiet: warnings only)."""
+        if self._session is None:
+            import onnxruntime
+
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3
+            self._session = onnxruntime.InferenceSession(
+                self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return self._session
+
+    def __call__(self, x, training=False):
+        """The output for NHWC float32 ``x`` (NHWC, or 2-D logits as they are)."""
+        x = np.transpose(np.asarray(x, np.float32), (0, 3, 1, 2))
+        name = self.session.get_inputs()[0].name
+        out = self.session.run(None, {name: np.ascontiguousarray(x)})[0]
+        return np.transpose(out, (0, 2, 3, 1)) if out.ndim == 4 else out
+
+    def predict(self, x, batch_size=32, verbose=0):
+        """:meth:`__call__` in batches of ``batch_size`` (Keras' signature)."""
+        x = np.asarray(x, np.float32)
+        return np.concatenate([self(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+
+    def tensors(self, x, names) -> dict[str, np.ndarray]:
+        """The values of the graph's tensors ``names`` for NHWC ``x`` (each NHWC, or as it is
+        when not 4-D): ONNX Runtime run on a copy of the graph that outputs them."""
+        import onnx
+        import onnxruntime
+
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        del proto.graph.output[:]
+        proto.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                                 for n in names)
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
+                                               providers=["CPUExecutionProvider"])
+        x = np.transpose(np.asarray(x, np.float32), (0, 3, 1, 2))
+        values = session.run(list(names), {session.get_inputs()[0].name: x})
+        return {n: np.transpose(v, (0, 2, 3, 1)) if v.ndim == 4 else v
+                for n, v in zip(names, values)}
+
+
+def load(path) -> OnnxModel:
+    """An ``.onnx`` file as an :class:`OnnxModel`; a file that is not a readable ONNX model
+    is named in one line (:class:`ValueError`)."""
+    import onnx
+
+    path = Path(path)
+    try:
+        proto = onnx.load(path)
+        onnx.checker.check_model(proto)
+    except Exception as e:  # protobuf's DecodeError, onnx's ValidationError, ...
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ValueError(f"{path}: not a readable ONNX model ({type(e).__name__}: "
+                         f"{first})") from None
+    return OnnxModel(proto, path.stem)
