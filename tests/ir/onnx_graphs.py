@@ -11,9 +11,9 @@ OPSETS = (11, 13, 17, NEWEST)
 
 
 class Builder:
-    def __init__(self, opset, seed=0):
+    def __init__(self, opset, seed=0, gain=1.0):
         self.opset, self.nodes, self.inits = opset, [], []
-        self.rng = np.random.default_rng(seed)
+        self.rng, self.gain = np.random.default_rng(seed), gain  # gain: of conv weights
 
     def const(self, value, dtype=np.float32):
         name = f"onnx::c{len(self.inits)}"
@@ -30,7 +30,7 @@ class Builder:
     def conv(self, x, cin, cout, k, stride=1, pad=None, group=1, bias=True, layer=None):
         pad = (k - 1) // 2 if pad is None else pad
         fan_in = cin // group * k * k
-        w = self.rng.normal(0, 0.6 / np.sqrt(fan_in), (cout, cin // group, k, k))
+        w = self.rng.normal(0, 0.6 * self.gain / np.sqrt(fan_in), (cout, cin // group, k, k))
         inputs = [x, self.const(w)] + ([self.const(self.rng.uniform(0.1, 0.4, cout))]
                                        if bias else [])
         return self.node("Conv", inputs, layer, kernel_shape=[k, k], strides=[stride] * 2,
@@ -119,14 +119,15 @@ def unet(opset, seed=0):
     return b.model(3, (16, 16), b.clip01(b.conv(y, 8, 3, 1)), "unet")
 
 
-def classifier(opset, head="gemm", flatten="flatten", pooling="global", act="clip", seed=0):
+def classifier(opset, head="gemm", flatten="flatten", pooling="global", act="clip", seed=0,
+               gain=1.0):
     """A 16x16 RGB classifier of 5 classes: 3x3 conv + BatchNorm + activation (``"clip"``
     Hardtanh(0, 1), ``"relu"`` ReLU); 2x2 max pooling; 3x3 conv + activation; 3x3 average
     pooling (stride 1, padding 1, count_include_pad=False); pooling (``"global"``
     GlobalAveragePool, ``"mean"`` x.mean((2, 3))), flattening (``"flatten"`` Flatten,
     ``"view"`` x.view(x.size(0), -1)), the logits (``"gemm"`` Linear, ``"matmul"`` MatMul +
-    Add), softmax."""
-    b = Builder(opset, seed)
+    Add), softmax.  ``gain`` scales the conv weights."""
+    b = Builder(opset, seed, gain)
     activate = b.clip01 if act == "clip" else (lambda t: b.node("Relu", [t]))
     x = activate(b.batchnorm(b.conv("input", 3, 8, 3, bias=False), 8))
     x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])

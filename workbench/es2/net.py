@@ -253,11 +253,15 @@ def prepared(graph: ir.Graph, table) -> ir.Graph:
 
 
 def load_net(path, target: limits.Target | None = None, *, device=None, precision=None,
-             draw_buffers=None):
-    """A compiled net from a ``.keras`` model (compiled for ``target``, see :func:`compile`)
+             draw_buffers=None, input_size=None):
+    """A compiled net from a ``.keras`` or ``.onnx`` model (compiled for ``target``, see
+    :func:`compile`; ``input_size`` ``(height, width)`` fixes an ONNX model's dynamic size)
     or from a folder written by :meth:`Net.save` (as saved, checked against the target's
-    limits with the folder's own precision and render targets).  Returns ``(net,
-    keras_model_or_None)``."""
+    limits with the folder's own precision and render targets).  An ONNX model's 8-bit
+    storage is checked on sample images first (:func:`workbench.es2.onnx_check.require`:
+    refused, or a warning, where its values leave [0, 1]).  Returns ``(net, model_or_None)``
+    (the model: Keras, or an :class:`~workbench.nets.onnx_model.OnnxModel`)."""
+    from workbench.es2 import bundle, onnx_check
     from workbench.nets.models import load_model
 
     path = Path(path)
@@ -270,9 +274,13 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
         limits.check_passes(net.passes, table, net.graph)
         return net, None
     if not path.exists():
-        raise FileNotFoundError(f"model {path} not found (a .keras file or a saved shader folder)")
-    model = load_model(path)
-    return compile(model, _target(target, device, precision, draw_buffers)), model
+        raise FileNotFoundError(f"model {path} not found (a .keras or .onnx file, or a saved "
+                                "shader folder)")
+    model = load_model(path, input_size)
+    net = compile(model, _target(target, device, precision, draw_buffers))
+    if ir.is_onnx(model):
+        onnx_check.require(model, net, [x for _, x in bundle.test_images(net.graph)])
+    return net, model
 
 
 def load(directory) -> Net:

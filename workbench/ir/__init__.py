@@ -1,5 +1,6 @@
 """The intermediate representation: a list of ops with numpy weights (:mod:`.graph`), lowered
-from Keras (:mod:`.lower`) or ONNX (:mod:`.lower_onnx`), either by :func:`from_model`; the record of what an op costs (:mod:`.cost`), which each back end
+from Keras (:mod:`.lower`) or ONNX (:mod:`.lower_onnx`), either by :func:`from_model`; the
+record of what an op costs (:mod:`.cost`), which each back end
 counts for its own programs."""
 from workbench.ir.cost import Cost
 from workbench.ir.graph import (
@@ -25,9 +26,9 @@ from workbench.ir.graph import (
 )
 from workbench.ir.front import from_model
 from workbench.ir.lower import LoweringError, from_keras
-from workbench.ir.lower_onnx import from_onnx
+from workbench.ir.lower_onnx import from_onnx, is_onnx
 
 __all__ = ["Cost", "LUMA", "PACK", "OP_TYPES", "Add", "Concat", "Conv", "Dense", "DepthToSpace",
            "Graph", "Input", "Pool", "Upsample", "packs", "reads", "softmax", "conv_out_hw", "conv_pads",
-           "uniform_values", "LoweringError", "from_keras", "from_onnx", "from_model",
+           "uniform_values", "LoweringError", "from_keras", "from_onnx", "from_model", "is_onnx",
            "explicit_pads"]

@@ -10,7 +10,7 @@ depth-to-space (``nn.PixelShuffle``: one DepthToSpace node, or its Reshape-Trans
 into the order of the conv's output channels.  Relu and Clip(0, m) store what the 8-bit
 texture can carry, [0, 1]: :attr:`Graph.origin` names the ONNX tensor each op stands for, so
 that a check can run ONNX Runtime beside the emulator and name a layer whose values leave
-that range (:func:`workbench.studies.onnx_check.ranges`).
+that range (:func:`workbench.es2.onnx_check.ranges`).
 
 Each node type has one builder in :data:`BUILDERS`; anything else is refused naming the node,
 its op type and the supported list.
@@ -71,6 +71,7 @@ def from_onnx(model, luma_input=None, dense="fixed16", input_size=None) -> Graph
 
         model = onnx_model.load(model)
     proto = getattr(model, "proto", model)
+    input_size = input_size or getattr(model, "input_size", None)
     return _Lowering(proto, luma_input, dense, input_size).graph(getattr(model, "name", None))
 
 

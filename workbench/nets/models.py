@@ -31,16 +31,20 @@ class ModelFileError(ValueError):
     """A model file that cannot be read (corrupt, truncated, not a model); names the file."""
 
 
-def load_model(path) -> keras.Model:
+def load_model(path, input_size=None) -> keras.Model:
     """``keras.models.load_model`` with the workbench's layers registered, and errors that
     name the file: a missing file, or one that is not a readable model (corrupt, truncated).
     An ``.onnx`` file gives an :class:`workbench.nets.onnx_model.OnnxModel` (called as a
-    Keras model is, ONNX Runtime computing)."""
+    Keras model is, ONNX Runtime computing); ``input_size`` ``(height, width)`` fixes its
+    dynamic input size (a Keras model has its own)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
     if path.suffix == ".onnx":
-        return onnx_model.load(path)
+        return onnx_model.load(path, input_size)
+    if input_size is not None:
+        raise ValueError(f"{path}: an input size is for ONNX models with a dynamic size; a "
+                         "Keras model has its own (keras.Input((height, width, channels)))")
     if path.suffix == ".keras" and not zipfile.is_zipfile(path):
         raise ModelFileError(f"{path}: corrupt or truncated .keras model (not a zip archive)")
     try:

@@ -14,11 +14,13 @@ import numpy as np
 
 class OnnxModel:
     """``proto`` (an ``onnx.ModelProto``), run by an ONNX Runtime CPU session; ``name`` the
-    file's stem or the graph's name."""
+    file's stem or the graph's name; ``input_size`` ``(height, width)`` for a model whose
+    input size is dynamic (the lowering's, :func:`workbench.ir.from_onnx`)."""
 
-    def __init__(self, proto, name=None):
+    def __init__(self, proto, name=None, input_size=None):
         self.proto = proto
         self.name = name or proto.graph.name or "onnx_net"
+        self.input_size = tuple(input_size) if input_size else None
         self._session = None
 
     @property
@@ -66,9 +68,9 @@ class OnnxModel:
                 for n, v in zip(names, values)}
 
 
-def load(path) -> OnnxModel:
-    """An ``.onnx`` file as an :class:`OnnxModel`; a file that is not a readable ONNX model
-    is named in one line (:class:`ValueError`)."""
+def load(path, input_size=None) -> OnnxModel:
+    """An ``.onnx`` file as an :class:`OnnxModel` (``input_size`` as there); a file that is
+    not a readable ONNX model is named in one line (:class:`ValueError`)."""
     import onnx
 
     path = Path(path)
@@ -79,4 +81,4 @@ def load(path) -> OnnxModel:
         first = (str(e).strip().splitlines() or [""])[0]
         raise ValueError(f"{path}: not a readable ONNX model ({type(e).__name__}: "
                          f"{first})") from None
-    return OnnxModel(proto, path.stem)
+    return OnnxModel(proto, path.stem, input_size)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from workbench.files import FolderNotReplaceable
@@ -69,10 +70,10 @@ def _export_web(args):
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
-    net, model = es2.load_net(model_path, _target(args))
+    net, model = es2.load_net(model_path, _target(args), input_size=args.input_size)
     if args.check and model is None:
-        raise ValueError(f"--check needs a .keras model (for TensorFlow's outputs); {model_path} "
-                         "is a saved shader folder")
+        raise ValueError(f"--check needs a .keras or .onnx model (for its reference outputs); "
+                         f"{model_path} is a saved shader folder")
     index = web.export(net, args.out, labels, force=args.force,
                        check_model=model if args.check else None)
     check = "?check=1 runs the self-check" if args.check else ""
@@ -92,10 +93,11 @@ def _bundle(args):
     from workbench import es2
     from workbench.es2 import bundle
     from workbench.nets.models import reference_sr
-    net, model = es2.load_net(args.model or reference_sr(), _target(args))
+    net, model = es2.load_net(args.model or reference_sr(), _target(args),
+                              input_size=args.input_size)
     if model is None:
-        raise ValueError(f"--model {args.model}: a saved shader folder has no Keras model; the "
-                         "bundle needs the .keras file (for TensorFlow's outputs)")
+        raise ValueError(f"--model {args.model}: a saved shader folder has no model; the bundle "
+                         "needs the .keras or .onnx file (for its reference outputs)")
     out = bundle.bundle(net, model, args.out, threshold=args.threshold, force=args.force)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {len(net.passes)} passes, {size / 1e6:.2f} MB. On the device:\n"
@@ -192,10 +194,23 @@ def _add_device_options(p):
                    "browser lacks the extension)")
 
 
+def _size(text) -> tuple[int, int]:
+    """An argparse type: ``HxW`` (height x width, whole numbers >= 1) as ``(h, w)``."""
+    try:
+        h, w = (int(n) for n in text.lower().split("x"))
+    except ValueError:
+        h = w = 0
+    if h < 1 or w < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give HEIGHTxWIDTH, e.g. 32x32")
+    return h, w
+
+
 def _add_model_and_out(p, model_kinds, what):
-    """--model, --out and --force of a command that writes a folder from a net."""
+    """--model, --input-size, --out and --force of a command that writes a folder from a net."""
     p.add_argument("--model", help=f"{model_kinds} (default: the SR reference checkpoint, "
                    "models/sr_x2_reference.keras)")
+    p.add_argument("--input-size", type=_size, metavar="HxW", help="an ONNX model's input size "
+                   "where it is dynamic (a net with a Gemm needs one)")
     p.add_argument("--out", required=True, help=f"folder to write {what} into (replaced whole; "
                    "a non-empty folder the workbench did not write needs --force)")
     p.add_argument("--force", action="store_true", help="replace --out even if the workbench "
@@ -244,21 +259,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("input")
     p.add_argument("output", help="image file to write: .png, or .jpg / .jpeg (see --quality); "
                    "never the input")
-    p.add_argument("--model", help=".keras model or saved shader folder (default: the SR "
-                   "reference checkpoint, models/sr_x2_reference.keras)")
+    p.add_argument("--model", help=".keras or .onnx model, or saved shader folder (default: "
+                   "the SR reference checkpoint, models/sr_x2_reference.keras)")
     _add_device_options(p)
     p.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100 (default 95)")
     p.set_defaults(func=_upscale)
 
     p = commands.add_parser("export-web", help="write a static web page that runs the net "
                             "with WebGL 1.0 (serve the folder over HTTP to open it)")
-    _add_model_and_out(p, ".keras model or saved shader folder", "the page")
+    _add_model_and_out(p, ".keras or .onnx model, or saved shader folder", "the page")
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
     _add_device_options(p)
     p.add_argument("--check", action="store_true", help="embed the self-check: test inputs, "
-                   "TensorFlow's outputs and the emulator's bytes (needs a .keras model); the "
-                   "page runs it with ?check=1 or its button and offers a device report (JSON)")
+                   "the model's outputs and the emulator's bytes (needs a .keras or .onnx "
+                   "model); the page runs it with ?check=1 or its button and offers a device "
+                   "report (JSON)")
     p.set_defaults(func=_export_web)
 
     p = commands.add_parser("devices", help="gather device reports (JSON, from export-web "
@@ -275,11 +291,11 @@ def parser() -> argparse.ArgumentParser:
                             "target GPUs' own compilers (Mesa's vc4, v3d, freedreno, etnaviv, "
                             "panfrost and lima on drm-shims; `make drivers` builds them): what "
                             "each takes or refuses, its statistics, a predicted Pi time")
-    p.add_argument("--model", action="append", metavar="M", help="repeatable: a .keras model, "
-                   "or sr / sr-mrt4 (the SR reference checkpoint, one or 4 render targets a "
-                   "program), cifar10 (the reference classifier, else random weights), dogs120 "
-                   "(random weights, 385x385, ~1,100 programs: minutes a target); default: sr, "
-                   "sr-mrt4, cifar10")
+    p.add_argument("--model", action="append", metavar="M", help="repeatable: a .keras or "
+                   ".onnx model, or sr / sr-mrt4 (the SR reference checkpoint, one or 4 render "
+                   "targets a program), cifar10 (the reference classifier, else random "
+                   "weights), dogs120 (random weights, 385x385, ~1,100 programs: minutes a "
+                   "target); default: sr, sr-mrt4, cifar10")
     p.add_argument("--target", default=",".join(DRIVER_TARGETS), help="comma-separated "
                    f"driver targets (default: {','.join(DRIVER_TARGETS)}; also "
                    "a305, gc3000)")
@@ -299,7 +315,7 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
                             "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
                             "against the emulator's bytes and TensorFlow's outputs")
-    _add_model_and_out(p, ".keras model", "the bundle")
+    _add_model_and_out(p, ".keras or .onnx model", "the bundle")
     p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
     p.add_argument("--threshold", type=float, help="run.py's default least share of output "
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")
@@ -315,9 +331,9 @@ def parser() -> argparse.ArgumentParser:
                             "WebGL/WASM/CPU in one headless Chromium: times, fidelity vs Keras, "
                             "where the page's time goes; peers.md/.json in the figures folder)")
     p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation", "web"])
-    p.add_argument("--model", help="sr: .keras model (default: random-weight sr_x2); web: "
-                   ".keras model or a classifier preset name (default: the reference SR "
-                   "checkpoint)")
+    p.add_argument("--model", help="sr: .keras or .onnx model (default: random-weight "
+                   "sr_x2); web: .keras or .onnx model or a classifier preset name (default: "
+                   "the reference SR checkpoint)")
     p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
     p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
     p.add_argument("--backends", default="webgl,wasm,cpu", help="web: TF.js backends, comma "
@@ -339,12 +355,23 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _one_line_warnings(message, category, filename, lineno, file=None, line=None,
+                       _default=warnings.showwarning):
+    """The workbench's own warnings as ``warning: <message>``; others as Python shows them."""
+    if category.__module__.startswith("workbench"):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv=None) -> int:
     from workbench import gl
 
     args = parser().parse_args(argv)
     try:
-        return args.func(args) or 0
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings
+            return args.func(args) or 0
     except (*USER_ERRORS, gl.GLError, gl.GLUnavailable) as err:
         if args.debug:
             raise
