@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.data import datasets
 from workbench.es2 import emulate, plan
+from workbench.es2.samples import test_images
 from workbench.es2.net import output_spec
 from workbench.es2.shaders import uniform_values
 from workbench.files import write_folder
@@ -34,29 +34,6 @@ from workbench.nets import superres
 RUNNER = "bundle_run.py"  # shipped beside this module, written as run.py
 THRESHOLD = 0.999  # least share of output bytes equal to the emulator's (within ``levels``)
 #                    for run.py's exit 0
-
-
-def test_images(graph: ir.Graph, count=2, size=(64, 64)) -> list[tuple[str, np.ndarray]]:
-    """``count`` inputs of the net's size (``size`` for a net of any size) as float32
-    HxWxC on 8-bit levels: centre crops of Set5 when the data root has it (RGB nets), else
-    deterministic synthetic images (smooth gradients plus seeded noise)."""
-    h, w = graph.input_size or size
-    c = graph.input.channels
-    found = []
-    root = datasets.data_root()
-    if c == 3 and root is not None and (root / "sr" / "Set5").is_dir():
-        for name, image in datasets.sr_images("Set5", root).images:
-            top, left = (image.shape[0] - h) // 2, (image.shape[1] - w) // 2
-            if top >= 0 and left >= 0 and len(found) < count:
-                found.append((f"Set5-{name}", image[top:top + h, left:left + w]))
-    for i in range(len(found), count):
-        y, x = np.mgrid[0:h, 0:w] / np.float32(max(h, w))
-        channels = [0.5 + 0.4 * np.sin(2 * np.pi * ((k + 1) * x + (i + 1) * y + k / c))
-                    for k in range(c)]
-        noise = np.random.default_rng(i).normal(0, 0.05, (h, w, c))
-        found.append((f"synthetic-{i}", np.stack(channels, -1) + noise))
-    return [(name, (np.round(np.clip(image, 0, 1) * 255) / 255).astype(np.float32))
-            for name, image in found]
 
 
 def tf_output(model, graph: ir.Graph, image) -> np.ndarray:

@@ -261,7 +261,7 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     storage is checked on sample images first (:func:`workbench.es2.onnx_check.require`:
     refused, or a warning, where its values leave [0, 1]).  Returns ``(net, model_or_None)``
     (the model: Keras, or an :class:`~workbench.nets.onnx_model.OnnxModel`)."""
-    from workbench.es2 import bundle, onnx_check
+    from workbench.es2 import onnx_check, samples
     from workbench.nets.models import load_model
 
     path = Path(path)
@@ -279,7 +279,7 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     model = load_model(path, input_size)
     net = compile(model, _target(target, device, precision, draw_buffers))
     if ir.is_onnx(model):
-        onnx_check.require(model, net, [x for _, x in bundle.test_images(net.graph)])
+        onnx_check.require(model, net, [x for _, x in samples.test_images(net.graph)])
     return net, model
 
 

@@ -208,11 +208,11 @@ class _Lowering:
                       or "onnx_net", self.size, self.origin)
         dense = next((op for op in self.ops if isinstance(op, Dense)), None)
         if dense and (graph.output != dense.name or self.ops[-1] is not dense):
-            raise LoweringError(f"node {self.origin[dense.name]!r}: the Gemm must be the last "
-                                "op (its softmax may follow)")
+            raise LoweringError(f"layer {dense.name!r}: the Gemm must be the last op (its "
+                                "softmax may follow)")
         if dense and self.size is None:
-            raise LoweringError(f"node {self.origin[dense.name]!r}: a net with a Gemm needs a "
-                                "fixed input size; export with one, or give input_size "
+            raise LoweringError(f"layer {dense.name!r}: a net with a Gemm needs a fixed input "
+                                "size; export with one, or give input_size "
                                 "(--input-size HxW)")
         shapes = graph.shapes(self.size or (64, 64))
         for op in self.ops:

@@ -195,7 +195,7 @@ def dogs_classifier(preset="dogs120", *, input_size=None, classes=None,
     return keras.Model(inputs, outputs, name=name or f"classifier_{preset}")
 
 
-def plain_classifier(input_size=32, classes=10, widths=(16, 32, 64), *,
+def plain_classifier(input_size=32, classes=10, widths=(16, 24, 28), *,
                      activation="bounded_relu", bn_momentum=0.75, quantize=False,
                      name="plain_classifier"):
     """A classifier of the layers a PyTorch user writes, which the ONNX front end reads back
@@ -203,6 +203,9 @@ def plain_classifier(input_size=32, classes=10, widths=(16, 32, 64), *,
     the activation, then a residual unit (two 3x3 convs, the sum activated), then 2x2 max
     pooling (not after the last); global average pooling and the logits.
 
+    Widths up to 28: a full 3x3 conv over 28 channels (7 packs) with a residual reads 9 x 7
+    + 1 = 64 texels and binds 8 textures, ES 2.0's limits (wider layers need groups, as
+    :func:`dogs_classifier`'s).
     Input: RGB in [0, 1], (N, input_size, input_size, 3).  Output: logits.  ``activation``
     ``bounded_relu`` is ``nn.Hardtanh(0, 1)`` (``Clip(0, 1)`` in ONNX); ``quantize`` as
     :func:`dogs_classifier`.  Layer names ``s{stage}_in``, ``s{stage}_a``, ``s{stage}_b``

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.data.images import to_uint8
-from workbench.es2 import bundle, mediump
+from workbench.es2 import bundle, mediump, samples
 from workbench.es2.net import output_spec
 
 CHECK_FORMAT = "workbench-check/1"
@@ -65,7 +65,7 @@ def check_files(net, model, manifest_text: str) -> dict:
     docstring); ``manifest_text``: the ``manifest.json`` the page is exported with."""
     kind, channels = output_kind(net)
     files, inputs = {}, []
-    for name, x in bundle.test_images(net.graph, size=CHECK_SIZE):
+    for name, x in samples.test_images(net.graph, size=CHECK_SIZE):
         image = to_uint8(x)
         rgba = np.concatenate([image, np.full((*image.shape[:2], 1), 255, np.uint8)], -1)
         stem = f"check.{name}"

@@ -36,9 +36,10 @@ class Gemv(ir.Dense):
         """``(input packs, pixels (x, y))`` of each multiply program, in row order."""
         h, w, _ = shapes[self.input]
         pixels = [(x, y) for y in range(h) for x in range(w)] if self.pool else [(0, 0)]
-        n, step = ir.packs(self.cin), self.chunk or len(pixels)
+        n, every = ir.packs(self.cin), max(len(pixels), 1)  # (an empty input: one chunk)
+        step = self.chunk or every
         return [(list(range(b, min(b + self.block, n))), pixels[c:c + step])
-                for b in range(0, n, self.block) for c in range(0, len(pixels), step)]
+                for b in range(0, n, self.block) for c in range(0, every, step)]
 
     def reductions(self, shapes) -> list[int]:
         """Row counts: of the partial sums, then after each reduction pass (ends at 1)."""
