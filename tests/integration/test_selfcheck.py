@@ -14,7 +14,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from conftest import skip_module_without_chromium
+from tests.conftest import skip_module_without_chromium
 
 skip_module_without_chromium()
 

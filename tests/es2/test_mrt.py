@@ -187,7 +187,7 @@ def test_runtime_without_enough_draw_buffers_is_refused(monkeypatch):
 
 def test_mrt_shaders_pass_glslang(sr, tiny):
     if not glslang.available():
-        pytest.skip("no glslangValidator (see tests/test_glslang.py)")
+        pytest.skip("no glslangValidator (see tests/es2/test_glslang.py)")
     shaders = {f"{i}:{p.name}": p.source for i, net in enumerate([sr[1], tiny[1]])
                for p in net.passes}
     assert any("gl_FragData[3]" in s for s in shaders.values())

@@ -22,7 +22,7 @@ import pytest
 from workbench.files import atomic_path, figures_dir
 from workbench.web import browser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = "widgets.ipynb"
 SCREENSHOT = "jupyterlab_widgets.png"
 

@@ -410,7 +410,7 @@ def test_missing_names_what_to_fetch_and_the_command(tmp_path, toy_zip, monkeypa
         missing(["Nope"], root, manifest)
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @pytest.mark.skipif(not (SHARED / "sr" / "SHA256SUMS").is_file(), reason="no shared data folder")

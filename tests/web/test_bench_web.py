@@ -9,7 +9,7 @@ import json
 
 import keras
 import pytest
-from conftest import skip_module_without_chromium
+from tests.conftest import skip_module_without_chromium
 
 skip_module_without_chromium()
 from workbench.__main__ import main

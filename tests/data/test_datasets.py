@@ -8,7 +8,7 @@ from workbench.data import datasets
 from workbench.data.datasets import SRPairs, data_root, sr_images, sr_patches, sr_training_pairs
 from workbench.data.images import ImageError, degrade, modcrop, rgb_to_y
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ against the moderngl run of the same shaders (Mesa llvmpipe).
 
 Tolerances, and why:
 * SR net vs TF: five layers of 8-bit storage, so a PSNR floor, the issue's 45 dB (as
-  tests/test_glsl.py).  SwiftShader vs llvmpipe: both run the ``highp`` shaders in float32 and
+  tests/es2/test_glsl.py).  SwiftShader vs llvmpipe: both run the ``highp`` shaders in float32 and
   store RGBA8, so they agree but for values rounded on different sides of a half level (FMA,
   operation order): measured 99.92-99.98 % equal bytes and 1 level apart at most on Set5/Set14;
   the test asks >= 99.5 % and 2 levels.
@@ -22,7 +22,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import skip_module_without_chromium
+from tests.conftest import skip_module_without_chromium
 
 skip_module_without_chromium()
 

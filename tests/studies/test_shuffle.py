@@ -1,5 +1,5 @@
 """The channel shuffle study: the article's order table and the mixing measure (the notebook
-runs in tests/test_notebooks.py)."""
+runs in tests/integration/test_notebooks.py)."""
 
 import numpy as np
 

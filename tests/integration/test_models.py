@@ -15,7 +15,7 @@ from workbench.nets import superres
 from workbench.nets.models import load_model, reference_cifar10, reference_sr, sr_x2
 from workbench.studies import sr_ablation
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = Path(__file__).resolve().parents[2] / "models"
 CARDS = sorted(MODELS.glob("*.json"))
 SR_CARDS = [c for c in CARDS if "psnr_y_studio_crop2_bicubic_aa" in json.loads(c.read_text())]
 CLASSIFIER_CARDS = [c for c in CARDS if "top1_tf" in json.loads(c.read_text()).get("test", {})]

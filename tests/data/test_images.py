@@ -28,7 +28,7 @@ from workbench.data.images import (
     ycbcr_to_rgb,
 )
 
-SHARED_SR = Path(__file__).resolve().parents[2] / "shared" / "data" / "sr"
+SHARED_SR = Path(__file__).resolve().parents[3] / "shared" / "data" / "sr"
 RNG = np.random.default_rng(0)
 
 

@@ -75,7 +75,7 @@ def test_es31_equals_tf(net_and_images):
 
 
 def test_on_the_page(net_and_images, tmp_path):
-    from conftest import skip_module_without_chromium
+    from tests.conftest import skip_module_without_chromium
     skip_module_without_chromium()
 
     _, net, images = net_and_images
