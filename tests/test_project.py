@@ -17,7 +17,8 @@ def _split(requirement):
 
 def test_environment_yml_mirrors_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pip = dict(_split(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"])
+    extras = project["optional-dependencies"]
+    pip = dict(_split(r) for r in project["dependencies"] + extras["dev"] + extras["jax"])
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda = dict(_split(d) for d in env["dependencies"]
                  if isinstance(d, str) and not d.startswith(("python", "pip")))

@@ -11,6 +11,10 @@
   by name, so that the code generators know exactly which function it is.
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``: channel ``c = dy * block + dx``
   becomes the sub-pixel ``(dy, dx)``.
+
+Every layer runs on any Keras 3 back end: under TensorFlow (the default) it calls the TF
+kernels above, unchanged (numbers and speed); under another (``KERAS_BACKEND=jax``) the same
+computation written with ``keras.ops``, with the same gradients (:func:`on_tensorflow`).
 """
 from __future__ import annotations
 
@@ -22,6 +26,39 @@ import tensorflow as tf
 from workbench.nets import activations
 
 PACKAGE = "workbench"
+
+
+def on_tensorflow() -> bool:
+    """Whether Keras runs on its TensorFlow back end (chosen at Keras' import, from
+    ``KERAS_BACKEND`` or ~/.keras/keras.json); the layers' TF forms run only there."""
+    return keras.backend.backend() == "tensorflow"
+
+
+def conv2d_ops(x, kernel, strides, padding, groups=1):
+    """:func:`grouped_conv2d` in ``keras.ops`` (any back end), one convolution per group and a
+    concat (the "split" formulation): XLA's CPU gradient of a grouped convolution
+    (``feature_group_count``) takes seconds for the SR net's L2, the split one milliseconds."""
+    ops = keras.ops
+
+    def conv(x, kernel):
+        return ops.conv(x, kernel, strides=strides, padding=padding.lower(),
+                        data_format="channels_last")
+
+    if groups == 1:
+        return conv(x, kernel)
+    return ops.concatenate([conv(xg, kg) for xg, kg in
+                            zip(ops.split(x, groups, -1), ops.split(kernel, groups, -1))], -1)
+
+
+def depth_to_space_ops(x, block):
+    """``tf.nn.depth_to_space`` (NHWC) in ``keras.ops``: channel ``(dy * block + dx) * C + c``
+    of pixel (h, w) -> channel c of pixel (h * block + dy, w * block + dx)."""
+    ops = keras.ops
+    n, h, w, c = ops.shape(x)
+    c //= block * block
+    x = ops.reshape(x, (n, h, w, block, block, c))
+    x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+    return ops.reshape(x, (n, h * block, w * block, c))
 
 
 @functools.cache
@@ -134,7 +171,8 @@ class GroupConv2D(keras.layers.Layer):
                      if self.use_bias else None)
 
     def call(self, x):
-        y = grouped_conv2d(x, self.kernel, self.strides, self.padding.upper(), self.groups)
+        conv = grouped_conv2d if on_tensorflow() else conv2d_ops
+        y = conv(x, self.kernel, self.strides, self.padding.upper(), self.groups)
         return y + self.bias if self.use_bias else y
 
     def compute_output_shape(self, input_shape):
@@ -165,7 +203,7 @@ class Act(keras.layers.Layer):
         self.activation = activations.get(activation).name
 
     def call(self, x):
-        return activations.get(self.activation).tf_fn(x)
+        return activations.get(self.activation).fn(on_tensorflow())(x)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -183,7 +221,9 @@ class DepthToSpace(keras.layers.Layer):
         self.block_size = int(block_size)
 
     def call(self, x):
-        return tf.nn.depth_to_space(x, self.block_size)
+        if on_tensorflow():
+            return tf.nn.depth_to_space(x, self.block_size)
+        return depth_to_space_ops(x, self.block_size)
 
     def compute_output_shape(self, input_shape):
         b = self.block_size
@@ -222,7 +262,9 @@ class Shuffle(keras.layers.Layer):
         self._index = [4 * p + c for p in self.order for c in range(4)]
 
     def call(self, x):
-        return tf.gather(x, self._index, axis=-1)
+        if on_tensorflow():
+            return tf.gather(x, self._index, axis=-1)
+        return keras.ops.take(x, self._index, axis=-1)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -239,6 +281,14 @@ def _round_8bit(x):
     return tf.round(x * 255.0) / 255.0, grad
 
 
+@keras.ops.custom_gradient
+def _round_8bit_ops(x):
+    def grad(*args, upstream=None):
+        return args[0] if upstream is None else upstream
+
+    return keras.ops.round(x * 255.0) / 255.0, grad  # both round half to even
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class Quantize8(keras.layers.Layer):
     """Quantisation-aware training: round to a multiple of 1/255 (what an RGBA8 texture
@@ -246,7 +296,7 @@ class Quantize8(keras.layers.Layer):
     activation in [0, 1]; the shader lowering treats it as a no-op (the texture rounds)."""
 
     def call(self, x):
-        return _round_8bit(x)
+        return _round_8bit(x) if on_tensorflow() else _round_8bit_ops(x)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -259,13 +309,14 @@ class FastBatchNorm(keras.layers.BatchNormalization):
 
     Batch statistics are the biased variance, as in the Keras layer (the fused kernel's
     Bessel-corrected variance is scaled back by ``(n - 1) / n``); the moving statistics
-    are updated with the same ``momentum``.  Other cases fall back to the Keras code.
+    are updated with the same ``momentum``.  Other cases (and Keras' other back ends) fall
+    back to the Keras code.
     """
 
     def call(self, inputs, training=None, mask=None):
-        if not (training and self.trainable and mask is None and len(inputs.shape) == 4
-                and self.axis in (-1, 3) and self.scale and self.center and not self.renorm
-                and inputs.dtype == tf.float32):
+        if not (on_tensorflow() and training and self.trainable and mask is None
+                and len(inputs.shape) == 4 and self.axis in (-1, 3) and self.scale
+                and self.center and not self.renorm and inputs.dtype == tf.float32):
             return super().call(inputs, training=training, mask=mask)
         y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
             inputs, self.gamma, self.beta, epsilon=self.epsilon, data_format="NHWC",

@@ -17,7 +17,9 @@ Options (each a parameter of :func:`sr_x2_recipe` and :func:`workbench.nets.supe
 * ``anchor`` -- ``"nearest"`` or ``"bilinear"``: output = clip(anchor + s (q - 0.5)), q the
   8-bit L5 output.  Needs a demux shader change (not in ir/glsl/emulate); Keras only.
 
-Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.
+Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.  Like
+:mod:`workbench.nets.layers`, the layers here run TF's ops under Keras' TensorFlow back end and
+``keras.ops`` under the others (JAX).
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench.nets.layers import PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8, grouped_conv2d
+from workbench.nets.activations import clip_ops
+from workbench.nets.layers import (PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8, conv2d_ops,
+                                   grouped_conv2d, on_tensorflow)
 from workbench.nets.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
 
 
@@ -71,24 +75,28 @@ class CollapsibleConv(keras.layers.Layer):
         limit = math.sqrt(3.0 / e_g)
         mask = np.ones((g, e_g, out_g), np.float32)
         mask[0, :, list(self.identity_outputs)] = 0.0  # pass-through outputs start clean
+        uniform = tf.random.uniform if on_tensorflow() else keras.random.uniform
         init = (keras.initializers.Zeros() if self.zero_narrow else
-                lambda shape, dtype=None: tf.random.uniform(shape, -limit, limit) * mask)
+                lambda shape, dtype=None: uniform(shape, -limit, limit) * mask)
         self.narrow = self.add_weight(name="narrow", shape=(g, e_g, out_g), initializer=init)
         self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros")
-        self.offset = (tf.constant(identity_kernel(k, cin_g, self.filters, g,
-                                                   self.identity_outputs))
+        constant = tf.constant if on_tensorflow() else keras.ops.convert_to_tensor
+        self.offset = (constant(identity_kernel(k, cin_g, self.filters, g,
+                                                self.identity_outputs))
                        if self.identity_outputs else None)
 
     def kernel(self):
         k, g = self.kernel_size, self.groups
         cin_g = self.wide.shape[2]
-        wide = tf.reshape(self.wide, (k, k, cin_g, g, self.expand // g))
-        kern = tf.reshape(tf.einsum("hwige,geo->hwigo", wide, self.narrow),
-                          (k, k, cin_g, self.filters))
+        ops = tf if on_tensorflow() else keras.ops
+        wide = ops.reshape(self.wide, (k, k, cin_g, g, self.expand // g))
+        kern = ops.reshape(ops.einsum("hwige,geo->hwigo", wide, self.narrow),
+                           (k, k, cin_g, self.filters))
         return kern if self.offset is None else kern + self.offset
 
     def call(self, x):
-        return grouped_conv2d(x, self.kernel(), 1, "SAME", self.groups) + self.bias
+        conv = grouped_conv2d if on_tensorflow() else conv2d_ops
+        return conv(x, self.kernel(), 1, "SAME", self.groups) + self.bias
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:3], self.filters)
@@ -115,7 +123,8 @@ class AnchorResidual(keras.layers.Layer):
 
     def call(self, inputs):
         x, q = inputs
-        return tf.clip_by_value(anchor_subpixels(x, self.mode) + self.scale * (q - 0.5), 0.0, 1.0)
+        clip = tf.clip_by_value if on_tensorflow() else clip_ops
+        return clip(anchor_subpixels(x, self.mode) + self.scale * (q - 0.5), 0.0, 1.0)
 
     def compute_output_shape(self, input_shapes):
         return input_shapes[1]
@@ -126,13 +135,15 @@ class AnchorResidual(keras.layers.Layer):
 
 def anchor_subpixels(x, mode):
     """LR luma (N,H,W,1) -> its x2 upsampling as 4 sub-pixel channels (N,H,W,4)."""
+    tile, pad, concat = ((tf.tile, tf.pad, tf.concat) if on_tensorflow() else
+                         (keras.ops.tile, keras.ops.pad, keras.ops.concatenate))
     if mode == "nearest":
-        return tf.tile(x, (1, 1, 1, 4))
-    p = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+        return tile(x, (1, 1, 1, 4))
+    p = pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="symmetric")
     near = p[:, 1:-1]
     rows = (0.75 * near + 0.25 * p[:, :-2], 0.75 * near + 0.25 * p[:, 2:])  # dy = 0, 1
-    return tf.concat([0.75 * r[:, :, 1:-1] + 0.25 * r[:, :, side]
-                      for r in rows for side in (slice(None, -2), slice(2, None))], axis=-1)
+    return concat([0.75 * r[:, :, 1:-1] + 0.25 * r[:, :, side]
+                   for r in rows for side in (slice(None, -2), slice(2, None))], axis=-1)
 
 
 def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,
@@ -157,7 +168,7 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
             conv = GroupConv2D(w, k, groups=g, name=f"L{i}")
             x = conv(x)
             if outs or zero:
-                kern = conv.kernel.numpy()
+                kern = keras.ops.convert_to_numpy(conv.kernel)
                 kern[..., list(outs)] = 0.0
                 kern *= 0.0 if zero else 1.0
                 conv.kernel.assign(kern + identity_kernel(k, kern.shape[2], w, g, outs))
@@ -198,7 +209,10 @@ def collapse(model, quantize=False):
 @keras.saving.register_keras_serializable(package=PACKAGE)
 def charbonnier(y_true, y_pred, eps=1e-3):
     """Charbonnier loss: mean of sqrt((y - t)^2 + eps^2)."""
-    return tf.reduce_mean(tf.sqrt(tf.square(y_pred - y_true) + eps * eps))
+    if on_tensorflow():
+        return tf.reduce_mean(tf.sqrt(tf.square(y_pred - y_true) + eps * eps))
+    ops = keras.ops
+    return ops.mean(ops.sqrt(ops.square(y_pred - y_true) + eps * eps))
 
 
 LOSSES = {"l1": "mean_absolute_error", "mse": "mean_squared_error", "charbonnier": charbonnier}

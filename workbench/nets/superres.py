@@ -5,6 +5,9 @@ Conventions: images are HxWx3 RGB float32 in [0, 1].  The net sees full-range lu
 shader does.  Outputs are rounded to 8 bits, as a saved PNG (or an RGBA8 texture) is.
 Evaluation follows docs/design.md, "Evaluation convention": PSNR/SSIM on studio-range Y with ``crop_border = scale``
 (the published convention), plus PSNR on full-range Y (the articles' own figures).
+
+Training runs on any Keras 3 back end: TensorFlow (the default) or JAX (``KERAS_BACKEND=jax``,
+the ``jax`` extra); :func:`loss_trace` gives the numbers that compare them.
 """
 from __future__ import annotations
 
@@ -62,10 +65,7 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
     def build():
         model = (load_model(init_model) if init_model
                  else sr_recipes.sr_x2_recipe(scale=SCALE, **recipe))
-        schedule = keras.optimizers.schedules.CosineDecay(learning_rate, epochs * steps_per_epoch,
-                                                          alpha=0.01)
-        model.compile(optimizer=keras.optimizers.Adam(schedule), loss=sr_recipes.LOSSES[loss])
-        return model
+        return compile_sr(model, learning_rate, epochs * steps_per_epoch, loss)
 
     config = {"steps": steps, "kernels": list(kernels), "batch": batch, "patch": patch,
               "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
@@ -76,6 +76,59 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
     model = sr_recipes.collapse(model)
     training.save_model(model, Path(run_dir) / "model.keras")
     return model, history
+
+
+def compile_sr(model, learning_rate, decay_steps, loss="l1"):
+    """Compile ``model`` as :func:`train` does: Adam, cosine decay of ``learning_rate`` to 1 %
+    over ``decay_steps``, loss one of :data:`sr_recipes.LOSSES`."""
+    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps, alpha=0.01)
+    model.compile(optimizer=keras.optimizers.Adam(schedule), loss=sr_recipes.LOSSES[loss])
+    return model
+
+
+# --- the same training on Keras' back ends ------------------------------------------------------
+
+# The recipe of models/sr_x2_reference (its card), and its optimizer's settings.
+REFERENCE_RECIPE = {"init": "identity", "expand": 256, "qat": True}
+TRACE = {"learning_rate": 5e-4, "loss": "l1", "decay_steps": 100_000}
+
+
+def synthetic_batches(count, batch=16, patch=48, seed=0, scale=SCALE):
+    """``count`` fixed ``(lr, hr)`` batches, shapes (batch, patch, patch, 1) and (batch,
+    scale * patch, scale * patch, 1), float32: HR is Gaussian-blurred noise (sigma 1.5 HR
+    pixels) stretched to [0, 1] per patch, LR its ``scale`` x ``scale`` means.  The same for a
+    seed on every machine, no data set needed."""
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(seed)
+    size = scale * patch
+    hr = gaussian_filter(rng.random((count * batch, size, size)), (0, 1.5, 1.5), mode="wrap")
+    low, high = hr.min(axis=(1, 2), keepdims=True), hr.max(axis=(1, 2), keepdims=True)
+    hr = ((hr - low) / (high - low)).astype(np.float32)
+    lr = hr.reshape(-1, patch, scale, patch, scale).mean(axis=(2, 4), dtype=np.float32)
+    return [(lr[i:i + batch, ..., None], hr[i:i + batch, ..., None])
+            for i in range(0, count * batch, batch)]
+
+
+def trace_net(weights, decay_steps, recipe=REFERENCE_RECIPE, learning_rate=TRACE["learning_rate"],
+              loss=TRACE["loss"], seed=0):
+    """The recipe net (:func:`sr_recipes.sr_x2_recipe`), compiled as :func:`train` compiles it
+    (cosine decay over ``decay_steps``), with the weights of the file ``weights``
+    (``.weights.h5``, readable by every back end); when that file does not exist the net is
+    initialised from ``seed`` by the running back end and its weights written there."""
+    keras.utils.set_random_seed(seed)
+    model = sr_recipes.sr_x2_recipe(scale=SCALE, **recipe)
+    if Path(weights).exists():
+        model.load_weights(weights)
+    else:
+        model.save_weights(weights)
+    return compile_sr(model, learning_rate, decay_steps, loss)
+
+
+def loss_trace(model, batches):
+    """The training loss of each step of ``model`` (compiled), one step per batch of
+    ``batches`` (``train_on_batch``: the loss of the batch before that step's update)."""
+    return [float(model.train_on_batch(x, y)) for x, y in batches]
 
 
 def load_models(paths: dict):

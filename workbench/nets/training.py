@@ -4,7 +4,9 @@ A run lives in one folder: ``checkpoint.keras`` (model and optimizer state, save
 atomically at the end of every epoch) and ``history.json`` (one entry per finished
 epoch).  Calling :func:`fit` again on the same folder resumes where it stopped; a
 finished run returns at once.  While :func:`fit` runs it holds a lock on ``<run>/.lock``, so
-that a second training on the same folder stops at once instead of mixing its files in.
+that a second training on the same folder stops at once instead of mixing its files in.  Any
+Keras back end trains (``KERAS_BACKEND=jax`` as well as TensorFlow); a run may resume under
+another back end than the one that started it.
 """
 from __future__ import annotations
 
@@ -97,6 +99,9 @@ def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
         checkpoint = run_dir / CHECKPOINT
         if checkpoint.exists() and epochs_done(history):
             model = load_model(checkpoint)
+            # The checkpoint stores the XLA choice its back end made for jit_compile="auto"
+            # (TensorFlow on a CPU: off; JAX: on); the running back end makes its own.
+            model.jit_compile = model._resolve_auto_jit_compile()
             print(f"resuming {run_dir} at epoch {epochs_done(history)} of {epochs}")
         else:
             history = {}

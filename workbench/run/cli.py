@@ -169,13 +169,17 @@ def _bench(args):
         bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "web":
         from workbench.studies import peers
-        peers.run(args.model, args.size, args.runs, args.out, backends=_names(args.backends),
+        backends = "webgl,wasm,cpu" if args.backends is None else args.backends
+        peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
                   gls=_names(args.gl))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
         from workbench.studies import train_bench
-        train_bench.bench_train(repeats=args.repeat, steps=args.steps, profile=not args.no_profile)
+        backends = (",".join(train_bench.BACKENDS) if args.backends is None
+                    else args.backends)
+        train_bench.bench_train(repeats=args.repeat, steps=args.steps, profile=not args.no_profile,
+                                backends=_names(backends))
     elif args.what == "activation":
         bench.bench_activation(args.preset, args.batch, args.steps)
         bench.bench_batchnorm(args.preset, args.batch, args.steps)
@@ -325,7 +329,9 @@ def parser() -> argparse.ArgumentParser:
                             "draw-buffers (the SR net with 1 vs 4 render targets per program, "
                             "GL and Chromium, interleaved), es31 "
                             "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
-                            "steps: samples/s of each option side by side, where the time goes), "
+                            "steps: samples/s of each option side by side, where the time goes; "
+                            "the SR recipe's losses and steps/s under Keras' TensorFlow and JAX "
+                            "back ends), "
                             "activation (training-step cost of the sigmoid-like activation and "
                             "of the fused batch norm), web (our WebGL page vs TensorFlow.js "
                             "WebGL/WASM/CPU in one headless Chromium: times, fidelity vs Keras, "
@@ -336,8 +342,9 @@ def parser() -> argparse.ArgumentParser:
                    "the reference SR checkpoint)")
     p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
     p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
-    p.add_argument("--backends", default="webgl,wasm,cpu", help="web: TF.js backends, comma "
-                   "separated (default: webgl,wasm,cpu; empty: the page alone)")
+    p.add_argument("--backends", help="web: TF.js backends, comma separated (default: "
+                   "webgl,wasm,cpu; empty: the page alone); train: Keras back ends, each in its "
+                   "own process (default: tensorflow,jax; empty: none)")
     p.add_argument("--gl", default="swiftshader,llvmpipe", help="web: the GLs behind the "
                    "browser's WebGL, comma separated, a run each (default: swiftshader,llvmpipe: "
                    "Chromium's SwiftShader, Mesa's llvmpipe through ANGLE's GL back end)")

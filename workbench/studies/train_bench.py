@@ -5,18 +5,25 @@ CIFAR-10 classifier (Adam, sparse cross-entropy; batch 64 of 32x32x3).  Options 
 interleaved in one process: repeat r runs every option once, then r + 1, ...; a row reports
 the median over repeats and the spread (min..max).  Thread settings are fixed at TensorFlow's
 start, so :func:`bench_threads` runs each setting in a subprocess (also interleaved).
+:func:`backend_runs` trains the SR reference recipe under Keras' back ends (TensorFlow, JAX),
+each in its own process, from the same weights on the same batches: per-step losses and
+ms/step side by side.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import glob
+import importlib
+import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -141,18 +148,23 @@ def op_profile(model, x, y, steps=10):
 
 
 def bench_train(repeats=5, steps=20, sr_sizes=((16, 48), (32, 48), (16, 64), (32, 64), (64, 48)),
-                formulations=layers.GROUPED_FORMULATIONS, profile=True, verbose=True):
-    """Profile and compare; returns ``{"steps": rows, "profile": {...}, "data_ms": ms}`` and
-    prints tables.  Step rows: "today" (grouped filter, clip_by_value gradient) and every
-    formulation with the fused bounded-ReLU gradient, for SR (batch 16, patch 48) and the
-    CIFAR-10 classifier (batch 64); SR at every (batch, patch) of ``sr_sizes`` (new default)."""
+                formulations=layers.GROUPED_FORMULATIONS, profile=True, verbose=True,
+                backends=()):
+    """Profile and compare; returns ``{"steps": rows, "profile": {...}, "data_ms": ms,
+    "backends": rows}`` and prints tables.  Step rows: "today" (grouped filter, clip_by_value
+    gradient) and every formulation with the fused bounded-ReLU gradient, for SR (batch 16,
+    patch 48) and the CIFAR-10 classifier (batch 64); SR at every (batch, patch) of ``sr_sizes``
+    (new default).  Back-end rows: :func:`backend_runs` of ``backends`` (e.g.
+    :data:`BACKENDS`, as ``bench train`` asks) with the same ``repeats`` and ``steps``."""
     options = {"sr b16 p48 today": ("sr", "grouped", 16, 48, "clip")}
     options.update({f"sr b16 p48 {f}": ("sr", f, 16, 48, "fused") for f in formulations})
     options.update({f"sr b{b} p{p}": ("sr", "grouped", b, p, "fused")
                     for b, p in sr_sizes if (b, p) != (16, 48)})
     options.update({f"cls b64 {f}": ("cls", f, 64, None, "fused") for f in formulations})
     rows = step_options(options, repeats, steps)
-    result = {"steps": rows, "profile": {}, "data_ms": data_ms()}
+    result = {"steps": rows, "profile": {}, "data_ms": data_ms(),
+              "backends": backend_runs(backends, repeats=repeats, steps=steps) if backends
+              else []}
     if profile:
         for label in ["sr b16 p48 today"] + [f"{n} {f}" for n in ("sr b16 p48", "cls b64")
                                              for f in formulations]:
@@ -173,6 +185,8 @@ def format_result(result):
                      f" | {r['samples_per_s']:.0f} | {r['lr_pixels_per_s'] / 1e3:.0f}k |")
     lines.append(f"\nSR data generator: {result['data_ms']:.2f} ms per batch of 16x48x48 "
                  "(overlapped with the step by prefetch)")
+    if result.get("backends"):
+        lines += ["", format_backends(result["backends"])]
     for name, prof in result["profile"].items():
         total = sum(prof["groups"].values())
         lines.append(f"\n{name}: wall {prof['wall_ms']:.1f} ms/step (under the profiler); op time "
@@ -205,3 +219,162 @@ def bench_threads(settings=((0, 0), (1, 2), (2, 1), (1, 1), (2, 2)), repeats=5, 
         rows.append({"inter_op": inter, "intra_op": intra, "ms_per_step": ms, "ms_min": lo,
                      "ms_max": hi, "samples_per_s": 16 / ms * 1e3})
     return rows
+
+
+# --- the SR training on Keras' back ends ---------------------------------------------------------
+
+BACKENDS = ("tensorflow", "jax")
+_BACKEND_PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+_REPLY = "@@workbench "  # the worker's answers on stdout, apart from anything a library prints
+
+
+def backend_missing(backend) -> str | None:
+    """Why Keras cannot run on ``backend`` here (an unknown name, its package not installed),
+    or None."""
+    package = _BACKEND_PACKAGES.get(backend)
+    if package is None:
+        return f"unknown Keras back end {backend!r}; known: {', '.join(_BACKEND_PACKAGES)}"
+    if importlib.util.find_spec(package) is None:
+        return f"{package} is not installed here (pip install -e '.[{package}]')"
+    return None
+
+
+def _worker():
+    """A back end's process (:class:`_BackendWorker`): the loss trace, then timed rounds."""
+    config = json.loads(sys.argv[1])
+    import keras
+
+    from workbench.nets import superres
+
+    def reply(**message):
+        print(_REPLY + json.dumps(message), flush=True)
+
+    batches = superres.synthetic_batches(max(1, config["trace_steps"]), config["batch"],
+                                         config["patch"], config["seed"])
+    model = superres.trace_net(config["weights"], superres.TRACE["decay_steps"])
+    losses = superres.loss_trace(model, batches[:config["trace_steps"]])
+    x, y = batches[0]
+    model.train_on_batch(x, y)  # compiled and warm before any timing
+    package = _BACKEND_PACKAGES[keras.backend.backend()]
+    reply(backend=keras.backend.backend(), losses=losses,
+          version=f"{package} {importlib.import_module(package).__version__}, "
+                  f"Keras {keras.__version__}")
+    for line in sys.stdin:
+        start = time.perf_counter()
+        for _ in range(int(line)):
+            model.train_on_batch(x, y)
+        reply(seconds=time.perf_counter() - start)
+
+
+class _BackendWorker:
+    """``python -c _worker()`` with ``KERAS_BACKEND=backend``; its stderr goes to a temporary
+    file (quoted when it fails)."""
+
+    def __init__(self, backend, config):
+        self.backend = backend
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from workbench.studies.train_bench import _worker; _worker()",
+             json.dumps(config)], env={**os.environ, "KERAS_BACKEND": backend},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+    def read(self):
+        for line in self.proc.stdout:
+            if line.startswith(_REPLY):
+                return json.loads(line[len(_REPLY):])
+        self.proc.wait()
+        self.log.seek(0)
+        tail = [line for line in self.log.read().splitlines() if line.strip()][-3:]
+        raise RuntimeError(f"the {self.backend} back end's process ended (exit "
+                           f"{self.proc.returncode}): " + " | ".join(tail))
+
+    def ask(self, steps):
+        self.proc.stdin.write(f"{steps}\n")
+        self.proc.stdin.flush()
+        return self.read()["seconds"]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+        self.log.close()
+
+
+def backend_runs(backends=BACKENDS, trace_steps=20, repeats=5, steps=20, batch=16, patch=48,
+                 seed=0):
+    """The SR reference recipe (:data:`superres.REFERENCE_RECIPE`: expand 256, QAT, identity
+    init; Adam, L1, learning rate 5e-4) trained under each Keras back end of ``backends``, each
+    in its own process, all from the same weights (initialised here, by this process' back end)
+    on the same :func:`superres.synthetic_batches` of ``batch`` x ``patch`` x ``patch``.
+
+    One row per back end: ``losses`` (the first ``trace_steps`` steps, one batch each),
+    ``max_loss_diff`` (largest |difference| from the first back end's, step by step) and, when
+    ``repeats`` > 0, ms per step of ``train_on_batch`` on one batch, ``steps`` a round, the
+    rounds interleaved (median, min..max) and samples/s.  A back end that cannot run here is a
+    row with ``skipped`` (the reason) instead of numbers."""
+    from workbench.nets import superres
+
+    rows = [{"backend": b, "skipped": backend_missing(b), "batch": batch, "patch": patch}
+            for b in backends]
+    with tempfile.TemporaryDirectory(prefix="train_bench_") as tmp:
+        weights = Path(tmp) / "sr.weights.h5"
+        superres.trace_net(weights, superres.TRACE["decay_steps"], seed=seed)
+        config = {"weights": str(weights), "trace_steps": trace_steps, "batch": batch,
+                  "patch": patch, "seed": seed}
+        workers = {r["backend"]: _BackendWorker(r["backend"], config)
+                   for r in rows if not r["skipped"]}  # started together: the traces overlap
+        try:
+            for row in rows:
+                if row["backend"] not in workers:
+                    continue
+                try:
+                    hello = workers[row["backend"]].read()
+                except RuntimeError as error:
+                    row["skipped"] = f"failed: {error}"
+                    workers.pop(row["backend"]).close()
+                    continue
+                if hello["backend"] != row["backend"]:
+                    raise RuntimeError(f"asked for Keras' {row['backend']} back end, the "
+                                       f"process ran {hello['backend']}")
+                row.update(version=hello["version"], losses=hello["losses"], times=[])
+            for _ in range(repeats):
+                for row in rows:
+                    if row["backend"] in workers:
+                        row["times"].append(workers[row["backend"]].ask(steps) / steps)
+        finally:
+            for worker in workers.values():
+                worker.close()
+    first = next((r["losses"] for r in rows if "losses" in r), None)
+    for row in rows:
+        if "losses" not in row:
+            continue
+        row["max_loss_diff"] = max((abs(a - b) for a, b in zip(row["losses"], first)),
+                                   default=0.0)
+        times = row.pop("times")
+        if times:
+            ms, lo, hi = _median_spread([t * 1e3 for t in times])
+            row.update(ms_per_step=ms, ms_min=lo, ms_max=hi, samples_per_s=batch / ms * 1e3)
+    return rows
+
+
+def format_backends(rows):
+    """The rows of :func:`backend_runs` as a table."""
+    ran = [r for r in rows if "losses" in r]
+    first = ran[0]["backend"] if ran else "-"
+    steps = len(ran[0]["losses"]) if ran else 0
+    batch, patch = (rows[0]["batch"], rows[0]["patch"]) if rows else (16, 48)
+    lines = [f"SR reference recipe (expand 256, QAT, identity init; Adam, L1), batch {batch} "
+             f"x {patch}x{patch}, one process per Keras back end, same weights and batches:",
+             f"| back end | ms/step (min..max) | steps/s | samples/s | loss step 1 | max loss "
+             f"diff vs {first}, {steps} steps |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if "losses" not in r:
+            lines.append(f"| {r['backend']} | skipped: {r['skipped']} | | | | |")
+            continue
+        speed = (f"{r['ms_per_step']:.1f} ({r['ms_min']:.1f}..{r['ms_max']:.1f}) | "
+                 f"{1e3 / r['ms_per_step']:.1f} | {r['samples_per_s']:.0f}"
+                 if "ms_per_step" in r else "- | - | -")
+        loss = f"{r['losses'][0]:.6f}" if r["losses"] else "-"
+        lines.append(f"| {r['backend']} ({r['version']}) | {speed} | {loss} | "
+                     f"{r['max_loss_diff']:.2e} |")
+    return "\n".join(lines)
