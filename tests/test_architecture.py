@@ -121,8 +121,10 @@ def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
 OP_TYPES = ("Conv", "DepthToSpace", "Dense", "Pool")
 # Where asking an op its type is the job: the lowering from Keras and each back end's records
 # (ES 2.0: a module per op; ES 3.1: the OPS table; the TF.js peer: its ENTRIES table).
-OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/es2/ops/", "workbench/es31/kernels.py",
-                 "workbench/web/tfjs.py")
+# The lowerings (Keras; ONNX, and its mirror that writes IR graphs as ONNX), the op records of
+# each back end, the TF.js peer's table.
+OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/to_onnx.py",
+                 "workbench/es2/ops/", "workbench/es31/kernels.py", "workbench/web/tfjs.py")
 
 
 def op_type_tests(path: Path) -> list[int]:

@@ -147,7 +147,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     model.save(tmp_path / "m.keras")
     es2.compile(model).save(tmp_path / "saved")
     assert main(["bundle", "--model", str(tmp_path / "saved"), "--out", str(tmp_path / "b")]) == 2
-    assert "has no Keras model" in capsys.readouterr().err
+    assert "a saved shader folder has no model" in capsys.readouterr().err
     users = tmp_path / "users"
     users.mkdir()
     (users / "notes.txt").write_text("mine")

@@ -336,12 +336,13 @@ def _classifier(cin, cout, hw, seed=1, weight_scale=None):
 
 
 @pytest.mark.parametrize("number", ["fixed16", "float"])
-@pytest.mark.parametrize("cin, cout, hw", [(8, 10, 3), (48, 7, 5), (192, 120, 3)])
+@pytest.mark.parametrize("cin, cout, hw", [(8, 10, 3), (48, 7, 5), (192, 120, 3), (12, 5, 9)])
 def test_pooled_dense(number, cin, cout, hw):
     """GAP + Dense as a blocked GEMV.  The emulator reproduces the GPU: exactly in fixed16
     (every stage stored in steps of 1/256), to float32 rounding in float.  Against TF the
     conv's 8-bit storage (half a level per value, averaged and weighted) gives ~0.001 in
-    float; fixed16 adds the rounding of the weights and of each stage (0.02 = 5 steps)."""
+    float; fixed16 adds the rounding of the weights and of each stage (0.02 = 5 steps).
+    9x9 = 81 pixels do not fit one program's 64 fetches: chunks of 60 pixels."""
     model = _classifier(cin, cout, hw)
     net = es2.compile(model, dense=number)
     image = _image(hw, hw, 4, seed=9)
@@ -350,25 +351,27 @@ def test_pooled_dense(number, cin, cout, hw):
     assert np.abs(gpu - emu).max() <= (1e-6 if number == "float" else 1 / 256)
     assert np.abs(emu - tf_out).max() <= (0.005 if number == "float" else 0.02)
     op = net.graph.ops[-1]
-    assert len(op.reductions()) >= 2 and op.pool
+    assert len(op.reductions(net.graph.shapes((hw, hw)))) >= 2 and op.pool
+    assert op.chunk == (60 if hw * hw + 4 > 64 else 0)
     glslang_ok = not os.environ.get("WORKBENCH_SKIP_GLSLANG")
     if glslang_ok:
         glslang.validate_many({p.name: p.source for p in net.passes})
 
 
 def test_compile_leaves_the_ir_it_lowered_unchanged(monkeypatch):
-    """es2.compile chooses the dense layer's block of input packs for its limits on a copy;
-    the lowered graph keeps the IR's own value (4) where the ES 2.0 limits give another."""
-    lowered, lower = [], ir.from_keras
+    """es2.compile chooses the dense layer's block of input packs for its limits on a
+    prepared copy (es2's Gemv); the lowered graph's Dense has no ES 2.0 geometry."""
+    lowered, lower = [], ir.from_model
 
     def keep(model, **kwargs):
         lowered.append(lower(model, **kwargs))
         return lowered[-1]
-    monkeypatch.setattr(ir, "from_keras", keep)
+    monkeypatch.setattr(ir, "from_model", keep)
     model = _classifier(48, 7, 5)
     net = es2.compile(model)
     before, after = lowered[0].ops[-1], net.graph.ops[-1]
-    assert before.block == ir.Dense.block == 4 and after.block == 2  # 64 // (4 + 25) fetches
+    assert type(before) is ir.Dense and not hasattr(before, "block")
+    assert after.block == 2 and after.chunk == 0  # 64 // (4 + 25) fetches
     assert before is not after and lowered[0].ops[0] is net.graph.ops[0]
 
 
@@ -388,7 +391,8 @@ def test_dogs120_cost_reproduces_the_reference():
     """Per 385x385 image the reference reports ~398.4 M multiply-adds, ~27.9 M RGBA texel
     fetches and < 6 MB of texture memory (convention: workbench/ir/cost.py)."""
     from workbench.nets.models import dogs_classifier
-    graph = ir.from_keras(dogs_classifier("dogs120"))
+    lowered = ir.from_keras(dogs_classifier("dogs120"))
+    graph = es2.net.prepared(lowered, limits.ES2)  # as compile plans it for ES 2.0
     limits.check(graph)
     total = cost.total(plan.cost(graph, (385, 385)).values())
     assert abs(total.multiply_adds / (references.DOGS120_MULTIPLY_ADDS_M * 1e6) - 1) < 0.01
@@ -398,8 +402,8 @@ def test_dogs120_cost_reproduces_the_reference():
     assert [shapes[n][:2] for n in ("stem", "down1", "down2", "down3", "down4", "down5", "final")] == \
         [(191, 191), (95, 95), (47, 47), (23, 23), (11, 11), (5, 5), (3, 3)]
     # shuffles became binding orders, BatchNorms were folded: only convs and the dense remain
-    assert {type(op).__name__ for op in graph.ops} == {"Conv", "Dense"}
-    assert any(op.input_order for op in graph.ops if hasattr(op, "input_order"))
+    assert {type(op).__name__ for op in lowered.ops} == {"Conv", "Dense"}
+    assert any(op.input_order for op in lowered.ops if hasattr(op, "input_order"))
 
 
 def test_classifier_save_and_load_round_trip(tmp_path):

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from workbench import es2, es31, web
+from workbench import es2, es31, ir, web
 from workbench.es2 import glslang
 from workbench.nets.layers import Act
 
@@ -46,8 +46,8 @@ def net_and_images():
 
 
 def test_every_op_of_the_set_is_in_it(net_and_images):
-    _, net, _ = net_and_images
-    kinds = [type(op).__name__ for op in net.graph.ops]
+    model, net, _ = net_and_images
+    kinds = [type(op).__name__ for op in ir.from_keras(model).ops]
     assert kinds == ["Conv", "Conv", "Conv", "Add", "Pool", "Pool", "Upsample", "Concat",
                      "Conv", "Dense"]
     assert net.graph.ops[1].groups == 8 and net.graph.ops[-1].softmax

@@ -1,7 +1,8 @@
 """The reference checkpoints in models/: each loads and reproduces what its card states: an SR
 net deploys within the budget of the reference net with the card's PSNR (Set5, Y601, crop 2,
 bicubic_aa; within 0.05 dB); the classifier has the card's top-1 on the CIFAR-10 test images
-(within 0.2 points: TF's CPU kernels are not bit-deterministic) and the GPU agrees with TF."""
+(within 0.2 points: TF's CPU kernels are not bit-deterministic) and the GPU agrees with TF; the
+ONNX classifier has its card's top-1 through ONNX Runtime and the GPU agrees with it."""
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 CARDS = sorted(MODELS.glob("*.json"))
 SR_CARDS = [c for c in CARDS if "psnr_y_studio_crop2_bicubic_aa" in json.loads(c.read_text())]
 CLASSIFIER_CARDS = [c for c in CARDS if "top1_tf" in json.loads(c.read_text()).get("test", {})]
+ONNX_CARDS = [c for c in CARDS if "top1_onnxruntime" in json.loads(c.read_text()).get("test", {})]
 
 
 def _set5():
@@ -31,7 +33,7 @@ def _set5():
 def test_the_reference_checkpoints_are_there():
     assert reference_sr().with_suffix(".json") in SR_CARDS
     assert reference_cifar10().with_suffix(".json") in CLASSIFIER_CARDS
-    assert set(SR_CARDS) | set(CLASSIFIER_CARDS) == set(CARDS)
+    assert set(SR_CARDS) | set(CLASSIFIER_CARDS) | set(ONNX_CARDS) == set(CARDS)
 
 
 @pytest.mark.parametrize("card_path", CLASSIFIER_CARDS, ids=[c.stem for c in CLASSIFIER_CARDS])
@@ -53,6 +55,30 @@ def test_classifier_checkpoint_matches_its_card(card_path):
     assert top1 == pytest.approx(card["test"]["top1_tf"], abs=0.002)
     result = deploy.compare_classifier(model, es2.compile(model), list(images[::50]),
                                        labels[::50], emulate=False, progress=False)
+    assert result["gpu_top1_equals_tf"] >= 0.99
+
+
+@pytest.mark.parametrize("card_path", ONNX_CARDS, ids=[c.stem for c in ONNX_CARDS])
+def test_onnx_classifier_matches_its_card(card_path):
+    """ONNX Runtime's top-1 on the 10,000 test images is the card's; the GPU, compiled from
+    the .onnx file, agrees with it on a fiftieth of them."""
+    import numpy as np
+
+    from workbench.studies import deploy
+
+    card = json.loads(card_path.read_text())
+    model = load_model(MODELS / card["model"])
+    try:
+        root = datasets.classification_root("cifar10")
+    except (FileNotFoundError, ValueError) as err:
+        pytest.skip(f"CIFAR-10 is not in the data path ({err})")
+    net = es2.compile(model)
+    images, labels, _ = datasets.classification_arrays(root, "test", net.graph.input_size[0])
+    assert len(images) == card["test"]["images"]
+    top1 = np.mean(np.argmax(model.predict(images, batch_size=500), -1) == labels)
+    assert top1 == pytest.approx(card["test"]["top1_onnxruntime"], abs=0.001)
+    result = deploy.compare_classifier(model, net, list(images[::50]), labels[::50],
+                                       emulate=False, progress=False)
     assert result["gpu_top1_equals_tf"] >= 0.99
 
 

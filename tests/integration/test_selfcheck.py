@@ -147,7 +147,7 @@ def test_classifier_page_report_matches_python(classifier_page):
 def test_check_needs_a_keras_model(sr_page, tmp_path, capsys):
     _, _, directory, _ = sr_page
     assert main(["export-web", "--check", "--model", str(directory), "--out", str(tmp_path)]) == 2
-    assert "--check needs a .keras model" in capsys.readouterr().err
+    assert "--check needs a .keras or .onnx model" in capsys.readouterr().err
 
 
 def _psnr(a, b):

@@ -16,6 +16,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.mediump import psnr
+from workbench.es2.record import record
 
 HALF_STEP = 0.5 / 255      # beyond this outside [0, 1] a value is clipped, not rounded
 REFUSE_SHARE = 0.01        # clipped values, share of a layer's, that refuse the net
@@ -43,8 +44,8 @@ def ranges(model, net, images) -> list[dict]:
     stored values, float32 arithmetic, against ONNX Runtime's, peak 1)."""
     graph = net.graph
     origin = graph.origin or {}
-    layers = [op for op in graph.ops if op.name in origin and not isinstance(op, ir.Dense)
-              and not getattr(op, "chroma_from", None)]
+    layers = [op for op in graph.ops if op.name in origin and record(op).stored is None
+              and not getattr(op, "chroma_from", None)]  # 8-bit images of the ONNX tensor's
     found = {op.name: {"onnx": [], "stored": []} for op in layers}
     for image in images:
         onnx_values = model.tensors(onnx_input(graph, image)[None],
