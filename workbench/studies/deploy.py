@@ -161,7 +161,7 @@ def upscale_file(source, output, model_path, target=None, quality=95):
     out = net.graph.op(net.graph.output)
     if not net.graph.rgb_output:
         raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
-                         f"layer is a {type(out).__name__}); upscale takes one whose last layer "
+                         f"layer is a {es2.record(out).name}); upscale takes one whose last layer "
                          "puts the sub-pixels and the chroma back together, as "
                          "models/sr_x2_reference.keras")
     image = images.load_image(source)
