@@ -14,19 +14,15 @@ folded as in eval-mode export; :func:`workbench.ir.to_onnx.to_onnx`), and scores
 file; ``OUT_STEM.onnx``, ``.json`` and ``.md`` (the card).
 """
 import json
-import platform
 import sys
-import time
 from pathlib import Path
 
 import workbench  # noqa: F401  (TF settings first)
-from workbench import es2, ir
+from tools.cifar10_reference import scored
+from workbench import ir
 from workbench.data import datasets
 from workbench.ir.to_onnx import to_onnx
-from workbench.nets import classify, onnx_model, training
-from workbench.nets.models import load_model
-from workbench.run.report import machine
-from workbench.studies import deploy
+from workbench.nets import classify, onnx_model
 
 RECIPE = dict(preset="cifar10", net="plain", activation="bounded_relu", quantize=True,
               augment=True, optimizer="adam", learning_rate=3e-3, schedule="cosine", batch=64,
@@ -40,50 +36,34 @@ def train(run_dir, epochs=30):
 
 
 def export(run_dir, stem="models/cifar10_plain"):
-    run_dir, stem = Path(run_dir), Path(stem)
-    config = json.loads((run_dir / training.CONFIG).read_text())
-    history = json.loads((run_dir / training.HISTORY).read_text())
-    keras_model = load_model(run_dir / training.CHECKPOINT)
-    proto = to_onnx(ir.from_keras(keras_model), OPSET)
-    model = onnx_model.OnnxModel(proto, stem.name)
-    root = datasets.classification_root("cifar10")
-    images, labels, _ = datasets.classification_arrays(root, "test", config["input_size"],
-                                                       classes=config["class_names"])
-    net = es2.compile(model)
-    start = time.time()
-    result = deploy.compare_classifier(model, net, list(images), labels, emulate=False)
-    gpu_minutes = (time.time() - start) / 60
-    tf_top1 = float((keras_model.predict(images, batch_size=256, verbose=0).argmax(1)
-                     == labels).mean())
-    epochs_done = len(history["loss"])
+    stem = Path(stem)
+    protos = []
+
+    def as_onnx(keras_model):
+        protos.append(to_onnx(ir.from_keras(keras_model), OPSET))
+        return onnx_model.OnnxModel(protos[-1], stem.name)
+    keras_model, result, fields = scored(run_dir, "cifar10_onnx.py", as_onnx)
+    epochs_done = fields["epochs_done"]
     stem.parent.mkdir(parents=True, exist_ok=True)
     onnx_path = stem.with_suffix(".onnx")
     partial = onnx_path.with_name(f".{onnx_path.name}.partial")
-    partial.write_bytes(proto.SerializeToString())
+    partial.write_bytes(protos[0].SerializeToString())
     partial.replace(onnx_path)
+    recipe = {k: v for k, v in fields["recipe_extra"].items() if k != "activation"}
     card = {
         "model": onnx_path.name, "net": "workbench.nets.models.plain_classifier, as ONNX",
         "parameters": keras_model.count_params(), "opset": OPSET,
-        "recipe": {"function": "workbench.nets.classify.train", **RECIPE,
-                   "epochs_planned": config["epochs"], "bn_momentum": config["bn_momentum"],
-                   "steps_per_epoch": config["steps_per_epoch"]},
-        "epochs_done": epochs_done, "finished": epochs_done >= config["epochs"],
-        "training_minutes": round(history.get("seconds", 0) / 60, 1),
-        "data": f"CIFAR-10: {len(config['class_names'])} classes, the first 2,000 training images "
-                "a class of cls/cifar10/train (WORKBENCH_DATA); scored on all 10,000 test images",
-        "machine": f"{machine()} (shared with other work), TF CPU, Python "
-                   f"{platform.python_version()}",
-        "test": {"images": result["images"], "top1_keras": tf_top1,
+        "recipe": {"function": "workbench.nets.classify.train", **RECIPE, **recipe},
+        **{k: fields[k] for k in ("epochs_done", "finished", "training_minutes", "data",
+                                  "machine")},
+        "test": {"images": result["images"], "top1_keras": result["keras_top1"],
                  "top1_onnxruntime": result["top1_TF"], "top1_gpu": result["top1_GPU"],
                  "gpu_top1_equals_onnxruntime": result["gpu_top1_equals_tf"],
                  "max_logit_diff_gpu_onnxruntime": result["max_logit_diff_gpu_tf"],
                  "gpu": "ES 2.0 shaders compiled from the .onnx file, 16-bit fixed-point "
                         "dense layer, Mesa llvmpipe",
-                 "gpu_minutes": round(gpu_minutes, 1)},
-        "reproduce": f"WORKBENCH_DATA=... PYTHONPATH=. python tools/cifar10_onnx.py train "
-                     f"{run_dir} {config['epochs']}; python tools/cifar10_onnx.py export "
-                     f"{run_dir}",
-        "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "gpu_minutes": round(result["gpu_minutes"], 1)},
+        "reproduce": fields["reproduce"], "exported": fields["exported"],
     }
     stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
     t = card["test"]
@@ -95,7 +75,7 @@ parameters: 3x3 convs with BatchNorm (folded, as eval-mode export folds it), `Ha
 Keras with 8-bit fake quantisation and written in PyTorch's export patterns
 (`workbench.ir.to_onnx`).  It is the ONNX front end's reference classifier.
 Recipe: `{json.dumps(card['recipe'])}`.
-Epochs: {epochs_done} of {config['epochs']} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
+Epochs: {epochs_done} of {fields['epochs_planned']} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
 {card['training_minutes']} training minutes on {card['machine']}.
 Data: {card['data']}.
 

@@ -33,42 +33,63 @@ def train(run_dir, epochs=60):
                    verbose=2, **RECIPE)
 
 
-def export(run_dir, stem="models/cifar10_reference"):
-    run_dir, stem = Path(run_dir), Path(stem)
+def scored(run_dir, tool, reference=None):
+    """A training run scored on all 10,000 test images: ``(keras model, compare_classifier's
+    result, the card's fields every classifier card has)``.  ``reference``: a function of the
+    Keras checkpoint giving the model the GPU net is compiled from and compared with (default
+    the checkpoint itself); ``tool``: the script that reproduces it."""
+    run_dir = Path(run_dir)
     config = json.loads((run_dir / training.CONFIG).read_text())
     history = json.loads((run_dir / training.HISTORY).read_text())
     model = load_model(run_dir / training.CHECKPOINT)
     root = datasets.classification_root("cifar10")
     images, labels, _ = datasets.classification_arrays(root, "test", config["input_size"],
                                                        classes=config["class_names"])
-    net = es2.compile(model)
+    reference = reference(model) if reference else model
+    net = es2.compile(reference)
     start = time.time()
-    result = deploy.compare_classifier(model, net, list(images), labels, emulate=False)
-    gpu_minutes = (time.time() - start) / 60
+    result = deploy.compare_classifier(reference, net, list(images), labels, emulate=False)
+    result["gpu_minutes"] = (time.time() - start) / 60
+    result["keras_top1"] = float((model.predict(images, batch_size=256, verbose=0).argmax(1)
+                                  == labels).mean())
     epochs_done = len(history["loss"])
+    fields = {
+        "epochs_done": epochs_done, "epochs_planned": config["epochs"],
+        "finished": epochs_done >= config["epochs"],
+        "training_minutes": round(history.get("seconds", 0) / 60, 1),
+        "data": f"CIFAR-10: {len(config['class_names'])} classes, the first 2,000 training images "
+                "a class of cls/cifar10/train (WORKBENCH_DATA); scored on all 10,000 test images",
+        "machine": f"{machine()} (shared with other work), TF CPU, Python "
+                   f"{platform.python_version()}",
+        "reproduce": f"WORKBENCH_DATA=... PYTHONPATH=. python tools/{tool} train {run_dir} "
+                     f"{config['epochs']}; python tools/{tool} export {run_dir}",
+        "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "recipe_extra": {"epochs_planned": config["epochs"], "bn_momentum": config["bn_momentum"],
+                         "activation": config["activation"],
+                         "steps_per_epoch": config["steps_per_epoch"]},
+    }
+    return model, result, fields
+
+
+def export(run_dir, stem="models/cifar10_reference"):
+    stem = Path(stem)
+    model, result, fields = scored(run_dir, "cifar10_reference.py")
+    epochs_done, gpu_minutes = fields["epochs_done"], result["gpu_minutes"]
     stem.parent.mkdir(parents=True, exist_ok=True)
     training.save_model(model, stem.with_suffix(".keras"))
     card = {
         "model": stem.with_suffix(".keras").name, "net": "dogs-net units, preset cifar10",
         "parameters": model.count_params(),
         "recipe": {"function": "workbench.nets.classify.train", **RECIPE,
-                   "epochs_planned": config["epochs"], "bn_momentum": config["bn_momentum"],
-                   "activation": config["activation"], "steps_per_epoch": config["steps_per_epoch"]},
-        "epochs_done": epochs_done, "finished": epochs_done >= config["epochs"],
-        "training_minutes": round(history.get("seconds", 0) / 60, 1),
-        "data": f"CIFAR-10: {len(config['class_names'])} classes, the first 2,000 training images "
-                "a class of cls/cifar10/train (WORKBENCH_DATA); scored on all 10,000 test images",
-        "machine": f"{machine()} (shared with other work), TF CPU, Python "
-                   f"{platform.python_version()}",
+                   **fields["recipe_extra"]},
+        **{k: fields[k] for k in ("epochs_done", "finished", "training_minutes", "data",
+                                  "machine")},
         "test": {"images": result["images"], "top1_tf": result["top1_TF"],
                  "top1_gpu": result["top1_GPU"], "gpu_top1_equals_tf": result["gpu_top1_equals_tf"],
                  "max_logit_diff_gpu_tf": result["max_logit_diff_gpu_tf"],
                  "gpu": "ES 2.0 shaders, 16-bit fixed-point dense layer, Mesa llvmpipe",
                  "gpu_minutes": round(gpu_minutes, 1)},
-        "reproduce": f"WORKBENCH_DATA=... PYTHONPATH=. python tools/cifar10_reference.py train "
-                     f"{run_dir} {config['epochs']}; python tools/cifar10_reference.py export "
-                     f"{run_dir}",
-        "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "reproduce": fields["reproduce"], "exported": fields["exported"],
     }
     stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
     t = card["test"]
@@ -77,7 +98,7 @@ def export(run_dir, stem="models/cifar10_reference"):
 Net: `{card['model']}`, the dogs-net units at CIFAR-10 size (`dogs_classifier("cifar10")`,
 {card['parameters']:,} parameters; sigmoid-like activation, BatchNorm folded at deployment).
 Recipe: `{json.dumps(card['recipe'])}`.
-Epochs: {epochs_done} of {config['epochs']} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
+Epochs: {epochs_done} of {fields['epochs_planned']} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
 {card['training_minutes']} training minutes on {card['machine']}.
 Data: {card['data']}.
 
