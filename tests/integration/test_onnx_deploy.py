@@ -146,3 +146,19 @@ def test_a_few_clipped_values_are_a_warning(tmp_path, capsys):
     warnings = [line for line in capsys.readouterr().err.splitlines()
                 if line.startswith("warning: layer")]
     assert len(warnings) == 2 and all("(clipped)" in w for w in warnings)
+
+
+def test_a_torch_net_exported_by_torch(tmp_path):
+    """Where torch is installed: torch.onnx.export's own graph of a torch.nn SR net (conv,
+    Hardtanh, grouped conv, PixelShuffle) deploys: GPU bytes = emulator, >= 45 dB against
+    ONNX Runtime."""
+    pytest.importorskip("torch")
+    from workbench.studies import onnx_deploy
+    assert onnx_deploy.torch_sr(tmp_path / "torch_sr.onnx") is None
+    net, model = es2.load_net(tmp_path / "torch_sr.onnx")
+    assert [type(op).__name__ for op in ir.from_model(model).ops] == ["Conv"] * 3 + \
+        ["DepthToSpace"]
+    image = IMAGES[0]
+    np.testing.assert_array_equal(net.run(image, keep=True)[net.graph.output],
+                                  net.emulate(image, keep=True)[net.graph.output])
+    assert mediump.psnr(bundle.tf_output(model, net.graph, image), net.run(image)) >= 45

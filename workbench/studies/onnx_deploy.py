@@ -78,22 +78,34 @@ def with_relus(model: onnx_model.OnnxModel) -> onnx_model.OnnxModel:
 
 def torch_sr(path) -> str | None:
     """Where ``torch`` is installed: a small ``torch.nn`` SR net (conv, ``Hardtanh(0, 1)``,
-    ``PixelShuffle``) exported to ``path`` by ``torch.onnx.export``; else the reason it was
-    not (None when it was)."""
+    ``PixelShuffle``; random weights) exported to ``path`` by ``torch.onnx.export`` (the
+    torch.export-based exporter where ``onnxscript`` is installed, else the TorchScript one;
+    dynamic height and width); else the reason it was not (None when it was)."""
+    import importlib.util
+    import warnings
+
     try:
         import torch
     except ImportError:
-        return "torch is not installed (pip install torch: the optional extra)"
+        return "torch is not installed (pip install torch)"
     torch.manual_seed(0)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 5, padding=2), torch.nn.Hardtanh(0, 1),
         torch.nn.Conv2d(16, 16, 3, padding=1, groups=4), torch.nn.Hardtanh(0, 1),
         torch.nn.Conv2d(16, 4, 1), torch.nn.Hardtanh(0, 1), torch.nn.PixelShuffle(2)).eval()
+    x = torch.rand(1, 1, 32, 32)
+    names = {"input_names": ["luma"], "output_names": ["output"]}
     try:
-        torch.onnx.export(net, torch.rand(1, 1, 32, 32), str(path), opset_version=17,
-                          input_names=["luma"], output_names=["output"], dynamo=False,
-                          dynamic_axes={"luma": {2: "height", 3: "width"}})
-    except Exception as e:  # an exporter that needs what is not installed (onnxscript, ...)
+        if importlib.util.find_spec("onnxscript"):
+            side = {2: torch.export.Dim("height", min=8), 3: torch.export.Dim("width", min=8)}
+            torch.onnx.export(net, (x,), str(path), opset_version=18, dynamo=True,
+                              dynamic_shapes={"input": side}, verbose=False, **names)
+        else:
+            with warnings.catch_warnings():  # the TorchScript exporter is deprecated
+                warnings.simplefilter("ignore", DeprecationWarning)
+                torch.onnx.export(net, x, str(path), opset_version=17, dynamo=False,
+                                  dynamic_axes={"luma": {2: "height", 3: "width"}}, **names)
+    except Exception as e:  # an exporter that needs what is not installed, ...
         return f"torch.onnx.export failed ({type(e).__name__}: {str(e).splitlines()[0]})"
     return None
 
@@ -133,6 +145,13 @@ def sr_records(model, net, sr_sets, kernel="bicubic_aa"):
     """:func:`workbench.studies.deploy.compare` and its summary, the reference named."""
     records, _ = deploy.compare(model, net, sr_sets, kernel)
     return records, relabelled(deploy.summarize(records))
+
+
+def fidelity(summary) -> list[dict]:
+    """The summary's columns that compare the GPU with the reference and the emulator (for a
+    net whose output quality means nothing: random weights)."""
+    return [{k: v for k, v in row.items() if k in ("set", "images") or " vs " in k
+             or "bytes" in k or "ms/image" in k} for row in summary]
 
 
 def mean_psnr_gain(summary) -> float:
