@@ -7,8 +7,8 @@ byte-exact numpy emulator (:mod:`.emulate`) and its float16-mediump prediction
 from workbench.es2 import ops  # registers every op's record
 from workbench.es2.limits import Target
 from workbench.es2.net import CONVENTIONS, Net, compile, load, load_net, output_values
-from workbench.es2.record import RECORDS, record
+from workbench.es2.record import RECORDS
 from workbench.es2.shaders import PRECISIONS, VERTEX_SHADER, Binding, Pass, generate
 
 __all__ = ["CONVENTIONS", "Net", "compile", "load", "load_net", "output_values", "ops",
-           "RECORDS", "record", "Target", "PRECISIONS", "VERTEX_SHADER", "Binding", "Pass", "generate"]
+           "RECORDS", "Target", "PRECISIONS", "VERTEX_SHADER", "Binding", "Pass", "generate"]

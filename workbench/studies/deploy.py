@@ -15,6 +15,7 @@ import numpy as np
 from workbench import es2, references, tables
 from workbench.data import datasets, images, metrics
 from workbench.es2 import emulate, tiling
+from workbench.es2.record import record
 from workbench.files import read_json, write_json
 from workbench.ir import cost
 from workbench.ir.cost import Cost
@@ -161,7 +162,7 @@ def upscale_file(source, output, model_path, target=None, quality=95):
     out = net.graph.op(net.graph.output)
     if not net.graph.rgb_output:
         raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
-                         f"layer is a {es2.record(out).name}); upscale takes one whose last layer "
+                         f"layer is a {record(out).name}); upscale takes one whose last layer "
                          "puts the sub-pixels and the chroma back together, as "
                          "models/sr_x2_reference.keras")
     image = images.load_image(source)

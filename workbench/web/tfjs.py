@@ -134,10 +134,12 @@ def net_files(graph: ir.Graph) -> dict:
 
     ops = []
     for op in graph.ops:
-        if type(op) not in ENTRIES:
+        # a back end's form of an IR op (es2's Gemv, an ir.Dense) takes the IR op's entry
+        entry = next((ENTRIES[t] for t in type(op).__mro__ if t in ENTRIES), None)
+        if entry is None:
             raise TypeError(f"op {op.name!r}: no TF.js form for {type(op).__name__}")
         ops.append({"name": op.name, "input": op.input,
-                    **ENTRIES[type(op)](op, shapes[op.input][2], array)})
+                    **entry(op, shapes[op.input][2], array)})
     kind = output_spec(graph)["kind"]
     spec = {"format": "workbench-tfjs/1", "name": graph.name,
             "input": {"name": graph.input.name, "channels": graph.input.channels,
