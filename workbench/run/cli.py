@@ -169,7 +169,7 @@ def _bench(args):
         bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
     elif args.what == "web":
         from workbench.studies import peers
-        backends = "webgl,wasm,cpu" if args.backends is None else args.backends
+        backends = ",".join(peers.PEERS) if args.backends is None else args.backends
         peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
                   gls=_names(args.gl))
     elif args.what == "es31":
@@ -334,7 +334,9 @@ def parser() -> argparse.ArgumentParser:
                             "back ends), "
                             "activation (training-step cost of the sigmoid-like activation and "
                             "of the fused batch norm), web (our WebGL page vs TensorFlow.js "
-                            "WebGL/WASM/CPU in one headless Chromium: times, fidelity vs Keras, "
+                            "WebGL/WASM (one thread, threaded)/CPU and onnxruntime-web "
+                            "WASM (threaded)/WebGL in one headless Chromium: times, fidelity "
+                            "vs Keras, "
                             "where the page's time goes; peers.md/.json in the figures folder)")
     p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation", "web"])
     p.add_argument("--model", help="sr: .keras or .onnx model (default: random-weight "
@@ -342,8 +344,9 @@ def parser() -> argparse.ArgumentParser:
                    "the reference SR checkpoint)")
     p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
     p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
-    p.add_argument("--backends", help="web: TF.js backends, comma separated (default: "
-                   "webgl,wasm,cpu; empty: the page alone); train: Keras back ends, each in its "
+    p.add_argument("--backends", help="web: the peers, comma separated (default: all: "
+                   "webgl,wasm,wasm-threads,cpu of TF.js, ort-wasm,ort-webgl of onnxruntime-web; "
+                   "empty: the page alone); train: Keras back ends, each in its "
                    "own process (default: tensorflow,jax; empty: none)")
     p.add_argument("--gl", default="swiftshader,llvmpipe", help="web: the GLs behind the "
                    "browser's WebGL, comma separated, a run each (default: swiftshader,llvmpipe: "

@@ -1,18 +1,35 @@
-"""Peers: our WebGL 1.0 page against TensorFlow.js (WebGL, WASM, CPU backends) in one headless
-Chromium, on the same net, weights and input (``python -m workbench bench web``).
+"""Peers: our WebGL 1.0 page against TensorFlow.js (WebGL, WASM on one thread, WASM with its
+thread pool, CPU) and onnxruntime-web (WASM, threaded; WebGL) in one headless Chromium, on the
+same net, weights and input (``python -m workbench bench web``).
 
 :func:`bench_web` exports the page (:mod:`workbench.web.page`), adds the net for TF.js
-(:func:`workbench.web.tfjs.net_files`), the pinned TF.js files and ``peers.js``, and runs
-``benchPeers`` there (see ``workbench/web/peers.js``): each side's initialisation (the page's
-shader compile + link + a draw of every program at load; TF.js's backend set-up and weights),
-its first run, ``warmup`` untimed runs, then ``runs`` interleaved rounds; a run is upload, net,
-read-back.  Fidelity of each side's first output against Keras in float32: PSNR (peak 1, RGB)
-of the SR net's upscaled image (the page's is RGBA8, TF.js's float), or a classifier's largest
-logit difference and top-1.  For grouped convs TF.js runs both forms ("split": a conv per
-group, "block-diagonal": one conv with a dense block-diagonal filter); the faster per backend
-is marked.  Each of :data:`PAGE_VARIANTS` (multiple render targets) is exported beside the
-page and gets a row of its own.  Then the profile: the page's passes, each timed to a 1-pixel
-``readPixels``, and the same passes on llvmpipe (:mod:`workbench.es2.runner` timings), by layer and top passes.
+(:func:`workbench.web.tfjs.net_files`) and as ONNX for onnxruntime-web
+(:func:`workbench.web.ort.net_files`: :func:`workbench.ir.to_onnx.to_onnx` of the same IR graph,
+opset 17), the pinned TF.js and onnxruntime-web files and ``peers.js``, serves it cross-origin
+isolated (``SharedArrayBuffer``, so WebAssembly threads; the result's ``cross_origin_isolated``)
+and runs ``benchPeers`` there (see ``workbench/web/peers.js``) on the peers of :data:`PEERS`:
+each side's initialisation (the page's shader compile + link + a draw of every program at load;
+TF.js's backend set-up and weights; onnxruntime-web's ``InferenceSession.create``), its first
+run, ``warmup`` untimed runs, then ``runs`` interleaved rounds; a run is upload, net, read-back
+(onnxruntime-web's: the input made in JS, ``session.run``, the output read, and for the SR net
+the luma recombined with the bilinear chroma in JS).  The threaded WASM back ends (TF.js
+``wasm-threads``: a second TF.js in a same-origin frame, ``tf.wasm.setThreadsCount``, the frame
+reporting twice the cores to it as TF.js keeps at most half of them; ``ort-wasm``:
+``ort.env.wasm.numThreads``) get ``threads`` threads, by default ``navigator.hardwareConcurrency``
+(every core, as SwiftShader uses); TF.js ``wasm`` stays on its build without threads; each
+side records the threads its back end reports (``threads``).  Fidelity of each
+side's first output against Keras in float32: PSNR (peak 1, RGB) of the SR net's upscaled image
+(the page's is RGBA8, the peers' float), or a classifier's largest logit difference and top-1.
+For grouped convs TF.js runs both forms ("split": a conv per group, "block-diagonal": one conv
+with a dense block-diagonal filter); the faster per peer is marked (onnxruntime-web runs ONNX's
+grouped Conv, one form).  A peer that cannot run here (npm or a package missing, a pinned
+release without its back end, a net with no ONNX pattern) gets a row saying why (``not_run``).
+Each of :data:`PAGE_VARIANTS` (multiple render targets) is exported beside the page and gets a
+row of its own.  The table's verdict column says for each peer's faster form whether each
+page row is ahead, level or behind, beyond the quartiles (:func:`verdict_cells`; pair by pair
+:func:`verdicts`).  Then the profile:
+the page's passes, each timed to a 1-pixel ``readPixels``, and the same passes on llvmpipe
+(:mod:`workbench.es2.runner` timings), by layer and top passes.
 
 The browser's WebGL runs on one GL a session (:data:`workbench.web.browser.GLS`): SwiftShader
 (Chromium's own, its Subzero JIT) and Mesa llvmpipe (ANGLE's GL back end, LLVM); ``bench web``
@@ -44,11 +61,18 @@ from workbench.nets.models import (
     reference_cifar10,
     reference_sr,
 )
-from workbench.web import browser, tfjs
+from workbench.web import browser, ort, tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
 GL_NAMES = {"swiftshader": "SwiftShader", "llvmpipe": "Mesa llvmpipe"}  # keys: browser.GLS
-BACKENDS = ("webgl", "wasm", "cpu")
+# The peers, as --backends names them: TF.js back ends ("wasm": its build without threads;
+# "wasm-threads": its threaded SIMD build, a second TF.js in a frame) and onnxruntime-web's.
+BACKENDS = ("webgl", "wasm", "wasm-threads", "cpu")
+ORT_BACKENDS = ("ort-wasm", "ort-webgl")
+PEERS = BACKENDS + ORT_BACKENDS
+PEER_NAMES = {"webgl": "TF.js webgl", "wasm": "TF.js wasm, 1 thread", "wasm-threads":
+              "TF.js wasm, threaded", "cpu": "TF.js cpu", "ort-wasm": "onnxruntime-web wasm, "
+              "threaded", "ort-webgl": "onnxruntime-web webgl"}  # rows of peers that did not run
 # More rows of our page: name -> (``es2.compile`` options, what a program writes).  A browser
 # that offers fewer draw buffers runs a variant's passes in smaller groups (the row says so).
 PAGE_VARIANTS = {f"{n} render targets (MRT)": ({"draw_buffers": n}, f"a program per {n} output packs")
@@ -56,7 +80,18 @@ PAGE_VARIANTS = {f"{n} render targets (MRT)": ({"draw_buffers": n}, f"a program 
 PAGE_PROGRAMS = "a program per output pack"
 GROUPINGS = ("split", "block-diagonal")
 GROUPING_TEXT = {"split": "grouped: a conv per group", "block-diagonal": "grouped: block-diagonal filter",
-                 "none": "tf.fused.conv2d"}
+                 "none": "tf.fused.conv2d", "onnx": "ONNX Conv (group attribute)"}
+# The threaded TF.js's frame (``tfjs-threads.html?threads=N``).  TF.js's WASM back end caps its
+# pool at navigator.hardwareConcurrency / 2 threads, whatever tf.wasm.setThreadsCount asks (its
+# backend.cc assumes two hardware threads per core): the frame reports 2 N to it, so that it
+# keeps the N threads asked (a 2-core machine: 2, not 1).
+TFJS_FRAME = """<!doctype html><meta charset="utf-8"><title>TF.js, threaded WASM</title>
+<script>
+const threads = Number(new URLSearchParams(location.search).get("threads"));
+Object.defineProperty(navigator, "hardwareConcurrency", { value: 2 * threads });
+</script>
+<script src="tfjs/tf.min.js"></script><script src="tfjs/tf-backend-wasm.min.js"></script>
+"""
 
 
 def resolve_model(model=None) -> tuple[keras.Model, str]:
@@ -110,27 +145,58 @@ def page_variants(model) -> dict:
     return {name: es2.compile(model, **options) for name, (options, _) in PAGE_VARIANTS.items()}
 
 
-def _stage(folder, net, variants):
+def unavailable_peers(graph, size, peers=PEERS) -> dict:
+    """``{peer: why it cannot run here, in one line}`` for those of ``peers`` that cannot: TF.js
+    or onnxruntime-web not in its cache, the pinned onnxruntime-web without its WebGL back end,
+    ``graph`` without an ONNX pattern."""
+    reasons = {}
+    tfjs_missing = tfjs.unavailable()
+    ort_missing = ort.unavailable()
+    if ort_missing is None and any(p in ORT_BACKENDS for p in peers):
+        try:
+            ort.net_files(graph, size)
+        except ValueError as err:
+            ort_missing = f"the net has no ONNX form (workbench.ir.to_onnx): {err}"
+    for peer in peers:
+        if peer in BACKENDS:
+            reason = tfjs_missing
+        elif peer == "ort-webgl":
+            reason = ort_missing or ort.webgl_unavailable()
+        else:
+            reason = ort_missing
+        if reason:
+            reasons[peer] = reason
+    return reasons
+
+
+def _stage(folder, net, variants, peers, size):
     """The exported page (and each of ``variants``, ``{name: net}``, in a subfolder) plus
-    TF.js (net, scripts) and peers.js in ``folder``; ``(TF.js missing: why, in one line, or
-    None; {name: {folder, programs}})``."""
+    peers.js and what ``peers`` need (TF.js: its net, scripts and the threaded TF.js's frame;
+    onnxruntime-web: the net as ONNX, scripts) in ``folder``; ``{name: {folder, programs}}``
+    of the variants."""
     web.export(net, folder)
     folders = {name: {"folder": f"variant{i}/", "programs": PAGE_VARIANTS[name][1]}
                for i, name in enumerate(variants)}
     for name, variant in variants.items():
         web.export(variant, Path(folder) / folders[name]["folder"])
-    reason = tfjs.unavailable()
     files = {"peers.js": (resources.files("workbench") / "web" / "peers.js").read_bytes()}
-    if reason is None:
+    if any(p in BACKENDS for p in peers):
         files.update({f"tfjs/{k}": v for k, v in tfjs.script_files().items()})
         spec_and_weights = tfjs.net_files(net.graph)
         files["tfjs.json"] = json.dumps(spec_and_weights["tfjs.json"])
         files["tfjs.bin"] = spec_and_weights["tfjs.bin"]
+        files["tfjs-threads.html"] = TFJS_FRAME
+    ort_backends = [p.removeprefix("ort-") for p in peers if p in ORT_BACKENDS]
+    if ort_backends:
+        files.update({f"ort/{k}": v for k, v in ort.script_files(ort_backends).items()})
+        model_and_io = ort.net_files(net.graph, size)
+        files["model.onnx"] = model_and_io["model.onnx"]
+        files["ort.json"] = json.dumps(model_and_io["ort.json"])
     for name, content in files.items():
         path = Path(folder) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return reason, folders
+    return folders
 
 
 def _check_known(option, what, values, known):
@@ -151,17 +217,20 @@ def llvmpipe_profile(net, image, count=5) -> list:
     return [[p.name, p.op, 1000 * float(np.median([r[p.name] for r in runs]))] for p in net.passes]
 
 
-def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupings=GROUPINGS,
-              profile_runs=5, verbose=True, gls=("swiftshader",)) -> list[dict]:
+def bench_web(model=None, size=256, runs=10, warmup=2, backends=PEERS, groupings=GROUPINGS,
+              profile_runs=5, verbose=True, gls=("swiftshader",), threads=None) -> list[dict]:
     """The benchmark (module docstring), a browser session with WebGL on each GL of ``gls``
     (keys of :data:`workbench.web.browser.GLS`; one that WebGL does not reach is skipped with a
     line saying why).  ``model``: see :func:`resolve_model`; ``size``: the input's side (a
-    fixed-size net uses its own).  Returns a result dict per GL that ran, what
-    :func:`save_results` writes; ``skipped`` says why the TF.js rows are missing, if they are."""
+    fixed-size net uses its own); ``backends``: the peers (:data:`PEERS`); ``threads``: the
+    threaded WASM back ends' (default: the browser's ``navigator.hardwareConcurrency``).
+    Returns a result dict per GL that ran, what :func:`save_results` writes; ``skipped`` says
+    why the TF.js rows are missing, if they are, ``not_run`` each peer that did not run and
+    why."""
     if runs < 1 or warmup < 0 or size < 1:
         raise ValueError(f"--runs {runs}, --size {size}: need runs >= 1, size >= 1 (warm-up "
                          f"{warmup} >= 0)")
-    _check_known("--backends", "TF.js backend(s)", backends, BACKENDS)
+    _check_known("--backends", "peer(s)", backends, PEERS)
     _check_known("--gl", "GL(s)", gls, browser.GLS)
     model, label = resolve_model(model)
     net = es2.compile(model)
@@ -179,56 +248,68 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=BACKENDS, groupi
                   programs=len(net.passes), llvmpipe_compile_ms=1000 * net.compile_seconds,
                   llvmpipe_passes=llvmpipe_profile(net, image, profile_runs),
                   reference_compile_s=list(references.SR_PI3_COMPILE_S))
+    not_run = unavailable_peers(graph, (size, size), backends)
+    skipped = next((not_run[p] for p in backends if p in BACKENDS and p in not_run), None)
+    if verbose:
+        for what, peers in (("TF.js", BACKENDS), ("onnxruntime-web", ORT_BACKENDS)):
+            for reason in dict.fromkeys(not_run[p] for p in peers if p in not_run):
+                which = ", ".join(p for p in peers if not_run.get(p) == reason)
+                print(f"{what} rows skipped ({which}): {reason}")
+    backends = [p for p in backends if p not in not_run]
     results, reasons = [], []
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         folder = Path(tmp) / "page"
-        skipped, variants = _stage(folder, net, page_variants(model))
-        if skipped:
-            backends = ()
-            if verbose:
-                print(f"TF.js rows skipped: {skipped}")
+        variants = _stage(folder, net, page_variants(model), backends, (size, size))
         config = {"input": base64.b64encode(pixels.tobytes()).decode(), "width": size,
-                  "height": size, "runs": runs, "warmup": warmup, "backends": list(backends),
-                  "groupings": list(groupings), "profile": profile_runs, "variants": variants,
-                  "programs": PAGE_PROGRAMS}
+                  "height": size, "runs": runs, "warmup": warmup,
+                  "backends": [p for p in backends if p in BACKENDS],
+                  "ort": [p.removeprefix("ort-") for p in backends if p in ORT_BACKENDS],
+                  "threads": threads, "groupings": list(groupings), "profile": profile_runs,
+                  "variants": variants, "programs": PAGE_PROGRAMS}
         for gl in gls:
             try:
-                result = _browser_run(folder, gl, config, bool(backends))
+                result = _browser_run(folder, gl, config)
             except browser.BrowserUnavailable as err:
                 reasons.append(f"WebGL on {gl} skipped: {err}")
                 print(reasons[-1])
                 continue
-            _score(result, reference, logits, backends)
+            _score(result, reference, logits)
             results.append({**shared, **result, "gl": gl, "skipped": skipped,
+                            "not_run": [{"peer": p, "name": PEER_NAMES[p], "reason": r}
+                                        for p, r in not_run.items()],
                             "page_compile_ms": result["sides"][0]["init_ms"]})
     if not results:
         raise ValueError("bench web: no GL ran; " + "; ".join(reasons))
     return results
 
 
-def _browser_run(folder, gl, config, tfjs_scripts) -> dict:
-    """``benchPeers(config)`` (peers.js) on the page staged in ``folder``, WebGL on ``gl``."""
-    with web.session(folder, gl=gl) as page:
+def _browser_run(folder, gl, config) -> dict:
+    """``benchPeers(config)`` (peers.js) on the page staged in ``folder``, served cross-origin
+    isolated, WebGL on ``gl``."""
+    with web.session(folder, gl=gl, isolated=True) as page:
         if page.state == "error":
             raise web.PageError(page.message)
-        if tfjs_scripts:
+        if config["backends"]:
             for script in ("tfjs/tf.min.js", "tfjs/tf-backend-wasm.min.js"):
                 page.page.add_script_tag(url=script)
         page.page.add_script_tag(url="peers.js")
+        base = page.url.rsplit("/", 1)[0]
         return page.page.evaluate("config => benchPeers(config)", {
-            **config, "wasmPath": page.url.rsplit("/", 1)[0] + "/tfjs/"})
+            **config, "wasmPath": base + "/tfjs/", "ortPath": base + "/ort/"})
 
 
-def _score(result, reference, logits, backends):
+def _score(result, reference, logits):
     """Each side's fidelity against ``reference`` and its timing summary; the faster grouping
-    per TF.js backend marked (in place)."""
+    per peer marked (in place)."""
     for side in result["sides"]:
         side.update(fidelity(reference, _decode(side, reference, logits), logits))
         q1, q3 = timings.quartiles(side["runs_ms"])
         side.update(median_ms=float(np.median(side["runs_ms"])), q1_ms=q1, q3_ms=q3,
                     min_ms=min(side["runs_ms"]), max_ms=max(side["runs_ms"]))
-    for backend in backends:
-        mine = [s for s in result["sides"] if s.get("backend") == backend]
+        if side.get("glue_ms"):
+            side["glue_median_ms"] = float(np.median(side["glue_ms"]))
+    for peer in dict.fromkeys(s["peer"] for s in result["sides"] if s["engine"] != "page"):
+        mine = [s for s in result["sides"] if s.get("peer") == peer]
         best = min(mine, key=lambda s: s["median_ms"])
         for s in mine:
             s["fastest_grouping"] = s is best
@@ -238,9 +319,11 @@ def _score(result, reference, logits, backends):
 
 def table_rows(result) -> list[dict]:
     """One row per side: initialisation, first run, median (quartiles; min..max), fidelity vs
-    Keras."""
+    Keras, and on each peer's faster form the verdict of each page row against it
+    (:func:`verdict_cells`); then a row per peer that did not run, saying why."""
     rows = []
-    for s in result["sides"]:
+    cells, header = verdict_cells(result)
+    for i, s in enumerate(result["sides"]):
         grouping = GROUPING_TEXT.get(s["grouping"], s["grouping"]) + (
             " (faster)" if s.get("fastest_grouping") and s["grouping"] in GROUPINGS else "")
         q1, q3 = timings.quartiles(s["runs_ms"])  # from the runs: peers.json of any age
@@ -254,26 +337,67 @@ def table_rows(result) -> list[dict]:
             row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
         else:
             row["PSNR vs Keras dB"] = f"{s['psnr_db']:.1f}"
+        if header:
+            row[header] = cells.get(i, "")
         rows.append(row)
+    for missing in result.get("not_run", []):
+        rows.append({"side": missing["name"], "convs as": f"not run: {missing['reason']}",
+                     **{k: "" for k in list(rows[0])[2:]}} if rows else
+                    {"side": missing["name"], "convs as": f"not run: {missing['reason']}"})
     return rows
 
 
-def verdicts(result) -> list[str]:
-    """Each of our page's rows against each TF.js backend's faster grouping, from the same
-    run's timings: faster or slower only beyond the quartiles (:func:`workbench.timings.faster`),
-    else level."""
-    if not all("q1_ms" in s for s in result["sides"]):  # a result from before quartiles
+def _pairs(result):
+    """(page side, peer side) for each page row and each peer's faster form; none for a
+    result from before quartiles."""
+    if not all("q1_ms" in s for s in result["sides"]):
         return []
     ours = [s for s in result["sides"] if s["engine"] == "page"]
-    tfjs_best = [s for s in result["sides"] if s.get("fastest_grouping")]
+    best = [s for s in result["sides"] if s.get("fastest_grouping")]
+    return [(a, b) for a in ours for b in best]
+
+
+def _short(side) -> str:
+    """A page row's name in the verdict column's header."""
+    name = side["name"]
+    return "one target" if name.startswith("ours (") else (
+        name.removeprefix("ours, ").replace(" render targets (MRT)", " targets"))
+
+
+def verdict_cells(result) -> tuple[dict, str | None]:
+    """``({side index: verdict}, column header)``: on each peer's faster form, each page row
+    against it, in the page rows' order: ``ahead N x`` (the page's median N times shorter) or
+    ``behind N x`` (N times longer) only beyond the quartiles
+    (:func:`workbench.timings.faster`), else ``level``."""
+    pairs = _pairs(result)
+    if not pairs:
+        return {}, None
+    ours = list(dict.fromkeys(id(a) for a, _ in pairs))
+    names = [_short(s) for s in result["sides"] if id(s) in ours]
+    cells = {}
+    for i, b in enumerate(result["sides"]):
+        mine = [a for a, peer in pairs if peer is b]
+        if mine:
+            words = []
+            for a in mine:
+                ratio = b["median_ms"] / a["median_ms"]
+                words.append({"a": f"ahead {ratio:.2f}x", "b": f"behind {1 / ratio:.2f}x",
+                              None: "level"}[timings.faster(a["runs_ms"], b["runs_ms"])])
+            cells[i] = " / ".join(words)
+    return cells, f"the page ({' / '.join(names)}) vs it"
+
+
+def verdicts(result) -> list[str]:
+    """Each of our page's rows against each peer's faster grouping, from the same run's
+    timings: faster or slower only beyond the quartiles (:func:`workbench.timings.faster`),
+    else level."""
     lines = []
-    for a in ours:
-        for b in tfjs_best:
-            ratio = b["median_ms"] / a["median_ms"]
-            word = {"a": f"faster ({ratio:.2f}x)", "b": f"slower ({ratio:.2f}x)",
-                    None: f"level (medians {ratio:.2f}x; quartiles overlap)"}
-            lines.append(f"{a['name']} vs {b['name']}: "
-                         f"{word[timings.faster(a['runs_ms'], b['runs_ms'])]}")
+    for a, b in _pairs(result):
+        ratio = b["median_ms"] / a["median_ms"]
+        word = {"a": f"faster ({ratio:.2f}x)", "b": f"slower ({ratio:.2f}x)",
+                None: f"level (medians {ratio:.2f}x; quartiles overlap)"}
+        lines.append(f"{a['name']} vs {b['name']}: "
+                     f"{word[timings.faster(a['runs_ms'], b['runs_ms'])]}")
     return lines
 
 
@@ -335,16 +459,50 @@ def _gl_section(r) -> str:
                             "bilinear chroma, RGB out, on every side)" if r["kind"] == "image"
                             else "") + "."]
     notes += [f"{s['name']}: {s['note']}" for s in r["sides"] if s.get("note")]
+    if "cross_origin_isolated" in r:
+        isolated = str(r["cross_origin_isolated"]).lower()
+        notes.append(f"The page served cross-origin isolated (COOP same-origin, COEP "
+                     f"require-corp): crossOriginIsolated {isolated}, "
+                     f"navigator.hardwareConcurrency {r['hardware_concurrency']}.")
     if r["skipped"]:
         notes.append(f"TF.js rows skipped: {r['skipped']}")
-    else:
+    elif backends:
+        threaded = backends.get("wasm-threads")
         notes.append(f"TF.js {r['tfjs']['version']}: convs as tf.fused.conv2d with the bias; "
                      "'init' is the backend's set-up and the weights, the first run includes "
                      "its shader compilation (WebGL); WASM SIMD "
-                     f"{wasm.get('WASM_HAS_SIMD_SUPPORT')}, threads "
-                     f"{wasm.get('WASM_HAS_MULTITHREAD_SUPPORT')} (no cross-origin isolation "
-                     "here); WebGL version "
-                     f"{backends.get('webgl', {}).get('flags', {}).get('WEBGL_VERSION')}.")
+                     f"{wasm.get('WASM_HAS_SIMD_SUPPORT')}"
+                     + (f"; 'wasm' its build without threads (WASM_HAS_MULTITHREAD_SUPPORT "
+                        f"{wasm.get('WASM_HAS_MULTITHREAD_SUPPORT')}), "
+                        f"{backends['wasm'].get('threads') or 1} thread" if "wasm" in backends
+                        else "")
+                     + (f"; the threaded row: a second TF.js in a same-origin frame, its "
+                        f"threaded SIMD build (WASM_HAS_MULTITHREAD_SUPPORT "
+                        f"{threaded['flags'].get('WASM_HAS_MULTITHREAD_SUPPORT')}), "
+                        f"tf.wasm.setThreadsCount({threaded['threads_asked']}), "
+                        f"tf.wasm.getThreadsCount() {threaded['threads']} (TF.js caps its pool at "
+                        "navigator.hardwareConcurrency / 2, so the frame reports twice the "
+                        "threads asked)" if threaded else "")
+                     + ("; WebGL version "
+                        f"{backends['webgl']['flags'].get('WEBGL_VERSION')}" if "webgl" in backends
+                        else "") + ".")
+    ort_run = r.get("ort", {}).get("backends", {})
+    if ort_run:
+        glue = ", ".join(f"{s['backend']} {s['glue_median_ms']:.1f}" for s in r["sides"]
+                         if s.get("glue_median_ms") is not None)
+        notes.append(f"onnxruntime-web {r['ort'].get('version')}: the same IR graph as ONNX "
+                     f"(workbench.ir.to_onnx, opset {ort.OPSET}, NCHW, this input size), "
+                     "'init' is InferenceSession.create"
+                     + (f"; wasm: its SIMD threaded build, ort.env.wasm.numThreads "
+                        f"{ort_run['wasm']['threads_asked']} asked, {ort_run['wasm']['threads']} "
+                        "kept" if "wasm" in ort_run else "")
+                     + ("; webgl: its deprecated WebGL back end (onnx.js, ort.webgl.min.js), the "
+                        "first run compiles its shaders" if "webgl" in ort_run else "")
+                     + ("; the SR net takes luma and gives luma: the luma is made from the RGB "
+                        "input and recombined with the bilinear chroma in JS, as the page's "
+                        "demux and TF.js's ops do, inside each timed run (median of a run: "
+                        + glue + " ms)"
+                        if r["kind"] == "image" and glue else "") + ".")
     compile_line = (f"Shader compile + link + one draw of every program: the page "
                     f"{r['page_compile_ms']:,.0f} ms ({GL_NAMES[r.get('gl', 'swiftshader')]}), "
                     "moderngl on llvmpipe "
@@ -352,8 +510,10 @@ def _gl_section(r) -> str:
                     f"Pi 3: {lo}-{hi} s.")
     verdict = "".join(f"\n- {line}" for line in verdicts(r))
     return ("\n\n".join(notes) + "\n\n" + tables.markdown(table_rows(r))
-            + ("\n\nFaster beyond the spread (one side's 75th percentile below the other's 25th), "
-               "same run:" + verdict if verdict else "")
+            + ("\n\nThe verdict column: on each peer's faster form, each page row ahead (its "
+               "median N times shorter) or behind (N times longer) only where one side's 75th "
+               "percentile is below the other's 25th, else level; the same run. Pair by pair:"
+               + verdict if verdict else "")
             + "\n\n" + compile_line
             + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
             "target, median of the profile runs; by layer, the one-target page's largest first, "
@@ -373,7 +533,7 @@ def save_results(directory, results) -> list[dict]:
     return results
 
 
-def run(model=None, size=256, runs=10, out=None, warmup=2, backends=BACKENDS,
+def run(model=None, size=256, runs=10, out=None, warmup=2, backends=PEERS,
         gls=tuple(browser.GLS)) -> list[dict]:
     """The ``bench web`` command: measure on each GL of ``gls``, write into ``out`` (default:
     the figures folder), print the sections."""

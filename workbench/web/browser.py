@@ -10,6 +10,10 @@ Two software GLs behind WebGL (:data:`GLS`): ``swiftshader``, Chromium's own (AN
 Vulkan, shaders compiled by its Subzero JIT; the default, what Chromium uses without a GPU), and
 ``llvmpipe``, Mesa's (ANGLE's OpenGL ES back end on Mesa's EGL, as on a Linux machine whose GL is
 Mesa; shaders compiled by LLVM).
+
+:func:`serve` serves a folder on loopback; ``isolated=True`` adds the headers that make its pages
+cross-origin isolated (``Cross-Origin-Opener-Policy: same-origin``,
+``Cross-Origin-Embedder-Policy: require-corp``: ``SharedArrayBuffer``, so WebAssembly threads).
 """
 from __future__ import annotations
 
@@ -86,10 +90,17 @@ _RENDERER = """() => {
 }"""
 
 
+# Response headers that make a page cross-origin isolated (``self.crossOriginIsolated``).
+ISOLATION_HEADERS = {"Cross-Origin-Opener-Policy": "same-origin",
+                     "Cross-Origin-Embedder-Policy": "require-corp"}
+
+
 @contextlib.contextmanager
-def serve(directory) -> str:
-    """Serve ``directory`` over HTTP on loopback (a free port); yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(Path(directory)))
+def serve(directory, isolated=False) -> str:
+    """Serve ``directory`` over HTTP on loopback (a free port); yields the base URL.
+    ``isolated``: every response carries :data:`ISOLATION_HEADERS`."""
+    handler = functools.partial(_IsolatedHandler if isolated else _QuietHandler,
+                                directory=str(Path(directory)))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -101,5 +112,17 @@ def serve(directory) -> str:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    # ES modules (onnxruntime-web's .mjs, loaded by import() and as module workers) need a
+    # JavaScript type; WebAssembly.instantiateStreaming needs application/wasm
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".mjs": "text/javascript", ".wasm": "application/wasm"}
+
     def log_message(self, *args):
         pass
+
+
+class _IsolatedHandler(_QuietHandler):
+    def end_headers(self):
+        for name, value in ISOLATION_HEADERS.items():
+            self.send_header(name, value)
+        super().end_headers()

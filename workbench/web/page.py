@@ -353,14 +353,16 @@ class Session:
 
 
 @contextlib.contextmanager
-def session(directory, image=None, width=1280, height=900, gl="swiftshader", **params):
+def session(directory, image=None, width=1280, height=900, gl="swiftshader", isolated=False,
+            **params):
     """Serve ``directory`` (an exported page) on loopback and open it in headless Chromium
     with WebGL on ``gl`` (:data:`workbench.web.browser.GLS`); yields a :class:`Session` once
     the page is loaded (or shows an error).
 
-    ``image``: a URL relative to the page, passed as ``?image=``; ``params``: the other URL
+    ``image``: a URL relative to the page, passed as ``?image=``; ``isolated``: served
+    cross-origin isolated (:func:`workbench.web.browser.serve`); ``params``: the other URL
     parameters (``repeat=3``, ``max_texture_size=64``...; see the module docstring)."""
-    with browser.serve(directory) as base, browser.open_page(width, height, gl) as page:
+    with browser.serve(directory, isolated) as base, browser.open_page(width, height, gl) as page:
         yield _open(page, base, image, params)
 
 

@@ -48,8 +48,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or project_root() / ".cache" / "tfjs")
 
 
-def installed_version(package="@tensorflow/tfjs") -> str | None:
-    path = cache_dir() / "node_modules" / package / "package.json"
+def installed_version(package="@tensorflow/tfjs", cache=None) -> str | None:
+    """The version of the npm ``package`` installed in ``cache`` (default :func:`cache_dir`),
+    or ``None``."""
+    path = Path(cache or cache_dir()) / "node_modules" / package / "package.json"
     try:
         return json.loads(path.read_text())["version"]
     except (OSError, ValueError, KeyError):
