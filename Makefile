@@ -3,7 +3,8 @@
 #   make test        the test suite (what CI runs)
 # Each does its own set-up: system libraries (apt, when root), .venv, pip install (with the dev and
 # jax extras; jax: 89 MB download, 380 MB installed, 16-60 s here, for the back-end comparison),
-# TensorFlow.js from npm into .cache/tfjs (when npm is there; only `bench web` uses it), and the
+# TensorFlow.js and onnxruntime-web from npm into .cache/tfjs and .cache/onnxruntime-web (when npm
+# is there; only `bench web` uses them), and the
 # target GPUs' Mesa drivers with their drm-shims into ~/.cache/workbench/mesa (`make drivers`, once a machine).
 
 PYTHON ?= python3
@@ -26,7 +27,7 @@ export MPLBACKEND := Agg
 setup: system-deps $(STAMP) tfjs
 	@bash tools/drivers.sh || echo "drivers: not built; their tests skip and say why (make drivers to retry)"
 
-# TensorFlow.js (pinned) for `bench web`, into .cache/tfjs when npm is there; else a note
+# TensorFlow.js and onnxruntime-web (pinned) for `bench web`, into .cache/ when npm is there; else a note
 tfjs:
 	@bash tools/tfjs.sh
 

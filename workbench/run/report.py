@@ -48,7 +48,8 @@ SECTIONS = [
     # no notebook: `python -m workbench devices` writes it; the section only when it did
     ("Devices: one exported net on several GPUs", None, devices.report_section),
     # no notebook: `python -m workbench bench web` writes it
-    ("Peers: the WebGL page vs TensorFlow.js in one browser", None, peers.report_section),
+    ("Peers: the WebGL page vs TensorFlow.js and onnxruntime-web in one browser", None,
+     peers.report_section),
 ]
 
 
