@@ -122,6 +122,8 @@ def report_section(directory) -> str | None:
     shares = {"min bytes GPU = emulator %": 4, "min bytes per op %": 4}
     text = (f"**SR net** ({results['sr_model']}, opset {results['opset']}), against "
             f"{REFERENCE}:\n\n" + tables.markdown(results["sr_summary"], digits=shares)
+            + "\n\nPSNR against the ground truth (Y601) is over the images counted: where a "
+            "profile runs part of a set, not the set's published figure."
             + f"\n\n**Classifier** ({results['classifier_model']}, "
             f"{results['classifier']['images']} CIFAR-10 test images):\n\n"
             + tables.markdown(classifier_rows(results["classifier"]), digits=3))
