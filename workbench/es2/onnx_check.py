@@ -47,13 +47,13 @@ def ranges(model, net, images) -> list[dict]:
     layers = [op for op in graph.ops if op.name in origin and record(op).stored is None
               and not getattr(op, "chroma_from", None)]  # 8-bit images of the ONNX tensor's
     found = {op.name: {"onnx": [], "stored": []} for op in layers}
-    for image in images:
-        onnx_values = model.tensors(onnx_input(graph, image)[None],
-                                    [origin[op.name] for op in layers])
+    onnx_values = model.tensors(np.stack([onnx_input(graph, x) for x in images]),
+                                [origin[op.name] for op in layers])  # one session, one run
+    for i, image in enumerate(images):
         stored = net.emulate(image, keep=True)
         for op in layers:
             c = graph.channels(op.name)
-            found[op.name]["onnx"].append(onnx_values[origin[op.name]][0].ravel())
+            found[op.name]["onnx"].append(onnx_values[origin[op.name]][i].ravel())
             found[op.name]["stored"].append((stored[op.name][..., :c] / 255.0).ravel())
     rows = []
     for op in layers:
