@@ -2,6 +2,9 @@
 
 Usage: python tools/sr_ablation.py OUT.jsonl RUNS_DIR STEPS SEEDS ROW [ROW ...]
 ROW: name=option:value,... e.g. "sesr=expand:256"; rows already in OUT are skipped.
+Options: those of ``superres.train``, lists with dashes (``widths:32-16-16-12``,
+``scales:1-0.9-0.8`` or ``scales:fsrcnn``), and ``data:NAME``, the SR training set under the
+data root's ``sr/`` (default ``train``; ``train291`` is T91 + BSD200).
 """
 import json
 import sys
@@ -19,6 +22,11 @@ def parse(row):
     for item in filter(None, opts.split(",")):
         key, value = item.split(":")
         out[key] = _value(value)
+    if "widths" in out:
+        out["widths"] = tuple(int(w) for w in str(out["widths"]).split("-"))
+    if "scales" in out:
+        out["scales"] = (datasets.FSRCNN_SCALES if out["scales"] == "fsrcnn" else
+                         tuple(float(f) for f in str(out["scales"]).split("-")))
     return name, out
 
 
@@ -36,7 +44,7 @@ def main(out, runs, steps, seeds, *rows):
     out, steps = Path(out), int(steps)
     done = {(r["row"], r["seed"], r["steps"]) for r in map(json.loads, out.read_text().splitlines())} \
         if out.exists() else set()
-    train = [im for _, im in datasets.sr_images("train").images]
+    data = {}
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     for seed in map(int, seeds.split(",")):
         for row in rows:
@@ -44,10 +52,13 @@ def main(out, runs, steps, seeds, *rows):
             if (name, seed, steps) in done:
                 continue
             start = time.time()
-            model, hist = superres.train(train, Path(runs) / f"{name}-s{seed}-{steps}",
+            source = opts.pop("data", "train")
+            if source not in data:
+                data[source] = [im for _, im in datasets.sr_images(source).images]
+            model, hist = superres.train(data[source], Path(runs) / f"{name}-s{seed}-{steps}",
                                          steps=steps, seed=seed, verbose=0, **opts)
             minutes = hist.get("seconds", time.time() - start) / 60
-            rec = {"row": name, "seed": seed, "steps": steps, "options": opts,
+            rec = {"row": name, "seed": seed, "steps": steps, "data": source, "options": opts,
                    "minutes": round(minutes, 2), "loss": hist["loss"][-1]}
             rec["float"] = superres.psnr_table(model, sets, quantize=False)
             rec["8bit"] = superres.psnr_table(model, sets, quantize=True)

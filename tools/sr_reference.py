@@ -35,8 +35,6 @@ DATA = {80: "80 JPEG photos of sr/train",
 
 def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
-    if "widths" in options:  # widths:32-16-16-12, a member of the family
-        options["widths"] = tuple(int(w) for w in str(options["widths"]).split("-"))
     images = [im for _, im in datasets.sr_images(options.pop("data", "train")).images]
     superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
 

@@ -104,6 +104,29 @@ def test_sr_training_pairs():
         sr_training_pairs(pairs, 2, ("bicubic_aa",))
 
 
+
+def test_sr_training_pairs_scale_augmentation():
+    """FSRCNN's scale augmentation: each image again, shrunk by each factor (antialiased
+    bicubic, 8-bit); checked against Pillow's own antialiased bicubic shrink."""
+    rgb = smooth(80, 100)
+    pairs = sr_training_pairs([rgb], 2, scales=(1.0, 0.6))
+    assert pairs.scales == (1.0, 0.6) and pairs.sources == 1 and len(pairs.hr) == 2
+    assert [y.shape for y in pairs.hr] == [(80, 100), (48, 60)]
+    assert [lrs[0].shape for lrs in pairs.lr] == [(40, 50), (24, 30)]
+    pil = Image.fromarray((rgb * 255).round().astype(np.uint8)).resize((60, 48), Image.BICUBIC)
+    expected = rgb_to_y(np.asarray(pil, np.float32) / 255, range="full")
+    inner = (slice(3, -3), slice(3, -3))  # edges: MATLAB mirrors, Pillow clamps
+    assert np.abs(pairs.hr[1][inner] - expected[inner]).max() < 2 / 255
+    np.testing.assert_array_equal(pairs.lr[1][0], rgb_to_y(
+        degrade(datasets.round_8bit(np.clip(datasets.imresize(rgb, 0.6), 0, 1)), 2, "bicubic_aa"),
+        range="full"))
+    # pairs made once are reused only for the same scales
+    assert sr_training_pairs(pairs, 2, scales=[1, 0.6]) is pairs
+    with pytest.raises(ValueError, match=r"scales \(1.0, 0.6\), not x2 .* scales \(1.0,\)"):
+        sr_training_pairs(pairs, 2)
+    with pytest.raises(ValueError, match=r"scales=\(1.0, 1.5\): want factors in \(0, 1\]"):
+        sr_training_pairs([rgb], 2, scales=(1.0, 1.5))
+
 def coded_pairs(scale=2):
     """Pairs whose pixels encode where they come from: HR pixel (Y, X) of image i holds
     1e6*i + 1000*Y + X; its LR pixel (y, x) for kernel k holds the code of HR (scale*y, scale*x)

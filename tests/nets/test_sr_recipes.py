@@ -136,6 +136,27 @@ def test_a_family_member_trains_and_collapses_to_its_widths(tmp_path):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["widths"] == [32, 16, 16, 12]
 
 
+
+def test_augmentation_options_are_recorded_only_off_their_defaults(tmp_path):
+    """``flips`` and ``scales`` change the run's config only when set (runs made before the
+    options existed resume); a run with other augmentation does not resume the old one."""
+    import json
+
+    from workbench.nets import superres
+
+    rng = np.random.default_rng(2)
+    photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
+    common = dict(steps=1, batch=2, patch=12, expand=16, init="identity", verbose=0)
+    superres.train(photos, tmp_path / "plain", **common)
+    config = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert "flips" not in config and "scales" not in config and config["train_images"] == 2
+    superres.train(photos, tmp_path / "aug", flips=False, scales=(1.0, 0.8), **common)
+    config = json.loads((tmp_path / "aug" / "config.json").read_text())
+    assert config["flips"] is False and config["scales"] == [1.0, 0.8]
+    assert config["train_images"] == 2
+    superres.train(photos, tmp_path / "aug", **common)
+    assert [p.name.split("-")[0] for p in tmp_path.glob("aug.replaced-*")] == ["aug.replaced"]
+
 def test_ablation_verdict_reads_gaps_against_the_noise():
     from workbench.studies import sr_ablation
 

@@ -18,6 +18,7 @@ from workbench.data.images import (
     load_image,
     modcrop,
     rgb_to_y,
+    round_8bit,
     to_float,
     to_uint8,
 )
@@ -94,30 +95,51 @@ def _skimage_samples(name, limit=None):
 @dataclass
 class SRPairs:
     """Training pairs in full-range luma: hr[i] is image i modcropped (HxW float32), lr[i][k] is
-    it degraded with kernels[k] (H/scale x W/scale, Y of the 8-bit degraded RGB)."""
+    it degraded with kernels[k] (H/scale x W/scale, Y of the 8-bit degraded RGB).  With
+    ``scales`` other than (1.0,), each source image appears once per factor (see
+    :func:`sr_training_pairs`)."""
 
     scale: int
     kernels: tuple
     hr: list
     lr: list
+    scales: tuple = (1.0,)
+
+    @property
+    def sources(self):
+        """How many source images the pairs were made from."""
+        return len(self.hr) // len(self.scales)
 
 
-def sr_training_pairs(images, scale, kernels=("bicubic_aa",)):
+FSRCNN_SCALES = (1.0, 0.9, 0.8, 0.7, 0.6)  # FSRCNN's scale augmentation (Dong et al. 2016)
+
+
+def sr_training_pairs(images, scale, kernels=("bicubic_aa",), scales=(1.0,)):
     """Precompute HR/LR luma once per (image, kernel); `images` is an SRSet, or a list of
-    images or of (name, image) pairs, or pairs already made with this scale and these kernels
-    (returned as they are: a study training several nets on the same data makes them once)."""
+    images or of (name, image) pairs, or pairs already made with this scale, these kernels and
+    these scales (returned as they are: a study training several nets on the same data makes
+    them once).  ``scales``: factors each image is also shrunk by before it becomes an HR image
+    (scale augmentation, e.g. :data:`FSRCNN_SCALES`): MATLAB's antialiased bicubic, rounded to
+    8 bits as a smaller photo saved as PNG would be."""
+    scales = tuple(float(f) for f in scales)
+    if not scales or not all(0 < f <= 1 for f in scales):
+        raise ValueError(f"scales={scales}: want factors in (0, 1]")
     if isinstance(images, SRPairs):
-        if (images.scale, images.kernels) != (scale, tuple(kernels)):
-            raise ValueError(f"training pairs made for x{images.scale} {images.kernels}, "
-                             f"not x{scale} {tuple(kernels)}")
+        if (images.scale, images.kernels, images.scales) != (scale, tuple(kernels), scales):
+            raise ValueError(f"training pairs made for x{images.scale} {images.kernels} scales "
+                             f"{images.scales}, not x{scale} {tuple(kernels)} scales {scales}")
         return images
     items = images.images if isinstance(images, SRSet) else images
     hr, lr = [], []
-    for item in items:
-        rgb = modcrop(item[1] if isinstance(item, tuple) else item, scale)
-        hr.append(rgb_to_y(rgb, range="full"))
-        lr.append([rgb_to_y(degrade(rgb, scale, k), range="full") for k in kernels])
-    return SRPairs(scale, tuple(kernels), hr, lr)
+    for f in scales:
+        for item in items:
+            rgb = item[1] if isinstance(item, tuple) else item
+            if f != 1.0:
+                rgb = round_8bit(np.clip(imresize(rgb, f), 0, 1))
+            rgb = modcrop(rgb, scale)
+            hr.append(rgb_to_y(rgb, range="full"))
+            lr.append([rgb_to_y(degrade(rgb, scale, k), range="full") for k in kernels])
+    return SRPairs(scale, tuple(kernels), hr, lr, scales)
 
 
 def _dihedral(a, t):

@@ -51,15 +51,18 @@ def per_pixel_cost(net):
 def run(train_images, sr_sets, out_dir, *, steps, seeds=(0,), rows=ROWS, **train_args):
     """Train every row for ``steps`` with each seed (resumable in ``out_dir``), then measure
     it on the GPU; one record per (row, seed)."""
-    records = []
-    pairs = datasets.sr_training_pairs(train_images, superres.SCALE,
-                                       train_args.get("kernels", superres.TRAIN_KERNELS))
+    records, pairs = [], {}  # training pairs by their scale augmentation, made once
+    kernels = train_args.get("kernels", superres.TRAIN_KERNELS)
     for name, options in rows:
+        scales = tuple(options.get("scales", (1.0,)))
+        if scales not in pairs:
+            pairs[scales] = datasets.sr_training_pairs(train_images, superres.SCALE, kernels,
+                                                       scales)
         for seed in seeds:
             start = time.time()
             run_dir = Path(out_dir) / f"{name.strip('+ ').replace(' ', '_')}-s{seed}"
             args = {**train_args, **options, "seed": seed, "steps": steps}
-            model, history = superres.train(pairs, run_dir, verbose=0, **args)
+            model, history = superres.train(pairs[scales], run_dir, verbose=0, **args)
             net = es2.compile(model)
             records.append({"row": name, "seed": seed, "steps": steps, "options": options,
                             "minutes": history.get("seconds", time.time() - start) / 60,
