@@ -39,6 +39,11 @@ def train(run_dir, steps, *opts):
     superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
 
 
+def _text(value):
+    """An option's value as the command line takes it (lists with dashes: ``scales:1.0-0.9``)."""
+    return "-".join(map(str, value)) if isinstance(value, list) else value
+
+
 def export(run_dir, stem="models/sr_x2_reference"):
     run_dir, stem = Path(run_dir), Path(stem)
     config = json.loads((run_dir / training.CONFIG).read_text())
@@ -50,7 +55,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
     options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
-                                      "batch", "patch", "learning_rate", "seed") if k in config}
+                                      "batch", "patch", "learning_rate", "seed", "flips", "scales", "init_model")
+               if k in config}
     card = {
         "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),
@@ -73,7 +79,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
                       + ("data:train291 " if config["train_images"] == 291 else "")
                       + (f"widths:{'-'.join(map(str, config['widths']))} "
                          if config.get("widths") else "")
-                      + " ".join(f"{k}:{v}" for k, v in options.items() if v is not None) +
+                      + " ".join(f"{k}:{_text(v)}" for k, v in options.items() if v is not None) +
                       f"; python tools/sr_reference.py export {run_dir}"),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
