@@ -8,7 +8,9 @@ the family) and ``data:NAME``, the SR training set under the data root's ``sr/``
   python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
 
 Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net), ``OUT_STEM.json`` and
-``OUT_STEM.md`` (the card); default OUT_STEM: models/sr_x2_reference.
+``OUT_STEM.md`` (the card); default OUT_STEM: models/sr_x2_reference.  A card already at
+OUT_STEM moves into the new card's history: export to another stem first and replace a
+reference only by a better checkpoint.
 """
 import json
 import platform
@@ -44,6 +46,39 @@ def _text(value):
     return "-".join(map(str, value)) if isinstance(value, list) else value
 
 
+# What a replaced card keeps in the new card's history.
+HISTORY_KEYS = ("recipe", "steps_done", "training_minutes", "data", "machine",
+                "psnr_y_studio_crop2_bicubic_aa", "exported")
+
+
+def history_of(card_path):
+    """The history for a new card at ``card_path``: the old card's history, then the old card
+    itself (its numbers and recipe); empty when there is none."""
+    if not card_path.exists():
+        return []
+    old = json.loads(card_path.read_text())
+    return old.get("history", []) + [{k: old[k] for k in HISTORY_KEYS if k in old}]
+
+
+def history_markdown(history):
+    """The card's History section (empty text without history)."""
+    if not history:
+        return ""
+    rows = "\n".join(
+        f"| {h['exported']} | {h['data']} | {h['steps_done']:,} | {h['training_minutes']} | "
+        + " | ".join(f"{h['psnr_y_studio_crop2_bicubic_aa']['GPU (ES 2.0, llvmpipe)'][n]:.2f}"
+                     for n in ("Set5", "Set14")) + " |" for h in history)
+    return f"""
+## History
+
+Replaced only by a better checkpoint; the ones before:
+
+| exported | data | steps | training min | GPU Set5 | GPU Set14 |
+|---|---|---:|---:|---:|---:|
+{rows}
+"""
+
+
 def export(run_dir, stem="models/sr_x2_reference"):
     run_dir, stem = Path(run_dir), Path(stem)
     config = json.loads((run_dir / training.CONFIG).read_text())
@@ -55,8 +90,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
     options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
-                                      "batch", "patch", "learning_rate", "seed", "flips", "scales", "init_model")
-               if k in config}
+                                      "batch", "patch", "learning_rate", "seed", "flips",
+                                      "scales", "init_model") if k in config}
     card = {
         "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),
@@ -83,6 +118,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
                       f"; python tools/sr_reference.py export {run_dir}"),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+    card["history"] = history_of(stem.with_suffix(".json"))
     stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
     psnr = card["psnr_y_studio_crop2_bicubic_aa"]
     rows = "\n".join(f"| {k} | {v['Set5']:.2f} | {v['Set14']:.2f} |" for k, v in psnr.items())
@@ -104,7 +140,7 @@ the ES 2.0 shaders on Mesa llvmpipe:
 | bicubic | 33.68 | 30.33 |
 
 Reproduce: `{card['reproduce']}`
-""")
+""" + history_markdown(card["history"]))
     print(json.dumps(card, indent=1))
 
 
