@@ -6,7 +6,14 @@ from PIL import Image
 
 from workbench.data import datasets
 from workbench.data.datasets import SRPairs, data_root, sr_images, sr_patches, sr_training_pairs
-from workbench.data.images import ImageError, degrade, modcrop, rgb_to_y
+from workbench.data.images import (
+    ImageError,
+    degrade,
+    imresize,
+    modcrop,
+    rgb_to_y,
+    round_8bit,
+)
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -104,7 +111,6 @@ def test_sr_training_pairs():
         sr_training_pairs(pairs, 2, ("bicubic_aa",))
 
 
-
 def test_sr_training_pairs_scale_augmentation():
     """FSRCNN's scale augmentation: each image again, shrunk by each factor (antialiased
     bicubic, 8-bit); checked against Pillow's own antialiased bicubic shrink."""
@@ -118,7 +124,7 @@ def test_sr_training_pairs_scale_augmentation():
     inner = (slice(3, -3), slice(3, -3))  # edges: MATLAB mirrors, Pillow clamps
     assert np.abs(pairs.hr[1][inner] - expected[inner]).max() < 2 / 255
     np.testing.assert_array_equal(pairs.lr[1][0], rgb_to_y(
-        degrade(datasets.round_8bit(np.clip(datasets.imresize(rgb, 0.6), 0, 1)), 2, "bicubic_aa"),
+        degrade(round_8bit(np.clip(imresize(rgb, 0.6), 0, 1)), 2, "bicubic_aa"),
         range="full"))
     # pairs made once are reused only for the same scales
     assert sr_training_pairs(pairs, 2, scales=[1, 0.6]) is pairs
@@ -126,6 +132,7 @@ def test_sr_training_pairs_scale_augmentation():
         sr_training_pairs(pairs, 2)
     with pytest.raises(ValueError, match=r"scales=\(1.0, 1.5\): want factors in \(0, 1\]"):
         sr_training_pairs([rgb], 2, scales=(1.0, 1.5))
+
 
 def coded_pairs(scale=2):
     """Pairs whose pixels encode where they come from: HR pixel (Y, X) of image i holds

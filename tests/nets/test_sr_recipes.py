@@ -136,7 +136,6 @@ def test_a_family_member_trains_and_collapses_to_its_widths(tmp_path):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["widths"] == [32, 16, 16, 12]
 
 
-
 def test_augmentation_options_are_recorded_only_off_their_defaults(tmp_path):
     """``flips`` and ``scales`` change the run's config only when set (runs made before the
     options existed resume); a run with other augmentation does not resume the old one."""
@@ -156,6 +155,7 @@ def test_augmentation_options_are_recorded_only_off_their_defaults(tmp_path):
     assert config["train_images"] == 2
     superres.train(photos, tmp_path / "aug", **common)
     assert [p.name.split("-")[0] for p in tmp_path.glob("aug.replaced-*")] == ["aug.replaced"]
+
 
 def test_ablation_verdict_reads_gaps_against_the_noise():
     from workbench.studies import sr_ablation
