@@ -91,7 +91,8 @@ def export(run_dir, stem="models/sr_x2_reference"):
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
     options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
                                       "batch", "patch", "learning_rate", "seed", "flips",
-                                      "scales", "init_model") if k in config}
+                                      "scales", "init_model", "teacher", "teacher_weight")
+               if k in config}
     card = {
         "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
         "deployed_parameters": deploy.count_params(),

@@ -181,6 +181,23 @@ def test_sr_patches_shapes_alignment_determinism(augment):
     assert not np.array_equal(other[0].numpy(), lr_b)
 
 
+
+def test_sr_patches_teacher_blends_the_target():
+    """Distillation: the same crops as without a teacher, the target blended with the
+    teacher's output on the LR batch."""
+    pairs, patch, batch = coded_pairs(), 8, 6
+
+    def nearest(lr):  # a stand-in teacher: nearest-neighbour x2
+        return np.repeat(np.repeat(lr, 2, axis=1), 2, axis=2)
+
+    with pytest.warns(UserWarning):
+        lr, hr = (t.numpy() for t in next(iter(sr_patches(pairs, patch, batch, seed=5))))
+        lr_t, hr_t = (t.numpy() for t in next(iter(sr_patches(
+            pairs, patch, batch, seed=5, teacher=nearest, teacher_weight=0.25))))
+    np.testing.assert_array_equal(lr_t, lr)
+    np.testing.assert_allclose(hr_t, 0.75 * hr + 0.25 * nearest(lr), rtol=1e-6)
+    assert hr_t.dtype == np.float32
+
 def test_sr_patches_none_fit():
     with pytest.raises(ImageError, match="patch=64"), pytest.warns(UserWarning):
         sr_patches(coded_pairs(), 64, 4, seed=0)

@@ -137,7 +137,7 @@ def test_a_family_member_trains_and_collapses_to_its_widths(tmp_path):
 
 
 def test_augmentation_options_are_recorded_only_off_their_defaults(tmp_path):
-    """``flips`` and ``scales`` change the run's config only when set (runs made before the
+    """``flips``, ``scales`` and ``teacher`` change the run's config only when set (runs made before the
     options existed resume); a run with other augmentation does not resume the old one."""
     import json
 
@@ -155,6 +155,11 @@ def test_augmentation_options_are_recorded_only_off_their_defaults(tmp_path):
     assert config["train_images"] == 2
     superres.train(photos, tmp_path / "aug", **common)
     assert [p.name.split("-")[0] for p in tmp_path.glob("aug.replaced-*")] == ["aug.replaced"]
+    # distillation from a trained net (here the plain one): recorded with its weight
+    teacher = tmp_path / "plain" / "model.keras"
+    superres.train(photos, tmp_path / "taught", teacher=teacher, teacher_weight=0.3, **common)
+    config = json.loads((tmp_path / "taught" / "config.json").read_text())
+    assert config["teacher"] == str(teacher) and config["teacher_weight"] == 0.3
 
 
 def test_ablation_verdict_reads_gaps_against_the_noise():

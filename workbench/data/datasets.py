@@ -148,10 +148,12 @@ def _dihedral(a, t):
     return a[:, ::-1] if t >= 4 else a
 
 
-def sr_patches(pairs, patch, batch, seed, augment=True):
+def sr_patches(pairs, patch, batch, seed, augment=True, teacher=None, teacher_weight=0.5):
     """Infinite tf.data.Dataset of (lr, hr) float32 batches, shapes (batch, patch, patch, 1) and
     (batch, patch*scale, patch*scale, 1): random image and kernel, aligned random crop (LR (i, j)
     <-> HR (scale*i, scale*j)), random flip/rot90 if augment. The same seed gives the same stream.
+    ``teacher`` (distillation): a function from an LR batch to an HR-shaped batch (numpy, as
+    above); the target is then ``(1 - teacher_weight) * hr + teacher_weight * teacher(lr)``.
     """
     import tensorflow as tf  # imported here so that loading images works without TF
 
@@ -179,6 +181,9 @@ def sr_patches(pairs, patch, batch, seed, augment=True):
                 hr_p = pairs.hr[i][s * y : s * (y + patch), s * x : s * (x + patch)]
                 t = rng.integers(8) if augment else 0
                 lr_b[b, ..., 0], hr_b[b, ..., 0] = _dihedral(lr_p, t), _dihedral(hr_p, t)
+            if teacher is not None:
+                hr_b = ((1 - teacher_weight) * hr_b +
+                        teacher_weight * np.asarray(teacher(lr_b))).astype(np.float32)
             yield lr_b, hr_b
 
     spec = (

@@ -41,7 +41,7 @@ def epoch_plan(steps, steps_per_epoch):
 def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patch=48,
           learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
           init="identity", expand=None, qat=False, loss="l1", anchor=None, anchor_scale=0.5,
-          widths=None, flips=True, scales=(1.0,)):
+          widths=None, flips=True, scales=(1.0,), teacher=None, teacher_weight=0.5):
     """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images, or their
@@ -53,13 +53,20 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
     a member of the family, as ``(32, 16, 16, 12)``).  Augmentation: ``flips``, each patch one of
     the 8 flips/90-degree rotations at random; ``scales``, each image also shrunk by these factors
     (FSRCNN's scale augmentation: :data:`workbench.data.datasets.FSRCNN_SCALES`).
+    Distillation: ``teacher``, the path of a trained x2 SR ``.keras`` model (a larger member of
+    the family); the target is ``(1 - teacher_weight) * HR + teacher_weight * teacher(LR)``.
     Returns ``(model, history)`` and writes ``<run_dir>/model.keras``, the deployable net
     (:func:`workbench.nets.sr_recipes.collapse` of the trained one: plain ``sr_x2`` layers).
     """
     keras.utils.set_random_seed(seed)
     epochs, steps_per_epoch = epoch_plan(steps, steps_per_epoch)
     pairs = datasets.sr_training_pairs(train_images, SCALE, kernels, scales)
-    patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed, augment=flips)
+    teach = None
+    if teacher is not None:
+        teacher_model = load_model(teacher)
+        teach = lambda lr: teacher_model(lr, training=False)  # noqa: E731
+    patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed, augment=flips,
+                                  teacher=teach, teacher_weight=teacher_weight)
     recipe = dict(init=init, expand=expand, qat=qat, anchor=anchor, anchor_scale=anchor_scale)
     if widths is not None:
         recipe["widths"] = tuple(widths)
@@ -73,12 +80,14 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
               "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
               "init_model": str(init_model) if init_model else None,
               "train_images": pairs.sources, "loss": loss, **recipe}
-    # Augmentation at its defaults stays out of the config, so that runs made before these
-    # options existed resume.
+    # Augmentation and distillation at their defaults stay out of the config, so that runs
+    # made before these options existed resume.
     if not flips:
         config["flips"] = False
     if pairs.scales != (1.0,):
         config["scales"] = list(pairs.scales)
+    if teacher is not None:
+        config.update(teacher=str(teacher), teacher_weight=teacher_weight)
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
                                   config=config)
     model = sr_recipes.collapse(model)
