@@ -61,10 +61,7 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
     keras.utils.set_random_seed(seed)
     epochs, steps_per_epoch = epoch_plan(steps, steps_per_epoch)
     pairs = datasets.sr_training_pairs(train_images, SCALE, kernels, scales)
-    teach = None
-    if teacher is not None:
-        teacher_model = load_model(teacher)
-        teach = lambda lr: teacher_model(lr, training=False)  # noqa: E731
+    teach = load_model(teacher) if teacher is not None else None  # a model is its function
     patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed, augment=flips,
                                   teacher=teach, teacher_weight=teacher_weight)
     recipe = dict(init=init, expand=expand, qat=qat, anchor=anchor, anchor_scale=anchor_scale)
