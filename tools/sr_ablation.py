@@ -53,9 +53,12 @@ def main(out, runs, steps, seeds, *rows):
                 continue
             start = time.time()
             source = opts.pop("data", "train")
-            if source not in data:
-                data[source] = [im for _, im in datasets.sr_images(source).images]
-            model, hist = superres.train(data[source], Path(runs) / f"{name}-s{seed}-{steps}",
+            key = (source, tuple(opts.get("scales", (1.0,))))  # pairs made once per data set
+            if key not in data:
+                images = [im for _, im in datasets.sr_images(source).images]
+                data[key] = datasets.sr_training_pairs(
+                    images, superres.SCALE, opts.get("kernels", superres.TRAIN_KERNELS), key[1])
+            model, hist = superres.train(data[key], Path(runs) / f"{name}-s{seed}-{steps}",
                                          steps=steps, seed=seed, verbose=0, **opts)
             minutes = hist.get("seconds", time.time() - start) / 60
             rec = {"row": name, "seed": seed, "steps": steps, "data": source, "options": opts,

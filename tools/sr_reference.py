@@ -113,7 +113,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
         "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
                       f"{config['steps']} "
                       + ("data:train291 " if config["train_images"] == 291 else "")
-                      + (f"widths:{'-'.join(map(str, config['widths']))} "
+                      + (f"widths:{_text(config['widths'])} "
                          if config.get("widths") else "")
                       + " ".join(f"{k}:{_text(v)}" for k, v in options.items() if v is not None) +
                       f"; python tools/sr_reference.py export {run_dir}"),
