@@ -70,6 +70,20 @@ def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
         assert c.multiply_adds == es2[name].multiply_adds, name
 
 
+@pytest.mark.parametrize("anchor", ["nearest", "bilinear"])
+def test_sr_net_with_an_anchor_matches_tf_in_float(anchor):
+    from workbench.nets.sr_recipes import sr_x2_recipe
+
+    keras.utils.set_random_seed(4)
+    model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75)
+    kernel, bias = model.get_layer("L5").get_weights()
+    model.get_layer("L5").set_weights([np.random.default_rng(1).normal(0, 0.2, kernel.shape),
+                                       bias])
+    image = _image(21, 17, 3, seed=5)
+    out = es31.compile(model, storage="rgba32f").run(image)
+    assert np.abs(out - _sr_reference(model, image)).max() <= 1e-4
+
+
 def test_sr_cost_at_256_is_less_than_half_of_es2(sr_model):
     net = es31.compile(sr_model)
     loads = cost.total(net.cost((256, 256)).values()).texel_fetches

@@ -2,6 +2,7 @@
 13, 17 and the newest) lower to the IR and compute what ONNX Runtime computes (the emulator,
 which the GPU matches byte for byte: tests/integration/test_onnx_deploy.py); Keras nets
 written as ONNX come back as the same shaders; what is not supported is named."""
+import keras
 import numpy as np
 import pytest
 
@@ -9,9 +10,11 @@ from tests.ir import onnx_graphs
 from tests.ir.onnx_graphs import OPSETS
 from workbench import es2, ir
 from workbench.es2 import bundle, mediump
+from workbench.ir.lower import LoweringError
 from workbench.ir.to_onnx import to_onnx
 from workbench.nets.models import load_model, plain_classifier, reference_sr
 from workbench.nets.onnx_model import OnnxModel
+from workbench.nets.sr_recipes import sr_x2_recipe
 
 RNG = np.random.default_rng(7)
 IMAGES = [np.round(RNG.random((16, 16, 3)) * 255).astype(np.float32) / 255 for _ in range(3)]
@@ -75,6 +78,39 @@ def test_keras_net_written_as_onnx_gives_the_same_shaders(opset, pixel_shuffle):
                                atol=1e-5)
     ours, theirs = es2.compile(keras_model), es2.compile(model)
     assert [p.source for p in ours.passes] == [p.source for p in theirs.passes]
+
+
+@pytest.mark.parametrize("anchor", ["nearest", "bilinear"])
+@pytest.mark.parametrize("pixel_shuffle", ["crd", "reshape"])
+def test_anchor_residual_written_as_onnx_gives_the_same_shaders(anchor, pixel_shuffle):
+    # written as PyTorch writes clamp(F.interpolate(x) + s * (pixel_shuffle(q) - 0.5), 0, 1)
+    keras.utils.set_random_seed(2)
+    keras_model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75)
+    kernel, bias = keras_model.get_layer("L5").get_weights()
+    keras_model.get_layer("L5").set_weights([RNG.normal(0, 0.2, kernel.shape), bias])
+    size = (20, 24) if pixel_shuffle == "reshape" else None
+    model = OnnxModel(to_onnx(ir.from_keras(keras_model), 17, pixel_shuffle, size))
+    assert {"Resize", "Sub", "Mul", "Clip"} <= {n.op_type for n in model.proto.graph.node}
+    x = np.resize(IMAGES[0], (20, 24, 3))
+    luma = bundle.tf_output(keras_model, ir.from_keras(keras_model), x)
+    np.testing.assert_allclose(bundle.tf_output(model, ir.from_onnx(model), x), luma, atol=1e-5)
+    demux = ir.from_onnx(model).ops[-1]
+    assert (demux.anchor, demux.anchor_scale) == (anchor, 0.75)
+    ours, theirs = es2.compile(keras_model), es2.compile(model)
+    assert [p.source for p in ours.passes] == [p.source for p in theirs.passes]
+
+
+def test_a_sub_outside_an_anchor_residual_is_refused():
+    from onnx import numpy_helper
+
+    keras.utils.set_random_seed(2)
+    proto = to_onnx(ir.from_keras(sr_x2_recipe(init="identity", anchor="nearest")))
+    sub = next(n for n in proto.graph.node if n.op_type == "Sub")
+    half = next(t for t in proto.graph.initializer if t.name == sub.input[1])
+    half.CopyFrom(numpy_helper.from_array(np.float32(0.25), half.name))
+    with pytest.raises(LoweringError, match=r"\(Sub\): Sub is supported only in a luma net's "
+                                            "anchor residual"):
+        ir.from_onnx(proto)
 
 
 def test_keras_classifier_written_as_onnx_gives_the_same_bytes():

@@ -4,16 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench.nets.layers import Quantize8
+from workbench.nets.layers import AnchorResidual, Quantize8, anchor_subpixels
 from workbench.nets.models import sr_x2
-from workbench.nets.sr_recipes import (
-    AnchorResidual,
-    CollapsibleConv,
-    anchor_subpixels,
-    charbonnier,
-    collapse,
-    sr_x2_recipe,
-)
+from workbench.nets.sr_recipes import CollapsibleConv, charbonnier, collapse, sr_x2_recipe
 
 
 def randomize(model, seed=0):

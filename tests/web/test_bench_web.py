@@ -12,13 +12,15 @@ isolated.
 import json
 
 import keras
+import numpy as np
 import pytest
 from tests.conftest import skip_module_without_chromium
 
 skip_module_without_chromium()
-from workbench import es2
+from workbench import es2, ir
 from workbench.__main__ import main
 from workbench.nets.models import sr_x2
+from workbench.nets.sr_recipes import sr_x2_recipe
 from workbench.studies import peers
 from workbench.web import browser, ort, tfjs  # noqa: E402
 
@@ -60,10 +62,21 @@ def _check_sides(result, backends, grouped=True):
 
 @needs_tfjs
 @needs_ort
-def test_sr_page_tfjs_and_onnxruntime_match_keras(tmp_path):
+@pytest.mark.parametrize("anchor", [None, "nearest"])
+def test_sr_page_tfjs_and_onnxruntime_match_keras(tmp_path, anchor):
+    # with an anchor the sub-pixels correct the nearest upsampling of the input: in TF.js's
+    # demux, and as the ONNX model's own nodes
     keras.utils.set_random_seed(0)
-    [result] = peers.bench_web(sr_x2(), size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
-    webgl_missing = ort.webgl_unavailable()  # a pinned release without it: a row says so
+    model = sr_x2()
+    if anchor:
+        model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75)
+        kernel, bias = model.get_layer("L5").get_weights()
+        model.get_layer("L5").set_weights([np.random.default_rng(0).normal(0, 0.2, kernel.shape),
+                                           bias])
+    [result] = peers.bench_web(model, size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
+    # a pinned release without it, or a nearest Resize it lacks (the anchor): a row says so
+    webgl_missing = ort.webgl_unavailable() or peers._webgl_nearest(ir.from_keras(model))
+    assert bool(webgl_missing) >= bool(anchor)
     ran = [p for p in peers.PEERS if not (p == "ort-webgl" and webgl_missing)]
     sides = _check_sides(result, ran)
     pages = 1 + len(peers.PAGE_VARIANTS)  # the page, then the page with 4 and with 8 render targets

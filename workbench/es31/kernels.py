@@ -309,10 +309,16 @@ def depth_to_space_kernel(op: ir.DepthToSpace, shapes, opts: Options) -> Kernel:
                 oy, ox = (np.floor((d + 0.5) / blk - 0.5) for d in (dy, dx))
                 fy, fx = ((d + 0.5) / blk - 0.5 - o for d, o in ((dy, oy), (dx, ox)))
                 a, c = int(oy) + 1, int(ox) + 1
-                body += [f"    {{ vec3 rgb = mix(mix(n{a}{c}, n{a}{c + 1}, {glsl_float(fx)}), "
-                         f"mix(n{a + 1}{c}, n{a + 1}{c + 1}, {glsl_float(fx)}), {glsl_float(fy)});",
-                         f"      imageStore(u_out, {where}, vec4(clamp(rgb + ({parts[0]} - "
-                         f"dot(rgb, {luma})), 0.0, 1.0), 1.0)); }}"]
+                body.append(f"    {{ vec3 rgb = mix(mix(n{a}{c}, n{a}{c + 1}, {glsl_float(fx)}), "
+                            f"mix(n{a + 1}{c}, n{a + 1}{c + 1}, {glsl_float(fx)}), "
+                            f"{glsl_float(fy)});")
+                y = parts[0]
+                if op.anchor:  # the anchor's luma: this pixel's (nearest) or the bilinear one
+                    near = "n11" if op.anchor == "nearest" else "rgb"
+                    y = (f"clamp(dot({near}, {luma}) + {glsl_float(op.anchor_scale)} * "
+                         f"({y} - 0.5), 0.0, 1.0)")
+                body.append(f"      imageStore(u_out, {where}, vec4(clamp(rgb + ({y} - "
+                            f"dot(rgb, {luma})), 0.0, 1.0), 1.0)); }}")
     src += "void main() {\n" + "\n".join(body) + "\n}\n"
     return Kernel(op.name, op.name, src, images, None, {"u_in_size": ("size", op.input)},
                   ("pixels", op.input), 1)

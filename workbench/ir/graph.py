@@ -15,7 +15,9 @@ Ops:
   of the output's shape added before the activation; ``input_order`` is the binding order of
   the input packs (a channel shuffle is a property of this connection, never a copy).
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``; with ``chroma_from`` it is the SR demux:
-  1 luma channel out, recombined with the chroma of that RGB tensor sampled bilinearly.
+  1 luma channel out, recombined with the chroma of that RGB tensor sampled bilinearly; with
+  ``anchor`` the luma is ``clip(a + anchor_scale * (q - 0.5), 0, 1)``, ``q`` the sub-pixel and
+  ``a`` that tensor's luma upsampled (``"nearest"``, or ``"bilinear"`` as the chroma).
 * :class:`Pool` -- max or average pooling, k x k windows at a stride, per channel.
 * :class:`Upsample` -- x2 (or xN) nearest or bilinear upsampling, per channel.
 * :class:`Add` -- the sum of two tensors (then an activation); :class:`Concat` -- their
@@ -176,6 +178,15 @@ class DepthToSpace:
     input: str
     block: int
     chroma_from: str | None = None
+    anchor: str | None = None  # "nearest" or "bilinear": the sub-pixels correct that upsampling
+    anchor_scale: float = 0.5
+
+    def __post_init__(self):
+        if self.anchor not in (None, "nearest", "bilinear"):
+            raise ValueError(f"layer {self.name!r}: anchor must be 'nearest', 'bilinear' or "
+                             f"None, not {self.anchor!r}")
+        if self.anchor and not self.chroma_from:
+            raise ValueError(f"layer {self.name!r}: an anchor needs the image (chroma_from)")
 
     def out_shape(self, shapes, hw):
         h, w, c = shapes[self.input]

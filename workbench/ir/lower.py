@@ -20,7 +20,7 @@ from workbench.ir.graph import (
     Upsample,
 )
 from workbench.nets import activations
-from workbench.nets.layers import Act, GroupConv2D, Quantize8, Shuffle
+from workbench.nets.layers import Act, AnchorResidual, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
 
 
@@ -30,7 +30,8 @@ SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNorm
              "Concatenate (channels)",
              "MaxPooling2D", "AveragePooling2D", "UpSampling2D (nearest, bilinear)",
              "GlobalAveragePooling2D + Dense (last; a softmax after it on the CPU)",
-             "DepthToSpace", "Shuffle", "Quantize8")
+             "DepthToSpace", "AnchorResidual (of the input luma, before the last DepthToSpace)",
+             "Shuffle", "Quantize8")
 
 
 class LoweringError(ValueError):
@@ -125,7 +126,8 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
 
     ``luma_input``: the net takes an RGB image and sees its full-range luma (the SR net).
     Default: True when the model has a 1-channel input.  A final DepthToSpace of a luma net
-    becomes the SR demux (chroma from the input image).  ``dense``: number format of a
+    becomes the SR demux (chroma from the input image; an AnchorResidual before it, its
+    anchor).  ``dense``: number format of a
     final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`Dense`).
     """
     if dense not in ("fixed16", "float"):
@@ -137,8 +139,12 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     graph_input = Input("image", 3 if luma_input else channels, rgb=luma_input)
     ops, tensor_of, order_of = [], {}, {}  # keras tensor id -> IR tensor, its pack order
     pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
+    anchored = {}  # keras tensor id of an AnchorResidual -> (its sub-pixels' IR tensor, layer)
 
     def producer(keras_tensor):
+        if id(keras_tensor) in anchored:
+            raise LoweringError(f"layer {anchored[id(keras_tensor)][1].name!r}: an "
+                                "AnchorResidual must feed the net's last DepthToSpace")
         if id(keras_tensor) not in tensor_of:
             raise LoweringError(f"tensor {keras_tensor.name!r} feeds a layer the ES 2.0 back end "
                                 "cannot take it from (a global pooling must feed a Dense layer)")
@@ -245,10 +251,21 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                        softmax=probabilities)
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, AnchorResidual):
+            if not luma_input or producer(inputs[0]) != graph_input.name:
+                raise LoweringError(f"layer {layer.name!r}: an AnchorResidual's first input "
+                                    "must be the luma net's input")
+            anchored[id(layer.output)] = (unshuffled(inputs[1], layer), layer)
         elif isinstance(layer, D2S):
-            source = producer(inputs[0])
+            source, anchor = anchored.pop(id(inputs[0]), (None, None))
+            source = source or producer(inputs[0])
+            if anchor and (layer.block_size != 2 or model.outputs[0] is not layer.output):
+                raise LoweringError(f"layer {anchor.name!r}: an AnchorResidual must feed the "
+                                    "net's last layer, a DepthToSpace of block 2")
             chroma = graph_input.name if luma_input else None
-            op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma)
+            op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma,
+                              anchor=anchor and anchor.mode,
+                              anchor_scale=anchor.scale if anchor else 0.5)
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
         else:

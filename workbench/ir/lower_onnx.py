@@ -43,7 +43,9 @@ SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (aft
              "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3)",
              "GlobalAveragePool / ReduceMean over H, W (then Flatten and Gemm)",
              "Resize (x2 nearest, linear)", "DepthToSpace (DCR, CRD)",
-             "Reshape-Transpose-Reshape (PixelShuffle)", "Flatten / Reshape / Squeeze (logits)",
+             "Reshape-Transpose-Reshape (PixelShuffle)",
+             "Resize of a luma net's input + Sub + Mul + Add + Clip after its DepthToSpace "
+             "(an anchor residual)", "Flatten / Reshape / Squeeze (logits)",
              "Gemm / MatMul (+ Add), last", "Softmax (on the logits)",
              "Constant, Identity, Shape and constant arithmetic (folded)")
 
@@ -142,6 +144,9 @@ class _Lowering:
     def tensor(self, node, onnx_name) -> str:
         if onnx_name in self.const:
             self.refuse(node, f"input {onnx_name!r} is a constant; the GPU takes tensors here")
+        if self.special.get(onnx_name, (None,))[0] in ("anchor", "centred", "scaled",
+                                                       "anchored"):
+            self.refuse(node, f"input {onnx_name!r} is part of an anchor residual, {ANCHOR}")
         if onnx_name not in self.tensor_of:
             self.refuse(node, f"input {onnx_name!r} comes from a node the ES 2.0 back end "
                         "cannot take it from (a global pooling feeds only Flatten and Gemm)")
@@ -302,7 +307,17 @@ def _batchnorm(low, node, attrs):
 
 
 def _activation(low, node, attrs):
-    """Relu, Clip(0, m), Sigmoid, HardSigmoid fused into the Conv or Add before it."""
+    """Relu, Clip(0, m), Sigmoid, HardSigmoid fused into the Conv or Add before it; the Clip
+    of an anchor residual into its depth-to-space."""
+    if low.special.get(node.input[0], (None,))[0] == "anchored":
+        _, demux, how, s = low.special[node.input[0]]
+        bounds = [low.constant(node, i, what) for i, what in ((1, "min"), (2, "max"))]
+        if node.op_type != "Clip" or [None if v is None else float(v) for v in bounds] != [0, 1]:
+            low.refuse(node, f"an anchor residual ends in Clip(0, 1): {ANCHOR}")
+        demux.anchor, demux.anchor_scale = how, s
+        demux.__post_init__()
+        low.set(node.output[0], demux.name)
+        return
     op = low.last(node, node.input[0], (Conv, Add), "an activation")
     kind = node.op_type
     if kind == "Clip":  # min and max are inputs from opset 11
@@ -324,6 +339,8 @@ def _activation(low, node, attrs):
 
 
 def _add(low, node, attrs):
+    if _anchor_sum(low, node):
+        return
     a, b = node.input[:2]
     if a in low.const or b in low.const:
         tensor, value = (b, low.const[a]) if a in low.const else (a, low.const[b])
@@ -477,7 +494,48 @@ def _resize(low, node, attrs):
                    f"{attrs.get('coordinate_transformation_mode', b'half_pixel')!r} is not "
                    "the IR's nearest (pixel repeated) or bilinear (half-pixel centres, as "
                    "align_corners=False)")
+    if low.luma and source == low.input.name:  # a luma net's upsampled input: an anchor
+        low.special[node.output[0]] = ("anchor", how, scale)
+        return
     low.produce(node, Upsample(low.name(node), source, scale, how))
+
+
+# A luma net's anchor residual, clamp(up(luma) + s * (depth_to_space(q) - 0.5), 0, 1), node
+# by node: each step a special tensor of the demux, the Clip completes it.
+ANCHOR = "clamp(up(input) + s * (pixel_shuffle(q) - 0.5), 0, 1) after the last DepthToSpace"
+
+
+def _anchor_step(low, node, attrs):
+    """Sub (the sub-pixels - 0.5) or Mul (times a constant s) of the anchor residual."""
+    a, b = node.input[:2]
+    kind, *rest = low.special.get(a, low.special.get(b, (None,)))
+    value = low.const.get(b if a not in low.const else a)
+    demux = low.ops[-1] if low.ops else None
+    if value is not None and np.asarray(value).size == 1:
+        value = float(np.asarray(value).reshape(()))
+        if (node.op_type == "Sub" and isinstance(demux, DepthToSpace) and demux.chroma_from
+                and low.tensor_of.get(a) == demux.name and low.uses[a] == 1 and value == 0.5):
+            low.special[node.output[0]] = ("centred", demux)
+            return
+        if node.op_type == "Mul" and kind == "centred":
+            low.special[node.output[0]] = ("scaled", rest[0], value)
+            return
+    low.refuse(node, f"{node.op_type} is supported only in a luma net's anchor residual, "
+               f"{ANCHOR}")
+
+
+def _anchor_sum(low, node) -> bool:
+    """The anchor residual's Add of the upsampled input and the scaled sub-pixels."""
+    parts = {low.special.get(t, (None,))[0]: low.special.get(t) for t in node.input[:2]}
+    if set(parts) != {"anchor", "scaled"}:
+        if parts.keys() & {"anchor", "scaled", "centred"}:
+            low.refuse(node, f"an anchor residual must be {ANCHOR}")
+        return False
+    (_, how, scale), (_, demux, s) = parts["anchor"], parts["scaled"]
+    if scale != demux.block:
+        low.refuse(node, f"the anchor is upsampled x{scale}, the depth-to-space x{demux.block}")
+    low.special[node.output[0]] = ("anchored", demux, how, s)
+    return True
 
 
 def _resize_agrees(node, attrs, scale, how, opsets) -> bool:
@@ -572,6 +630,7 @@ BUILDERS = {
     "GlobalAveragePool": _global_pool, "ReduceMean": _global_pool,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Transpose": _transpose,
     "DepthToSpace": _depth_to_space_node, "Resize": _resize,
+    "Sub": _anchor_step, "Mul": _anchor_step,
     "Gemm": _gemm, "MatMul": _gemm, "Softmax": _softmax,
     "Identity": _identity, "Shape": _shape,
 }

@@ -5,7 +5,8 @@ front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + Clip(
 Sigmoid, MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShuffle (a
 DepthToSpace in CRD mode, or its Reshape-Transpose-Reshape; the conv before it writes its
 channels in that order), GlobalAveragePool + Flatten + Gemm (+ Softmax).  A luma net's
-input and output are its luma (the RGB demux is the workbench's, outside the model).
+input and output are its luma (the RGB demux is the workbench's, outside the model); its
+anchor as ``torch.clamp(F.interpolate(luma) + s * (pixel_shuffle(q) - 0.5), 0, 1)``.
 """
 from __future__ import annotations
 
@@ -70,6 +71,21 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
                         op.name)
         return node("Sigmoid", [out], op.name) if act == "sigmoid" else out
 
+    def resize(x, scale, how, layer):  # F.interpolate(scale_factor=scale, mode=how)
+        roi = const(f"{layer}.roi", np.zeros(0))
+        scales = const(f"{layer}.scales", [1, 1, scale, scale])
+        modes = ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                  "nearest_mode": "floor"} if how == "nearest" else
+                 {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"})
+        return node("Resize", [x, roi, scales], layer, **modes)
+
+    def anchored(y, op):  # torch.clamp(up(luma) + s * (y - 0.5), 0, 1)
+        y = node("Sub", [y, const(f"{op.name}.half", 0.5)], op.name)
+        y = node("Mul", [const(f"{op.name}.anchor_scale", op.anchor_scale), y], op.name)
+        y = node("Add", [resize("input", op.block, op.anchor, op.name), y], op.name)
+        return node("Clip", [y, const(f"{op.name}.min", 0.0), const(f"{op.name}.max", 1.0)],
+                    op.name)
+
     for op in graph.ops:
         x = onnx_of.get(op.input)
         if isinstance(op, Conv):
@@ -101,18 +117,15 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
             else:
                 onnx_of[op.name] = node("DepthToSpace", [x], op.name, blocksize=op.block,
                                         mode=pixel_shuffle.upper())
+            if op.anchor:
+                onnx_of[op.name] = anchored(onnx_of[op.name], op)
         elif isinstance(op, Pool):
             kind = "MaxPool" if op.kind == "max" else "AveragePool"
             extra = {} if op.kind == "max" else {"count_include_pad": 0}
             onnx_of[op.name] = node(kind, [x], op.name, kernel_shape=[op.size] * 2,
                                     strides=[op.stride] * 2, pads=pads(op), **extra)
         elif isinstance(op, Upsample):
-            roi = const(f"{op.name}.roi", np.zeros(0))
-            scales = const(f"{op.name}.scales", [1, 1, op.scale, op.scale])
-            modes = ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-                      "nearest_mode": "floor"} if op.interpolation == "nearest" else
-                     {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"})
-            onnx_of[op.name] = node("Resize", [x, roi, scales], op.name, **modes)
+            onnx_of[op.name] = resize(x, op.scale, op.interpolation, op.name)
         elif isinstance(op, Add):
             onnx_of[op.name] = activation(node("Add", [x, onnx_of[op.other]], op.name), op)
         elif isinstance(op, Concat):

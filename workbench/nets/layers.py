@@ -11,6 +11,8 @@
   by name, so that the code generators know exactly which function it is.
 * :class:`DepthToSpace` -- ``tf.nn.depth_to_space``: channel ``c = dy * block + dx``
   becomes the sub-pixel ``(dy, dx)``.
+* :class:`AnchorResidual` -- an x2 SR net's 4 sub-pixels as a correction of the input luma
+  upsampled (nearest or bilinear): ``clip(anchor + scale * (q - 0.5), 0, 1)``.
 
 Every layer runs on any Keras 3 back end: under TensorFlow (the default) it calls the TF
 kernels above, unchanged (numbers and speed); under another (``KERAS_BACKEND=jax``) the same
@@ -24,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from workbench.nets import activations
+from workbench.nets.activations import clip_ops
 
 PACKAGE = "workbench"
 
@@ -232,6 +235,46 @@ class DepthToSpace(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "block_size": self.block_size}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class AnchorResidual(keras.layers.Layer):
+    """``[luma (N,H,W,1), q (N,H,W,4)] -> clip(anchor + scale * (q - 0.5), 0, 1)`` with
+    ``anchor`` the LR luma at the 4 sub-pixels (``c = 2 dy + dx``): ``"nearest"`` repeats
+    it, ``"bilinear"`` is x2 bilinear with half-pixel centres and edge replication
+    (0.75 / 0.25 weights per axis).  Before the final :class:`DepthToSpace` of an x2 SR net
+    on luma, the net's output is a correction of the anchor: on the GPU the SR demux adds it
+    to the anchor it samples from the input image (:class:`workbench.ir.DepthToSpace`)."""
+
+    def __init__(self, mode="nearest", scale=0.5, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("nearest", "bilinear"):
+            raise ValueError(f"anchor mode must be 'nearest' or 'bilinear', not {mode!r}")
+        self.mode, self.scale = mode, float(scale)
+
+    def call(self, inputs):
+        x, q = inputs
+        clip = tf.clip_by_value if on_tensorflow() else clip_ops
+        return clip(anchor_subpixels(x, self.mode) + self.scale * (q - 0.5), 0.0, 1.0)
+
+    def compute_output_shape(self, input_shapes):
+        return input_shapes[1]
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "scale": self.scale}
+
+
+def anchor_subpixels(x, mode):
+    """LR luma (N,H,W,1) -> its x2 upsampling as 4 sub-pixel channels (N,H,W,4)."""
+    tile, pad, concat = ((tf.tile, tf.pad, tf.concat) if on_tensorflow() else
+                         (keras.ops.tile, keras.ops.pad, keras.ops.concatenate))
+    if mode == "nearest":
+        return tile(x, (1, 1, 1, 4))
+    p = pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="symmetric")
+    near = p[:, 1:-1]
+    rows = (0.75 * near + 0.25 * p[:, :-2], 0.75 * near + 0.25 * p[:, 2:])  # dy = 0, 1
+    return concat([0.75 * r[:, :, 1:-1] + 0.25 * r[:, :, side]
+                   for r in rows for side in (slice(None, -2), slice(2, None))], axis=-1)
 
 
 def shuffle_order(packs: int, step: int) -> list[int]:

@@ -15,7 +15,7 @@ Options (each a parameter of :func:`sr_x2_recipe` and :func:`workbench.nets.supe
   collapsed kernel (SESR's residual inside the linear block), so it stays in place.
 * ``loss`` -- ``"l1"``, ``"mse"`` or ``"charbonnier"``.
 * ``anchor`` -- ``"nearest"`` or ``"bilinear"``: output = clip(anchor + s (q - 0.5)), q the
-  8-bit L5 output.  Needs a demux shader change (not in ir/glsl/emulate); Keras only.
+  8-bit L5 output (:class:`layers.AnchorResidual`; on the GPU the SR demux adds it).
 
 Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.  Like
 :mod:`workbench.nets.layers`, the layers here run TF's ops under Keras' TensorFlow back end and
@@ -29,9 +29,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench.nets.activations import clip_ops
-from workbench.nets.layers import (PACKAGE, Act, DepthToSpace, GroupConv2D, Quantize8, conv2d_ops,
-                                   grouped_conv2d, on_tensorflow)
+from workbench.nets.layers import (PACKAGE, Act, AnchorResidual, DepthToSpace, GroupConv2D,
+                                   Quantize8, conv2d_ops, grouped_conv2d, on_tensorflow)
 from workbench.nets.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
 
 
@@ -106,44 +105,6 @@ class CollapsibleConv(keras.layers.Layer):
                 "kernel_size": self.kernel_size, "groups": self.groups,
                 "expand": self.expand, "identity_outputs": list(self.identity_outputs),
                 "zero_narrow": self.zero_narrow}
-
-
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class AnchorResidual(keras.layers.Layer):
-    """``[luma (N,H,W,1), q (N,H,W,4)] -> clip(anchor + scale * (q - 0.5), 0, 1)`` with
-    ``anchor`` the LR luma at the 4 sub-pixels (``c = 2 dy + dx``): ``"nearest"`` repeats
-    it, ``"bilinear"`` is x2 bilinear with half-pixel centres and edge replication
-    (0.75 / 0.25 weights per axis)."""
-
-    def __init__(self, mode="nearest", scale=0.5, **kwargs):
-        super().__init__(**kwargs)
-        if mode not in ("nearest", "bilinear"):
-            raise ValueError(f"anchor mode must be 'nearest' or 'bilinear', not {mode!r}")
-        self.mode, self.scale = mode, float(scale)
-
-    def call(self, inputs):
-        x, q = inputs
-        clip = tf.clip_by_value if on_tensorflow() else clip_ops
-        return clip(anchor_subpixels(x, self.mode) + self.scale * (q - 0.5), 0.0, 1.0)
-
-    def compute_output_shape(self, input_shapes):
-        return input_shapes[1]
-
-    def get_config(self):
-        return {**super().get_config(), "mode": self.mode, "scale": self.scale}
-
-
-def anchor_subpixels(x, mode):
-    """LR luma (N,H,W,1) -> its x2 upsampling as 4 sub-pixel channels (N,H,W,4)."""
-    tile, pad, concat = ((tf.tile, tf.pad, tf.concat) if on_tensorflow() else
-                         (keras.ops.tile, keras.ops.pad, keras.ops.concatenate))
-    if mode == "nearest":
-        return tile(x, (1, 1, 1, 4))
-    p = pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="symmetric")
-    near = p[:, 1:-1]
-    rows = (0.75 * near + 0.25 * p[:, :-2], 0.75 * near + 0.25 * p[:, 2:])  # dy = 0, 1
-    return concat([0.75 * r[:, :, 1:-1] + 0.25 * r[:, :, side]
-                   for r in rows for side in (slice(None, -2), slice(2, None))], axis=-1)
 
 
 def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,

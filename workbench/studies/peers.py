@@ -147,8 +147,8 @@ def page_variants(model) -> dict:
 
 def unavailable_peers(graph, size, peers=PEERS) -> dict:
     """``{peer: why it cannot run here, in one line}`` for those of ``peers`` that cannot: TF.js
-    or onnxruntime-web not in its cache, the pinned onnxruntime-web without its WebGL back end,
-    ``graph`` without an ONNX pattern."""
+    or onnxruntime-web not in its cache, the pinned onnxruntime-web without its WebGL back end
+    or ``graph`` with a nearest upsampling there, ``graph`` without an ONNX pattern."""
     reasons = {}
     tfjs_missing = tfjs.unavailable()
     ort_missing = ort.unavailable()
@@ -161,12 +161,21 @@ def unavailable_peers(graph, size, peers=PEERS) -> dict:
         if peer in BACKENDS:
             reason = tfjs_missing
         elif peer == "ort-webgl":
-            reason = ort_missing or ort.webgl_unavailable()
+            reason = ort_missing or ort.webgl_unavailable() or _webgl_nearest(graph)
         else:
             reason = ort_missing
         if reason:
             reasons[peer] = reason
     return reasons
+
+
+def _webgl_nearest(graph) -> str | None:
+    """Why onnxruntime-web's WebGL back end cannot run ``graph``'s ONNX form: its packed
+    Resize has no nearest mode (a nearest upsampling or anchor)."""
+    nearest = [op.name for op in graph.ops if "nearest" in (getattr(op, "interpolation", None),
+                                                            getattr(op, "anchor", None))]
+    return (f"onnxruntime-web's WebGL back end has no nearest Resize (layer {nearest[0]!r}: "
+            "'resize (packed) does not support mode: nearest')" if nearest else None)
 
 
 def _stage(folder, net, variants, peers, size):

@@ -120,7 +120,13 @@ function tfjsForward(net, input) {
       if (op.chroma_from) {
         const rgb = t[op.chroma_from];
         const up = tf.image.resizeBilinear(tf.slice(rgb, [0, 0, 0, 0], [-1, -1, -1, 3]), y.shape.slice(1, 3), false, true);
-        t[op.name] = tf.clipByValue(tf.add(up, tf.sub(tf.slice(y, [0, 0, 0, 0], [-1, -1, -1, 1]), peerLuma(net, up))), 0, 1);
+        let luma = tf.slice(y, [0, 0, 0, 0], [-1, -1, -1, 1]);
+        if (op.anchor) {  // the sub-pixels correct the input's luma upsampled
+          const anchor = op.anchor === "nearest"
+            ? tf.image.resizeNearestNeighbor(peerLuma(net, rgb), y.shape.slice(1, 3), false, true) : peerLuma(net, up);
+          luma = tf.clipByValue(tf.add(anchor, tf.mul(tf.sub(luma, 0.5), op.anchor_scale)), 0, 1);
+        }
+        t[op.name] = tf.clipByValue(tf.add(up, tf.sub(luma, peerLuma(net, up))), 0, 1);
       } else {
         t[op.name] = y;
       }

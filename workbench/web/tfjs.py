@@ -13,7 +13,9 @@ output) and ``tfjs.bin`` (every weight array as float32, little-endian, C order;
   the order the conv reads them: a channel shuffle's binding order, else ``null``);
 * ``depth_to_space``: ``block``; with ``chroma_from`` the SR demux (the luma recombined with
   that RGB tensor's bilinear upscale, half-pixel centres, edges clamped:
-  ``rgb + (y - luma(rgb))``, clipped to [0, 1] as an RGBA8 target clips);
+  ``rgb + (y - luma(rgb))``, clipped to [0, 1] as an RGBA8 target clips); ``anchor``
+  (``null``, ``"nearest"`` or ``"bilinear"``) and ``anchor_scale``: ``y`` is then
+  ``clip(a + anchor_scale * (y - 0.5), 0, 1)``, ``a`` the input's luma upsampled so);
 * ``dense``: weight ``(cin, cout)``, bias, ``pool`` (a global average first); float logits.
 
 TF.js itself comes from the npm registry at :data:`TFJS_VERSION` (``tools/tfjs.sh``, run by
@@ -107,7 +109,9 @@ def _conv(op: ir.Conv, channels, array) -> dict:
 ENTRIES = {
     ir.Conv: _conv,
     ir.DepthToSpace: lambda op, channels, array: dict(kind="depth_to_space", block=op.block,
-                                                      chroma_from=op.chroma_from),
+                                                      chroma_from=op.chroma_from,
+                                                      anchor=op.anchor,
+                                                      anchor_scale=op.anchor_scale),
     ir.Dense: lambda op, channels, array: dict(kind="dense", weight=array(op.weight),
                                                bias=array(op.bias), pool=op.pool,
                                                softmax=op.softmax),

@@ -4,6 +4,8 @@ RGB image's bilinearly upsampled chroma).  Its emulator, limits, cost and tiling
 """
 from __future__ import annotations
 
+import numpy as np
+
 from workbench import ir
 from workbench.es2.emulate import bilinear, luma, quantize
 from workbench.es2.limits import Target, fits
@@ -22,7 +24,9 @@ def fetches(op: ir.DepthToSpace, shapes, pack) -> int:
 def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
     """Depth-to-space; with ``chroma_from`` the SR demux: the sub-pixel luma plus the chroma
     of the input image sampled bilinearly (a luma change added equally to R, G and B leaves
-    Cb and Cr unchanged, since their weights sum to 0 and Y's to 1)."""
+    Cb and Cr unchanged, since their weights sum to 0 and Y's to 1).  An ``anchor`` takes its
+    luma from the same 4 taps (nearest: the tap of weight >= 0.5 on each axis), no fetch
+    more."""
     in_packs = op.source_packs(shapes, pack)
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
@@ -54,11 +58,20 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
                  "    vec2 f = u - i0;",
                  "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
                  "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
-                 "    vec3 rgb = mix(mix(texture2D(u_image, lo).rgb, "
-                 "texture2D(u_image, vec2(hi.x, lo.y)).rgb, f.x),",
-                 "                   mix(texture2D(u_image, vec2(lo.x, hi.y)).rgb, "
-                 "texture2D(u_image, hi).rgb, f.x), f.y);",
-                 f"    gl_FragColor = vec4(rgb + (v.x - dot(rgb, {glsl_vec(ir.LUMA, 3)})), 1.0);"]
+                 "    vec3 c00 = texture2D(u_image, lo).rgb;",
+                 "    vec3 c10 = texture2D(u_image, vec2(hi.x, lo.y)).rgb;",
+                 "    vec3 c01 = texture2D(u_image, vec2(lo.x, hi.y)).rgb;",
+                 "    vec3 c11 = texture2D(u_image, hi).rgb;",
+                 "    vec3 rgb = mix(mix(c00, c10, f.x), mix(c01, c11, f.x), f.y);",
+                 "    float y = v.x;"]
+        luma = glsl_vec(ir.LUMA, 3)
+        if op.anchor:
+            # the nearest input pixel is the tap of weight >= 0.5 on each axis
+            anchor = (f"dot(rgb, {luma})" if op.anchor == "bilinear" else
+                      f"dot(f.y < 0.5 ? (f.x < 0.5 ? c00 : c10) : (f.x < 0.5 ? c01 : c11), {luma})")
+            body.append(f"    y = clamp({anchor} + {glsl_float(op.anchor_scale)} * (y - 0.5), "
+                        "0.0, 1.0);")
+        body.append(f"    gl_FragColor = vec4(rgb + (y - dot(rgb, {luma})), 1.0);")
     else:
         body.append("    gl_FragColor = v;")
     source = (header(precision) + uniform_declarations(samplers, vectors)
@@ -74,14 +87,20 @@ def passes(op: ir.DepthToSpace, shapes, target: Target) -> list[Pass]:
 
 def emulate(op: ir.DepthToSpace, x, image=None):
     """``tf.nn.depth_to_space``; with ``image`` (the SR demux) the luma recombined with the
-    image's bilinearly upsampled chroma: ``rgb + (y - luma(rgb))``."""
+    image's bilinearly upsampled chroma: ``rgb + (y - luma(rgb))``, ``y`` corrected by the
+    anchor's ``clip(a + anchor_scale * (y - 0.5), 0, 1)`` when there is one."""
     h, w, c = x.shape
     b = op.block
     y = x.reshape(h, w, b, b, c // (b * b)).transpose(0, 2, 1, 3, 4).reshape(h * b, w * b, -1)
     if image is None:
         return y
     rgb = bilinear(image[..., :3], b)
-    return rgb + (y[..., :1] - luma(rgb)[..., None])
+    y = y[..., :1]
+    if op.anchor:
+        a = (luma(rgb) if op.anchor == "bilinear"
+             else luma(image[..., :3]).repeat(b, axis=0).repeat(b, axis=1))
+        y = np.clip(a[..., None] + op.anchor_scale * (y - 0.5), 0.0, 1.0)
+    return rgb + (y - luma(rgb)[..., None])
 
 
 def apply(op: ir.DepthToSpace, tensors, arithmetic):
