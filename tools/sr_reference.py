@@ -6,8 +6,13 @@ Options: the recipe options of ``superres.train`` (``widths:32-16-16-12`` for an
 the family) and ``data:NAME``, the SR training set under the data root's ``sr/`` (default
 ``train``; ``train291`` is T91 + BSD200).
   python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
+  python tools/sr_reference.py anchor CHECKPOINT OUT.keras [anchor:nearest anchor_scale:0.75 data:NAME]
 
-Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net), ``OUT_STEM.json`` and
+Anchor writes a trained net (no anchor) with an anchor residual, its L5 refitted: the
+``init_model:`` of a fine-tune with that anchor.
+
+Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net, and its anchor residual
+if it has one), ``OUT_STEM.json`` and
 ``OUT_STEM.md`` (the card); default OUT_STEM: models/sr_x2_reference.  A card already at
 OUT_STEM moves into the new card's history: export to another stem first and replace a
 reference only by a better checkpoint.
@@ -22,6 +27,7 @@ import keras
 
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
+from workbench.data import images as images_lib
 from workbench.nets import sr_recipes, superres, training
 from workbench.run.report import machine
 from workbench.studies import sr_ablation
@@ -39,6 +45,22 @@ def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
     images = [im for _, im in datasets.sr_images(options.pop("data", "train")).images]
     superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
+
+
+def anchor(checkpoint, out, *opts):
+    """A trained run's checkpoint (no anchor) -> ``out``, the same net with an anchor residual
+    (``anchor:nearest``, ``anchor_scale:0.75``), L5 refitted on every third image of
+    ``data:`` (:func:`workbench.nets.sr_recipes.with_anchor`): the ``init_model`` of a
+    fine-tune."""
+    _, options = parse("a=" + ",".join(opts))
+    images = datasets.sr_images(options.pop("data", "train")).images[::3]
+    lumas = [superres.net_input(images_lib.degrade(images_lib.modcrop(im, superres.SCALE),
+                                                   superres.SCALE, "bicubic_aa"))
+             for _, im in images]
+    model = sr_recipes.with_anchor(keras.models.load_model(checkpoint), lumas, **options)
+    training.save_model(model, Path(out))
+    sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
+    print(json.dumps({"8-bit": superres.psnr_table(model, sets, quantize=True)}))
 
 
 def _text(value):
@@ -93,8 +115,12 @@ def export(run_dir, stem="models/sr_x2_reference"):
                                       "batch", "patch", "learning_rate", "seed", "flips",
                                       "scales", "init_model", "teacher", "teacher_weight")
                if k in config}
+    anchor = config.get("anchor")
+    net = "sr_x2 (workbench.nets.models)" + (
+        f" + AnchorResidual({anchor}, {config['anchor_scale']}) (workbench.nets.layers)"
+        if anchor else "")
     card = {
-        "model": stem.with_suffix(".keras").name, "net": "sr_x2 (workbench.nets.models)",
+        "model": stem.with_suffix(".keras").name, "net": net,
         "deployed_parameters": deploy.count_params(),
         "widths": "-".join(str(deploy.get_layer(f"L{i}").filters) for i in range(1, 5)),
         "recipe": {"function": "workbench.nets.superres.train", **options,
@@ -122,11 +148,14 @@ def export(run_dir, stem="models/sr_x2_reference"):
     card["history"] = history_of(stem.with_suffix(".json"))
     stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
     psnr = card["psnr_y_studio_crop2_bicubic_aa"]
+    anchor_text = (f"; its sub-pixels correct the {anchor} x2 upsampling of the input luma, "
+                   f"`clip(anchor + {config['anchor_scale']} (q - 0.5), 0, 1)`, which the SR "
+                   "demux adds on the GPU from the chroma's own fetches" if anchor else "")
     rows = "\n".join(f"| {k} | {v['Set5']:.2f} | {v['Set14']:.2f} |" for k, v in psnr.items())
     stem.with_suffix(".md").write_text(f"""# {stem.name}: x2 SR reference checkpoint
 
 Deployable net: `{card['model']}`, the plain `workbench.nets.models.sr_x2` layers
-({card['deployed_parameters']:,} parameters, widths {card['widths']}).
+({card['deployed_parameters']:,} parameters, widths {card['widths']}){anchor_text}.
 Recipe: `{json.dumps(card['recipe'])}`.
 Steps: {steps_done:,} of {config['steps']:,} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
 {card['training_minutes']} training minutes on {card['machine']}.
@@ -146,4 +175,4 @@ Reproduce: `{card['reproduce']}`
 
 
 if __name__ == "__main__":
-    {"train": train, "export": export}[sys.argv[1]](*sys.argv[2:])
+    {"train": train, "export": export, "anchor": anchor}[sys.argv[1]](*sys.argv[2:])

@@ -6,7 +6,8 @@ import tensorflow as tf
 
 from workbench.nets.layers import AnchorResidual, Quantize8, anchor_subpixels
 from workbench.nets.models import sr_x2
-from workbench.nets.sr_recipes import CollapsibleConv, charbonnier, collapse, sr_x2_recipe
+from workbench.nets.sr_recipes import (CollapsibleConv, charbonnier, collapse, sr_x2_recipe,
+                                       with_anchor)
 
 
 def randomize(model, seed=0):
@@ -59,6 +60,26 @@ def test_anchor_starts_at_the_anchor_and_bilinear_matches_tf_resize():
     q = np.random.default_rng(5).random((2, 10, 7, 4), np.float32)
     want = np.clip(np.repeat(x, 4, -1) + 0.25 * (q - 0.5), 0, 1)
     np.testing.assert_allclose(AnchorResidual("nearest", 0.25)([x, q]), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("expand", [None, 8])
+def test_with_anchor_keeps_the_output_where_the_features_carry_the_anchor(expand):
+    # Identity init: L4's channel 0 is the input itself, so the nearest anchor is fitted
+    # exactly and the refitted L5 gives the old output (corrections within +-s/2; float
+    # activations, as 8-bit ones round the two outputs on different grids).
+    model = sr_x2_recipe(expand=expand, init="identity")
+    last = model.get_layer("L5")
+    rng = np.random.default_rng(10)
+    last.set_weights([w + rng.normal(0, 0.02, w.shape).astype(np.float32)
+                      for w in last.get_weights()])
+    x = rng.random((2, 12, 10, 1), np.float32)
+    anchored = with_anchor(model, list(x), "nearest", 0.75)
+    assert isinstance(anchored.get_layer("anchor"), AnchorResidual)
+    assert anchored.get_layer("anchor").scale == 0.75
+    np.testing.assert_allclose(anchored(x), model(x), atol=2e-5)
+    assert collapse(anchored).count_params() == collapse(model).count_params()
+    qat = with_anchor(sr_x2_recipe(expand=expand, init="identity", qat=True), list(x))
+    assert sum(isinstance(layer, Quantize8) for layer in qat.layers) == 5
 
 
 def test_qat_collapse_rounds_every_activation_to_8_bits():

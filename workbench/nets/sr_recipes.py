@@ -30,7 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 from workbench.nets.layers import (PACKAGE, Act, AnchorResidual, DepthToSpace, GroupConv2D,
-                                   Quantize8, conv2d_ops, grouped_conv2d, on_tensorflow)
+                                   Quantize8, anchor_subpixels, conv2d_ops, grouped_conv2d,
+                                   on_tensorflow)
 from workbench.nets.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
 
 
@@ -165,6 +166,45 @@ def collapse(model, quantize=False):
         kern = layer.kernel() if isinstance(layer, CollapsibleConv) else layer.kernel
         plain.get_layer(layer.name).set_weights([np.asarray(kern), np.asarray(layer.bias)])
     return plain
+
+
+def with_anchor(model, lumas, anchor="nearest", anchor_scale=0.75):
+    """A trained recipe model without an anchor -> the same recipe with one, as a warm start
+    for fine-tuning: L1..L4 as they are; L5 refitted so that ``anchor + s (q - 0.5)`` gives
+    its old output, the anchor taken as the least-squares fit of the L4 features to it
+    (``lumas``: the net's inputs, HxWx1 LR luma, to fit on; every 4th pixel used).  The fit
+    is not exact (the features carry the anchor only approximately): fine-tuning closes it."""
+    layers = [model.get_layer(f"L{i}") for i in range(1, 6)]
+    plain = collapse(model)
+    probe = keras.Model(plain.input, plain.get_layer("L4_act").output)
+    feats, targets = [], []
+    for x in lumas:
+        h = keras.ops.convert_to_numpy(probe(x[None], training=False))[0]
+        a = keras.ops.convert_to_numpy(anchor_subpixels(x[None], anchor))[0]
+        feats.append(h.reshape(-1, h.shape[-1])[::4])
+        targets.append(a.reshape(-1, a.shape[-1])[::4])
+    feats = np.concatenate(feats)
+    fit = np.linalg.lstsq(np.concatenate([feats, np.ones((len(feats), 1))], 1),
+                          np.concatenate(targets), rcond=None)[0]  # (features + 1, 4)
+    expand = layers[0].expand if isinstance(layers[0], CollapsibleConv) else None
+    out = sr_x2_recipe(expand=expand, qat=any(isinstance(l, Quantize8) for l in model.layers),
+                       init="identity", anchor=anchor, anchor_scale=anchor_scale,
+                       widths=tuple(l.filters for l in layers[:4]),
+                       kernels=tuple(l.kernel_size for l in layers[:4]),
+                       groups=tuple(l.groups for l in layers[:4]))
+    for old in layers[:4]:
+        out.get_layer(old.name).set_weights(old.get_weights())
+    old = layers[4]
+    kernel = np.asarray(old.kernel() if isinstance(old, CollapsibleConv) else old.kernel)
+    wanted = (kernel[0, 0] - fit[:-1]) / anchor_scale  # (features, 4): q's 1x1 kernel
+    bias = (np.asarray(old.bias) - fit[-1]) / anchor_scale + 0.5
+    if expand:  # the same wide 1x1; the narrow one that multiplies to the wanted kernel
+        wide = np.asarray(old.wide)
+        narrow = np.linalg.lstsq(wide[0, 0], wanted, rcond=None)[0]
+        out.get_layer(old.name).set_weights([wide, narrow[None], bias])
+    else:
+        out.get_layer(old.name).set_weights([wanted[None, None], bias])
+    return out
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
