@@ -16,7 +16,7 @@ from workbench import es2
 from workbench.__main__ import main
 from workbench.data import metrics
 from workbench.es2 import drivers as es2_drivers
-from workbench.es2 import limits
+from workbench.es2 import emulate, limits
 from workbench.gl import drivers
 from workbench.nets.layers import Act, GroupConv2D
 from workbench.nets.models import dogs_classifier, load_model, reference_sr
@@ -171,8 +171,12 @@ def test_the_gc2000_net_is_taken_and_computes_what_tf_computes():
         assert {p.op for p in net.passes if p.channels} == {"L2", "L4"}
         image = np.random.default_rng(1).random((48, 40, 3)).astype(np.float32)
         gpu, kept = net.run(image), net.run(image, keep=True)
-        for name, stored in net.emulate(image, keep=True).items():
-            np.testing.assert_array_equal(kept[name], stored)
+        # op by op from the GPU's own inputs: the emulator's bytes, but where a trained net's
+        # sum lies within a float32 ulp of a half level (here one L3 value of the reference,
+        # 135.50002 levels) the shader's order may round it the other way
+        for name, predicted in emulate.stepwise(net.graph, kept).items():
+            diff = np.abs(kept[name].astype(int) - predicted)
+            assert diff.max() <= 1 and np.mean(diff == 0) >= 0.9999, name
         from workbench.nets import superres
         tf_out = superres.upscale(model, image, rounded=False)
         assert metrics.psnr(tf_out, gpu, 0, "studio") >= 45

@@ -157,3 +157,16 @@ def test_refusals_name_node_and_reason():
     message = refusal(b.model(3, None, out, "twice"))
     assert "/act/Relu" in message and "also used elsewhere" in message
 
+
+
+def test_a_model_with_a_fixed_batch_of_one_runs_image_by_image():
+    # torch.onnx.export writes batch 1: ONNX Runtime refuses a batch of 3 in one run
+    proto = onnx_graphs.sr_net(17, "node")
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    model = OnnxModel(proto)
+    x = np.stack([(img @ ir.LUMA)[..., None] for img in IMAGES]).astype(np.float32)
+    one_by_one = np.concatenate([model(x[i:i + 1]) for i in range(len(x))])
+    np.testing.assert_array_equal(model(x), one_by_one)
+    name = proto.graph.node[0].output[0]
+    np.testing.assert_array_equal(model.tensors(x, [name])[name][2],
+                                  model.tensors(x[2:], [name])[name][0])

@@ -37,9 +37,7 @@ class OnnxModel:
 
     def __call__(self, x, training=False):
         """The output for NHWC float32 ``x`` (NHWC, or 2-D logits as they are)."""
-        x = np.transpose(np.asarray(x, np.float32), (0, 3, 1, 2))
-        name = self.session.get_inputs()[0].name
-        out = self.session.run(None, {name: np.ascontiguousarray(x)})[0]
+        out = _run(self.session, None, x)[0]
         return np.transpose(out, (0, 2, 3, 1)) if out.ndim == 4 else out
 
     def predict(self, x, batch_size=32, verbose=0):
@@ -62,10 +60,19 @@ class OnnxModel:
         options.log_severity_level = 3
         session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
-        x = np.transpose(np.asarray(x, np.float32), (0, 3, 1, 2))
-        values = session.run(list(names), {session.get_inputs()[0].name: x})
+        values = _run(session, list(names), x)
         return {n: np.transpose(v, (0, 2, 3, 1)) if v.ndim == 4 else v
                 for n, v in zip(names, values)}
+
+
+def _run(session, names, x) -> list[np.ndarray]:
+    """``session.run`` of ``names`` (None: the outputs) on NHWC ``x`` as NCHW, in runs of the
+    input's batch size where the model fixes it (``torch.onnx.export`` writes batch 1)."""
+    x = np.ascontiguousarray(np.transpose(np.asarray(x, np.float32), (0, 3, 1, 2)))
+    head = session.get_inputs()[0]
+    step = head.shape[0] if isinstance(head.shape[0], int) and head.shape[0] > 0 else len(x)
+    runs = [session.run(names, {head.name: x[i:i + step]}) for i in range(0, len(x), step)]
+    return [np.concatenate(parts) for parts in zip(*runs)]
 
 
 def load(path, input_size=None) -> OnnxModel:
