@@ -75,7 +75,7 @@ def test_sr_page_tfjs_and_onnxruntime_match_keras(tmp_path, anchor):
                                            bias])
     [result] = peers.bench_web(model, size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
     # a pinned release without it, or a nearest Resize it lacks (the anchor): a row says so
-    webgl_missing = ort.webgl_unavailable() or peers._webgl_nearest(ir.from_keras(model))
+    webgl_missing = ort.webgl_unavailable() or peers.webgl_nearest(ir.from_keras(model))
     assert bool(webgl_missing) >= bool(anchor)
     ran = [p for p in peers.PEERS if not (p == "ort-webgl" and webgl_missing)]
     sides = _check_sides(result, ran)

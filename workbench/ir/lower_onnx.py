@@ -315,7 +315,6 @@ def _activation(low, node, attrs):
         if node.op_type != "Clip" or [None if v is None else float(v) for v in bounds] != [0, 1]:
             low.refuse(node, f"an anchor residual ends in Clip(0, 1): {ANCHOR}")
         demux.anchor, demux.anchor_scale = how, s
-        demux.__post_init__()
         low.set(node.output[0], demux.name)
         return
     op = low.last(node, node.input[0], (Conv, Add), "an activation")

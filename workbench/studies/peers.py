@@ -161,7 +161,7 @@ def unavailable_peers(graph, size, peers=PEERS) -> dict:
         if peer in BACKENDS:
             reason = tfjs_missing
         elif peer == "ort-webgl":
-            reason = ort_missing or ort.webgl_unavailable() or _webgl_nearest(graph)
+            reason = ort_missing or ort.webgl_unavailable() or webgl_nearest(graph)
         else:
             reason = ort_missing
         if reason:
@@ -169,7 +169,7 @@ def unavailable_peers(graph, size, peers=PEERS) -> dict:
     return reasons
 
 
-def _webgl_nearest(graph) -> str | None:
+def webgl_nearest(graph) -> str | None:
     """Why onnxruntime-web's WebGL back end cannot run ``graph``'s ONNX form: its packed
     Resize has no nearest mode (a nearest upsampling or anchor)."""
     nearest = [op.name for op in graph.ops if "nearest" in (getattr(op, "interpolation", None),
