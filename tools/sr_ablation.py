@@ -53,11 +53,11 @@ def main(out, runs, steps, seeds, *rows):
                 continue
             start = time.time()
             source = opts.pop("data", "train")
-            key = (source, tuple(opts.get("scales", (1.0,))))  # pairs made once per data set
+            key = (source, tuple(opts.get("kernels", superres.TRAIN_KERNELS)),
+                   tuple(opts.get("scales", (1.0,))))  # pairs made once per data set
             if key not in data:
                 images = [im for _, im in datasets.sr_images(source).images]
-                data[key] = datasets.sr_training_pairs(
-                    images, superres.SCALE, opts.get("kernels", superres.TRAIN_KERNELS), key[1])
+                data[key] = datasets.sr_training_pairs(images, superres.SCALE, *key[1:])
             model, hist = superres.train(data[key], Path(runs) / f"{name}-s{seed}-{steps}",
                                          steps=steps, seed=seed, verbose=0, **opts)
             minutes = hist.get("seconds", time.time() - start) / 60

@@ -27,7 +27,6 @@ import keras
 
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
-from workbench.data import images as images_lib
 from workbench.nets import sr_recipes, superres, training
 from workbench.run.report import machine
 from workbench.studies import sr_ablation
@@ -54,9 +53,7 @@ def anchor(checkpoint, out, *opts):
     fine-tune."""
     _, options = parse("a=" + ",".join(opts))
     images = datasets.sr_images(options.pop("data", "train")).images[::3]
-    lumas = [superres.net_input(images_lib.degrade(images_lib.modcrop(im, superres.SCALE),
-                                                   superres.SCALE, "bicubic_aa"))
-             for _, im in images]
+    lumas = [lr[0][..., None] for lr in datasets.sr_training_pairs(images, superres.SCALE).lr]
     model = sr_recipes.with_anchor(keras.models.load_model(checkpoint), lumas, **options)
     training.save_model(model, Path(out))
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]

@@ -181,7 +181,6 @@ def test_sr_patches_shapes_alignment_determinism(augment):
     assert not np.array_equal(other[0].numpy(), lr_b)
 
 
-
 def test_sr_patches_teacher_blends_the_target():
     """Distillation: the same crops as without a teacher, the target blended with the
     teacher's output on the LR batch."""
@@ -197,6 +196,7 @@ def test_sr_patches_teacher_blends_the_target():
     np.testing.assert_array_equal(lr_t, lr)
     np.testing.assert_allclose(hr_t, 0.75 * hr + 0.25 * nearest(lr), rtol=1e-6)
     assert hr_t.dtype == np.float32
+
 
 def test_sr_patches_none_fit():
     with pytest.raises(ImageError, match="patch=64"), pytest.warns(UserWarning):
