@@ -6,10 +6,11 @@ Options: the recipe options of ``superres.train`` (``widths:32-16-16-12`` for an
 the family) and ``data:NAME``, the SR training set under the data root's ``sr/`` (default
 ``train``; ``train291`` is T91 + BSD200).
   python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
-  python tools/sr_reference.py anchor CHECKPOINT OUT.keras [anchor:nearest anchor_scale:0.75 data:NAME]
+  python tools/sr_reference.py anchor CHECKPOINT OUT.keras [anchor:nearest anchor_scale:0.75
+                                                             anchor_storage:linear data:NAME]
 
-Anchor writes a trained net (no anchor) with an anchor residual, its L5 refitted: the
-``init_model:`` of a fine-tune with that anchor.
+Anchor writes a trained net with an anchor residual (another one, or another storage law of its
+own), its L5 refitted: the ``init_model:`` of a fine-tune with that anchor.
 
 Export writes ``OUT_STEM.keras`` (the collapsed, plain sr_x2-shaped net, and its anchor residual
 if it has one), ``OUT_STEM.json`` and
@@ -47,10 +48,10 @@ def train(run_dir, steps, *opts):
 
 
 def anchor(checkpoint, out, *opts):
-    """A trained run's checkpoint (no anchor) -> ``out``, the same net with an anchor residual
-    (``anchor:nearest``, ``anchor_scale:0.75``), L5 refitted on every third image of
-    ``data:`` (:func:`workbench.nets.sr_recipes.with_anchor`): the ``init_model`` of a
-    fine-tune."""
+    """A trained run's checkpoint -> ``out``, the same net with an anchor residual
+    (``anchor:nearest``, ``anchor_scale:0.75``, ``anchor_storage:linear``), L5 refitted on
+    every third image of ``data:`` (:func:`workbench.nets.sr_recipes.with_anchor`): the
+    ``init_model`` of a fine-tune."""
     _, options = parse("a=" + ",".join(opts))
     images = datasets.sr_images(options.pop("data", "train")).images[::3]
     lumas = [lr[0][..., None] for lr in datasets.sr_training_pairs(images, superres.SCALE).lr]
@@ -108,13 +109,14 @@ def export(run_dir, stem="models/sr_x2_reference"):
     training.save_model(deploy, stem.with_suffix(".keras"))
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
-    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale", "loss",
-                                      "batch", "patch", "learning_rate", "seed", "flips",
+    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale",
+                                      "anchor_storage", "loss", "batch", "patch", "learning_rate", "seed", "flips",
                                       "scales", "init_model", "teacher", "teacher_weight")
                if k in config}
-    anchor = config.get("anchor")
+    anchor, law = config.get("anchor"), config.get("anchor_storage", "linear")
     net = "sr_x2 (workbench.nets.models)" + (
-        f" + AnchorResidual({anchor}, {config['anchor_scale']}) (workbench.nets.layers)"
+        f" + AnchorResidual({anchor}, {config['anchor_scale']}"
+        f"{', ' + repr(law) if law != 'linear' else ''}) (workbench.nets.layers)"
         if anchor else "")
     card = {
         "model": stem.with_suffix(".keras").name, "net": net,
@@ -148,6 +150,9 @@ def export(run_dir, stem="models/sr_x2_reference"):
     anchor_text = (f"; its sub-pixels correct the {anchor} x2 upsampling of the input luma, "
                    f"`clip(anchor + {config['anchor_scale']} (q - 0.5), 0, 1)`, which the SR "
                    "demux adds on the GPU from the chroma's own fetches" if anchor else "")
+    if law != "linear":
+        anchor_text += (f"; q is stored in its 8-bit texture by the {law} law "
+                        "(workbench.nets.storage), finer for small corrections")
     rows = "\n".join(f"| {k} | {v['Set5']:.2f} | {v['Set14']:.2f} |" for k, v in psnr.items())
     stem.with_suffix(".md").write_text(f"""# {stem.name}: x2 SR reference checkpoint
 

@@ -188,15 +188,17 @@ def test_luma_input_and_sr_demux():
     assert [p.name for p in net.passes][-1] == "subpixels.0"
 
 
-@pytest.mark.parametrize("anchor", ["nearest", "bilinear"])
-def test_sr_demux_with_an_anchor(anchor):
+@pytest.mark.parametrize("anchor,law", [("nearest", "linear"), ("bilinear", "linear"),
+                                        ("nearest", "sqrt")])
+def test_sr_demux_with_an_anchor(anchor, law):
     # The sub-pixels correct the input's luma upsampled: every byte as the emulator predicts,
     # TF's output to 45 dB, and the same texel fetches as the plain demux (the anchor is
-    # computed from the chroma's 4 taps).
+    # computed from the chroma's 4 taps).  With the sqrt storage law L5 stores its output
+    # companded and the demux decodes it: the same bytes again, and no fetch more.
     from workbench.nets.sr_recipes import sr_x2_recipe
 
     keras.utils.set_random_seed(7)
-    model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75)
+    model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75, anchor_storage=law)
     rng = np.random.default_rng(0)
     kernel, bias = model.get_layer("L5").get_weights()
     model.get_layer("L5").set_weights([rng.normal(0, 0.2, kernel.shape), bias])
@@ -207,6 +209,8 @@ def test_sr_demux_with_an_anchor(anchor):
         np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
     demux = net.graph.op("subpixels")
     assert (demux.anchor, demux.anchor_scale, demux.input) == (anchor, 0.75, "L5")
+    assert (net.graph.op("L5").storage, demux.anchor_storage) == (law, law)
+    assert ("sqrt(" in net.passes[-2].source) == (law == "sqrt")
     plain = es2.compile(sr_x2())
     assert (cost.total(net.cost((64, 64)).values()).texel_fetches
             == cost.total(plain.cost((64, 64)).values()).texel_fetches)

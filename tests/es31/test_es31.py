@@ -70,12 +70,14 @@ def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
         assert c.multiply_adds == es2[name].multiply_adds, name
 
 
-@pytest.mark.parametrize("anchor", ["nearest", "bilinear"])
-def test_sr_net_with_an_anchor_matches_tf_in_float(anchor):
+@pytest.mark.parametrize("anchor,law", [("nearest", "linear"), ("bilinear", "linear"),
+                                        ("nearest", "sqrt")])
+def test_sr_net_with_an_anchor_matches_tf_in_float(anchor, law):
+    # (float storage: an 8-bit storage law of the sub-pixels changes nothing here)
     from workbench.nets.sr_recipes import sr_x2_recipe
 
     keras.utils.set_random_seed(4)
-    model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75)
+    model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75, anchor_storage=law)
     kernel, bias = model.get_layer("L5").get_weights()
     model.get_layer("L5").set_weights([np.random.default_rng(1).normal(0, 0.2, kernel.shape),
                                        bias])

@@ -71,7 +71,9 @@ def test_conv2d_ops_is_grouped_conv2d(groups, kernel, strides, padding):
 
 @pytest.mark.parametrize("recipe", [dict(expand=64, qat=True, init="identity"),
                                     dict(init="identity", anchor="bilinear"),
-                                    dict(init="he", anchor="nearest", qat=True)])
+                                    dict(init="he", anchor="nearest", qat=True),
+                                    dict(init="he", anchor="nearest", qat=True,
+                                         anchor_storage="sqrt")])
 def test_recipe_net_with_keras_ops_matches_tf_forms(recipe, monkeypatch):
     """The whole recipe net, built once, run with its TF forms and then with its keras.ops
     forms (what another back end runs) under TensorFlow: outputs and gradients agree."""

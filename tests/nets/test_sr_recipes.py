@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from workbench.nets import storage
 from workbench.nets.layers import AnchorResidual, Quantize8, anchor_subpixels
 from workbench.nets.models import sr_x2
 from workbench.nets.sr_recipes import (CollapsibleConv, charbonnier, collapse, sr_x2_recipe,
@@ -80,6 +81,34 @@ def test_with_anchor_keeps_the_output_where_the_features_carry_the_anchor(expand
     assert collapse(anchored).count_params() == collapse(model).count_params()
     qat = with_anchor(sr_x2_recipe(expand=expand, init="identity", qat=True), list(x))
     assert sum(isinstance(layer, Quantize8) for layer in qat.layers) == 5
+
+
+def test_sqrt_storage_keeps_the_float_net_and_rounds_in_the_companded_domain(tmp_path):
+    # with_anchor to the same anchor and scale changes only how L5 is stored: the float net is
+    # the same; the 8-bit one reads back L5 as the sqrt law's levels (decoded), with a
+    # straight-through gradient; the options survive save / load.
+    model = sr_x2_recipe(expand=8, init="identity", anchor="nearest", anchor_scale=0.75, qat=True)
+    randomize(model, seed=11)
+    x = np.random.default_rng(12).random((2, 9, 8, 1), np.float32)
+    companded = with_anchor(model, list(x), "nearest", 0.75, anchor_storage="sqrt")
+    assert companded.get_layer("anchor").storage == "sqrt"
+    assert companded.get_layer("L5_q8").law == "sqrt" and companded.get_layer("L4_q8").law == "linear"
+    np.testing.assert_allclose(collapse(companded)(x), collapse(model)(x), atol=1e-6)
+    plain = collapse(companded, quantize=True)
+    probe = keras.Model(plain.input, [plain.get_layer("L5_act").output,
+                                       plain.get_layer("L5_q8").output])
+    q, read = (np.asarray(t, np.float64) for t in probe(x))
+    want = storage.decode(np.round(storage.encode(q, "sqrt") * 255) / 255, "sqrt")
+    np.testing.assert_allclose(read, want, atol=1e-6)
+    t = tf.constant(q.astype(np.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(t)
+        y = tf.reduce_sum(Quantize8("sqrt")(t) * 3.0)
+    np.testing.assert_allclose(tape.gradient(y, t), 3.0)
+    companded.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert loaded.get_layer("anchor").storage == "sqrt" and loaded.get_layer("L5_q8").law == "sqrt"
+    np.testing.assert_array_equal(loaded(x), companded(x))
 
 
 def test_qat_collapse_rounds_every_activation_to_8_bits():

@@ -18,6 +18,9 @@ Ops:
   1 luma channel out, recombined with the chroma of that RGB tensor sampled bilinearly; with
   ``anchor`` the luma is ``clip(a + anchor_scale * (q - 0.5), 0, 1)``, ``q`` the sub-pixel and
   ``a`` that tensor's luma upsampled (``"nearest"``, or ``"bilinear"`` as the chroma).
+  ``anchor_storage="sqrt"``: ``q`` is read companded (:mod:`workbench.nets.storage`) from a
+  :class:`Conv` whose ``storage`` is ``"sqrt"``: that Conv's output is the companded value
+  (the texture's), the demux decodes it.  A float back end may skip both (they cancel).
 * :class:`Pool` -- max or average pooling, k x k windows at a stride, per channel.
 * :class:`Upsample` -- x2 (or xN) nearest or bilinear upsampling, per channel.
 * :class:`Add` -- the sum of two tensors (then an activation); :class:`Concat` -- their
@@ -32,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from workbench.nets import storage
 
 PACK = 4
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)
@@ -110,6 +115,7 @@ class Conv:
     residual: str | None = None
     luma_input: bool = False
     input_order: tuple[int, ...] | None = None
+    storage: str = "linear"  # "sqrt": the output is the 8-bit texture's companded value
 
     @property
     def size(self):
@@ -180,6 +186,7 @@ class DepthToSpace:
     chroma_from: str | None = None
     anchor: str | None = None  # "nearest" or "bilinear": the sub-pixels correct that upsampling
     anchor_scale: float = 0.5
+    anchor_storage: str = "linear"  # "sqrt": the sub-pixels are read companded (and decoded)
 
     def __post_init__(self):
         if self.anchor not in (None, "nearest", "bilinear"):
@@ -187,6 +194,9 @@ class DepthToSpace:
                              f"None, not {self.anchor!r}")
         if self.anchor and not self.chroma_from:
             raise ValueError(f"layer {self.name!r}: an anchor needs the image (chroma_from)")
+        storage.check(self.anchor_storage, f"layer {self.name!r}: anchor_storage")
+        if self.anchor_storage != "linear" and not self.anchor:
+            raise ValueError(f"layer {self.name!r}: anchor_storage needs an anchor")
 
     def out_shape(self, shapes, hw):
         h, w, c = shapes[self.input]
@@ -361,6 +371,30 @@ class Graph:
     name: str = "net"
     input_size: tuple | None = None   # (height, width) when the net needs a fixed size
     origin: dict | None = None  # tensor -> the source model's tensor it stands for (ONNX)
+
+    def __post_init__(self):
+        """A companded tensor (a Conv's ``storage``) is read by one op that decodes it: the
+        SR demux with the same ``anchor_storage``."""
+        readers = {}
+        for op in self.ops:
+            for tensor in reads(op):
+                readers.setdefault(tensor, []).append(op)
+        for op in self.ops:
+            law = getattr(op, "storage", "linear")
+            storage.check(law, f"layer {op.name!r}: storage")
+            if law != "linear" and ([getattr(r, "anchor_storage", None) for r in
+                                     readers.get(op.name, [])] != [law]
+                                    or readers[op.name][0].input != op.name):
+                raise ValueError(f"layer {op.name!r}: storage {law!r} needs one reader, "
+                                 f"an SR demux with anchor_storage {law!r}")
+            decodes = getattr(op, "anchor_storage", "linear")
+            if decodes != "linear" and getattr(self._producer(op.input), "storage",
+                                               "linear") != decodes:
+                raise ValueError(f"layer {op.name!r}: anchor_storage {decodes!r} needs its "
+                                 f"input stored so (a Conv with storage {decodes!r})")
+
+    def _producer(self, name):
+        return next((op for op in self.ops if op.name == name), None)
 
     def op(self, name):
         return next(op for op in self.ops if op.name == name)

@@ -263,9 +263,16 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                 raise LoweringError(f"layer {anchor.name!r}: an AnchorResidual must feed the "
                                     "net's last layer, a DepthToSpace of block 2")
             chroma = graph_input.name if luma_input else None
+            law = anchor.storage if anchor else "linear"
+            if law != "linear":  # the sub-pixels' conv stores them companded
+                conv = next((o for o in ops if o.name == source), None)
+                if not isinstance(conv, Conv):
+                    raise LoweringError(f"layer {anchor.name!r}: storage {law!r} needs its "
+                                        "sub-pixels from a convolution")
+                conv.storage = law
             op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma,
                               anchor=anchor and anchor.mode,
-                              anchor_scale=anchor.scale if anchor else 0.5)
+                              anchor_scale=anchor.scale if anchor else 0.5, anchor_storage=law)
             ops.append(op)
             tensor_of[id(layer.output)] = op.name
         else:

@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from workbench.nets import activations
+from workbench.nets import storage as storage_laws
 from workbench.nets.activations import clip_ops
 
 PACKAGE = "workbench"
@@ -244,13 +245,16 @@ class AnchorResidual(keras.layers.Layer):
     it, ``"bilinear"`` is x2 bilinear with half-pixel centres and edge replication
     (0.75 / 0.25 weights per axis).  Before the final :class:`DepthToSpace` of an x2 SR net
     on luma, the net's output is a correction of the anchor: on the GPU the SR demux adds it
-    to the anchor it samples from the input image (:class:`workbench.ir.DepthToSpace`)."""
+    to the anchor it samples from the input image (:class:`workbench.ir.DepthToSpace`).
+    ``storage``: how the 8-bit back end stores ``q`` (:mod:`workbench.nets.storage`; ``"sqrt"``
+    rounds small corrections more finely); it does not change the float function."""
 
-    def __init__(self, mode="nearest", scale=0.5, **kwargs):
+    def __init__(self, mode="nearest", scale=0.5, storage="linear", **kwargs):
         super().__init__(**kwargs)
         if mode not in ("nearest", "bilinear"):
             raise ValueError(f"anchor mode must be 'nearest' or 'bilinear', not {mode!r}")
         self.mode, self.scale = mode, float(scale)
+        self.storage = storage_laws.check(storage, f"layer {self.name!r}: storage")
 
     def call(self, inputs):
         x, q = inputs
@@ -261,7 +265,8 @@ class AnchorResidual(keras.layers.Layer):
         return input_shapes[1]
 
     def get_config(self):
-        return {**super().get_config(), "mode": self.mode, "scale": self.scale}
+        return {**super().get_config(), "mode": self.mode, "scale": self.scale,
+                "storage": self.storage}
 
 
 def anchor_subpixels(x, mode):
@@ -336,10 +341,23 @@ def _round_8bit_ops(x):
 class Quantize8(keras.layers.Layer):
     """Quantisation-aware training: round to a multiple of 1/255 (what an RGBA8 texture
     stores) in the forward pass, identity ("straight-through") gradient.  Placed after an
-    activation in [0, 1]; the shader lowering treats it as a no-op (the texture rounds)."""
+    activation in [0, 1]; the shader lowering treats it as a no-op (the texture rounds).
+    ``law``: the texture's storage law (:mod:`workbench.nets.storage`); with ``"sqrt"`` the
+    value is encoded, rounded and decoded (the value the next layer reads)."""
+
+    def __init__(self, law="linear", **kwargs):
+        super().__init__(**kwargs)
+        self.law = storage_laws.check(law, f"layer {self.name!r}: law")
 
     def call(self, x):
-        return _round_8bit(x) if on_tensorflow() else _round_8bit_ops(x)
+        if self.law == "linear":
+            return _round_8bit(x) if on_tensorflow() else _round_8bit_ops(x)
+        ops = keras.ops
+        v = ops.round(storage_laws.encode(x, self.law, ops) * 255.0) / 255.0
+        return x + ops.stop_gradient(storage_laws.decode(v, self.law, ops) - x)
+
+    def get_config(self):
+        return {**super().get_config(), "law": self.law}
 
     def compute_output_shape(self, input_shape):
         return input_shape

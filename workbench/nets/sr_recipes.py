@@ -16,6 +16,8 @@ Options (each a parameter of :func:`sr_x2_recipe` and :func:`workbench.nets.supe
 * ``loss`` -- ``"l1"``, ``"mse"`` or ``"charbonnier"``.
 * ``anchor`` -- ``"nearest"`` or ``"bilinear"``: output = clip(anchor + s (q - 0.5)), q the
   8-bit L5 output (:class:`layers.AnchorResidual`; on the GPU the SR demux adds it).
+  ``anchor_storage="sqrt"`` stores q companded (:mod:`workbench.nets.storage`): small
+  corrections are rounded more finely, the float net is unchanged.
 
 Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.  Like
 :mod:`workbench.nets.layers`, the layers here run TF's ops under Keras' TensorFlow back end and
@@ -109,7 +111,8 @@ class CollapsibleConv(keras.layers.Layer):
 
 
 def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,
-                 widths=SR_WIDTHS, kernels=SR_KERNELS, groups=SR_GROUPS, scale=2):
+                 anchor_storage="linear", widths=SR_WIDTHS, kernels=SR_KERNELS,
+                 groups=SR_GROUPS, scale=2):
     """The training-time x2 SR net.  With no option it is :func:`models.sr_x2`; layer
     names ``L1``..``L5`` (+ ``_act``, ``_q8``) match it.  See the module docstring."""
     if init not in ("he", "identity"):
@@ -136,9 +139,9 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
                 conv.kernel.assign(kern + identity_kernel(k, kern.shape[2], w, g, outs))
         x = Act("bounded_relu", name=f"L{i}_act")(x)
         if qat:
-            x = Quantize8(name=f"L{i}_q8")(x)
+            x = Quantize8(anchor_storage if last and anchor else "linear", name=f"L{i}_q8")(x)
     if anchor:
-        x = AnchorResidual(anchor, anchor_scale, name="anchor")([inputs, x])
+        x = AnchorResidual(anchor, anchor_scale, anchor_storage, name="anchor")([inputs, x])
     outputs = DepthToSpace(scale, name="subpixels")(x)
     model = keras.Model(inputs, outputs, name="sr_x2_recipe")
     if anchor:  # start at the anchor: L5 output 0.5 (zero kernel above, bias 0.5)
@@ -161,26 +164,33 @@ def collapse(model, quantize=False):
     else:
         plain = sr_x2_recipe(qat=quantize, widths=widths, kernels=kernels, groups=groups,
                              anchor=anchor.mode if anchor else None,
-                             anchor_scale=anchor.scale if anchor else 0.5)
+                             anchor_scale=anchor.scale if anchor else 0.5,
+                             anchor_storage=anchor.storage if anchor else "linear")
     for layer in specs:
         kern = layer.kernel() if isinstance(layer, CollapsibleConv) else layer.kernel
         plain.get_layer(layer.name).set_weights([np.asarray(kern), np.asarray(layer.bias)])
     return plain
 
 
-def with_anchor(model, lumas, anchor="nearest", anchor_scale=0.75):
-    """A trained recipe model without an anchor -> the same recipe with one, as a warm start
-    for fine-tuning: L1..L4 as they are; L5 refitted so that ``anchor + s (q - 0.5)`` gives
-    its old output, the anchor taken as the least-squares fit of the L4 features to it
-    (``lumas``: the net's inputs, HxWx1 LR luma, to fit on; every 4th pixel used).  The fit
-    is not exact (the features carry the anchor only approximately): fine-tuning closes it."""
+def with_anchor(model, lumas, anchor="nearest", anchor_scale=0.75, anchor_storage="linear"):
+    """A trained recipe model -> the same recipe with the given anchor residual, as a warm
+    start for fine-tuning: L1..L4 as they are; L5 refitted so that ``anchor + s (q - 0.5)``
+    gives the old output (the old net's own anchor, if it has one, included).  The change of
+    anchor is taken as the least-squares fit of the L4 features to it (``lumas``: the net's
+    inputs, HxWx1 LR luma, to fit on; every 4th pixel used).  The fit is not exact (the
+    features carry the anchors only approximately): fine-tuning closes it.  With the old
+    net's anchor and scale, only ``anchor_storage`` changes: the float net stays the same."""
     layers = [model.get_layer(f"L{i}") for i in range(1, 6)]
+    names = {l.name for l in model.layers}
+    old_anchor = model.get_layer("anchor") if "anchor" in names else None
     plain = collapse(model)
     probe = keras.Model(plain.input, plain.get_layer("L4_act").output)
     feats, targets = [], []
     for x in lumas:
         h = keras.ops.convert_to_numpy(probe(x[None], training=False))[0]
         a = keras.ops.convert_to_numpy(anchor_subpixels(x[None], anchor))[0]
+        if old_anchor:
+            a = a - keras.ops.convert_to_numpy(anchor_subpixels(x[None], old_anchor.mode))[0]
         feats.append(h.reshape(-1, h.shape[-1])[::4])
         targets.append(a.reshape(-1, a.shape[-1])[::4])
     feats = np.concatenate(feats)
@@ -189,15 +199,18 @@ def with_anchor(model, lumas, anchor="nearest", anchor_scale=0.75):
     expand = layers[0].expand if isinstance(layers[0], CollapsibleConv) else None
     out = sr_x2_recipe(expand=expand, qat=any(isinstance(l, Quantize8) for l in model.layers),
                        init="identity", anchor=anchor, anchor_scale=anchor_scale,
-                       widths=tuple(l.filters for l in layers[:4]),
+                       anchor_storage=anchor_storage, widths=tuple(l.filters for l in layers[:4]),
                        kernels=tuple(l.kernel_size for l in layers[:4]),
                        groups=tuple(l.groups for l in layers[:4]))
     for old in layers[:4]:
         out.get_layer(old.name).set_weights(old.get_weights())
     old = layers[4]
-    kernel = np.asarray(old.kernel() if isinstance(old, CollapsibleConv) else old.kernel)
-    wanted = (kernel[0, 0] - fit[:-1]) / anchor_scale  # (features, 4): q's 1x1 kernel
-    bias = (np.asarray(old.bias) - fit[-1]) / anchor_scale + 0.5
+    kernel = np.asarray(old.kernel() if isinstance(old, CollapsibleConv) else old.kernel)[0, 0]
+    bias = np.asarray(old.bias)
+    if old_anchor:  # the old output in luma units, less the old anchor: s (q - 0.5)
+        kernel, bias = old_anchor.scale * kernel, old_anchor.scale * (bias - 0.5)
+    wanted = (kernel - fit[:-1]) / anchor_scale  # (features, 4): q's 1x1 kernel
+    bias = (bias - fit[-1]) / anchor_scale + 0.5
     if expand:  # the same wide 1x1; the narrow one that multiplies to the wanted kernel
         wide = np.asarray(old.wide)
         narrow = np.linalg.lstsq(wide[0, 0], wanted, rcond=None)[0]

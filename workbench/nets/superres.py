@@ -41,14 +41,15 @@ def epoch_plan(steps, steps_per_epoch):
 def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patch=48,
           learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
           init="identity", expand=None, qat=False, loss="l1", anchor=None, anchor_scale=0.5,
-          widths=None, flips=True, scales=(1.0,), teacher=None, teacher_weight=0.5):
+          anchor_storage="linear", widths=None, flips=True, scales=(1.0,), teacher=None, teacher_weight=0.5):
     """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images, or their
     :func:`workbench.data.datasets.sr_training_pairs`.  ``kernels``: degradations the LR patches are
     made with (one chosen at random per patch).  ``init_model``: path of a ``.keras`` model
     to start from (fine-tuning) instead of a fresh net.  Recipe options (``init``,
-    ``expand``, ``qat``, ``loss``, ``anchor``, ``anchor_scale``): :mod:`workbench.nets.sr_recipes`;
+    ``expand``, ``qat``, ``loss``, ``anchor``, ``anchor_scale``, ``anchor_storage``):
+    :mod:`workbench.nets.sr_recipes`;
     ``widths``: the channels of L1..L4 (default the reference net's, :data:`models.SR_WIDTHS`;
     a member of the family, as ``(32, 16, 16, 12)``).  Augmentation: ``flips``, each patch one of
     the 8 flips/90-degree rotations at random; ``scales``, each image also shrunk by these factors
@@ -67,6 +68,8 @@ def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patc
     recipe = dict(init=init, expand=expand, qat=qat, anchor=anchor, anchor_scale=anchor_scale)
     if widths is not None:
         recipe["widths"] = tuple(widths)
+    if anchor_storage != "linear":  # at its default out of the config (older runs resume)
+        recipe["anchor_storage"] = anchor_storage
 
     def build():
         model = (load_model(init_model) if init_model

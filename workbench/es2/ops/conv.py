@@ -25,7 +25,7 @@ from workbench.es2.shaders import (
 )
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.ir.cost import Cost
-from workbench.nets import activations
+from workbench.nets import activations, storage
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False) -> Pass:
@@ -102,7 +102,11 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         if op.residual:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
         target = f"gl_FragData[{k}]" if many else "gl_FragColor"
-        body.append(f"    {target} = {activations.get(op.activation).glsl.format(x=s)};")
+        out = activations.get(op.activation).glsl.format(x=s)
+        if op.storage != "linear":  # the activation, then its companded value
+            body.append(f"    {s} = {out};")
+            out = storage.ENCODE_GLSL[op.storage].format(x=s)
+        body.append(f"    {target} = {out};")
     source = (header(precision, many) + uniform_declarations(samplers, vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
@@ -144,7 +148,8 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
 
 def emulate(op: ir.Conv, x, residual=None):
     """Convolution + bias (+ residual) + activation of HxWxC ``x`` (float32, or float16 for
-    mediump: the arithmetic follows ``x``'s type), before storage.
+    mediump: the arithmetic follows ``x``'s type), companded by its ``storage`` law, before
+    the 8-bit store.
 
     Summed as the shader sums: the bias, then per tap (row by row) and per input pack of 4
     channels the ``mat4 * vec4`` product (its 4 terms in channel order; a weight 0 where
@@ -175,7 +180,8 @@ def emulate(op: ir.Conv, x, residual=None):
                 out += product
     if residual is not None:
         out += residual[..., :op.cout]
-    return np.asarray(activations.get(op.activation).np_fn(out), F)
+    out = np.asarray(activations.get(op.activation).np_fn(out), F)
+    return np.asarray(storage.encode(out, op.storage), F)
 
 
 def _gathers(op: ir.Conv):

@@ -13,6 +13,7 @@ from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.ir.cost import Cost
+from workbench.nets import storage
 
 
 def fetches(op: ir.DepthToSpace, shapes, pack) -> int:
@@ -26,7 +27,7 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
     of the input image sampled bilinearly (a luma change added equally to R, G and B leaves
     Cb and Cr unchanged, since their weights sum to 0 and Y's to 1).  An ``anchor`` takes its
     luma from the same 4 taps (nearest: the tap of weight >= 0.5 on each axis), no fetch
-    more."""
+    more; its sub-pixel is decoded first if stored companded (``anchor_storage``)."""
     in_packs = op.source_packs(shapes, pack)
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
@@ -64,6 +65,8 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
                  "    vec3 c11 = texture2D(u_image, hi).rgb;",
                  "    vec3 rgb = mix(mix(c00, c10, f.x), mix(c01, c11, f.x), f.y);",
                  "    float y = v.x;"]
+        if op.anchor_storage != "linear":
+            body.append(f"    y = {storage.DECODE_GLSL[op.anchor_storage].format(x='y')};")
         luma = glsl_vec(ir.LUMA, 3)
         if op.anchor:
             # the nearest input pixel is the tap of weight >= 0.5 on each axis
@@ -88,14 +91,15 @@ def passes(op: ir.DepthToSpace, shapes, target: Target) -> list[Pass]:
 def emulate(op: ir.DepthToSpace, x, image=None):
     """``tf.nn.depth_to_space``; with ``image`` (the SR demux) the luma recombined with the
     image's bilinearly upsampled chroma: ``rgb + (y - luma(rgb))``, ``y`` corrected by the
-    anchor's ``clip(a + anchor_scale * (y - 0.5), 0, 1)`` when there is one."""
+    anchor's ``clip(a + anchor_scale * (y - 0.5), 0, 1)`` when there is one (``y`` decoded
+    first by its ``anchor_storage`` law)."""
     h, w, c = x.shape
     b = op.block
     y = x.reshape(h, w, b, b, c // (b * b)).transpose(0, 2, 1, 3, 4).reshape(h * b, w * b, -1)
     if image is None:
         return y
     rgb = bilinear(image[..., :3], b)
-    y = y[..., :1]
+    y = storage.decode(y[..., :1], op.anchor_storage)
     if op.anchor:
         a = (luma(rgb) if op.anchor == "bilinear"
              else luma(image[..., :3]).repeat(b, axis=0).repeat(b, axis=1))

@@ -1,0 +1,43 @@
+"""How a value in [0, 1] is stored in an 8-bit texture channel: its storage law, each form
+(numpy or ``keras.ops``, and GLSL) defined once, side by side.
+
+* ``"linear"`` -- the value itself, rounded to a multiple of 1/255 (every tensor of a net).
+* ``"sqrt"`` -- companded about 0.5: ``v = 0.5 + sign(t) sqrt(|t| / 2)``, ``t = q - 0.5``, read
+  back as ``q = 0.5 + 2 (v - 0.5) |v - 0.5|`` (exact inverses on [0, 1]).  The steps are finest
+  near 0.5 (the two levels around it 1/255**2 apart) and ~2/255 at 0 and 1: for an SR net's
+  anchor correction, small almost everywhere, the rounding error is several times smaller.
+
+The code generators fill the GLSL templates in with ``template.format(x=...)`` (a float or
+vec expression, used more than once: pass a variable).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LAWS = ("linear", "sqrt")
+ENCODE_GLSL = {"sqrt": "(0.5 + sign({x} - 0.5) * sqrt(abs({x} - 0.5) * 0.5))"}
+DECODE_GLSL = {"sqrt": "(0.5 + 2.0 * ({x} - 0.5) * abs({x} - 0.5))"}
+
+
+def check(law: str, where: str = "storage") -> str:
+    """``law`` if it is one of :data:`LAWS`, else a ValueError naming ``where``."""
+    if law not in LAWS:
+        raise ValueError(f"{where} must be one of {', '.join(LAWS)}, not {law!r}")
+    return law
+
+
+def encode(q, law: str, xp=np):
+    """Value(s) ``q`` in [0, 1] -> what the texture stores, before its rounding (``xp``: numpy,
+    or ``keras.ops``; numpy keeps a float16 input in float16, as the emulator's mediump)."""
+    if law == "linear":
+        return q
+    t = q - 0.5
+    return 0.5 + xp.sign(t) * xp.sqrt(xp.abs(t) * 0.5)
+
+
+def decode(v, law: str, xp=np):
+    """What a texture stores -> the value it stands for (the inverse of :func:`encode`)."""
+    if law == "linear":
+        return v
+    t = v - 0.5
+    return 0.5 + 2.0 * t * xp.abs(t)
