@@ -80,12 +80,15 @@ def test_keras_net_written_as_onnx_gives_the_same_shaders(opset, pixel_shuffle):
     assert [p.source for p in ours.passes] == [p.source for p in theirs.passes]
 
 
-@pytest.mark.parametrize("anchor", ["nearest", "bilinear"])
+@pytest.mark.parametrize("anchor,law", [("nearest", "linear"), ("bilinear", "linear"),
+                                        ("nearest", "sqrt")])
 @pytest.mark.parametrize("pixel_shuffle", ["crd", "reshape"])
-def test_anchor_residual_written_as_onnx_gives_the_same_shaders(anchor, pixel_shuffle):
-    # written as PyTorch writes clamp(F.interpolate(x) + s * (pixel_shuffle(q) - 0.5), 0, 1)
+def test_anchor_residual_written_as_onnx_gives_the_same_shaders(anchor, law, pixel_shuffle):
+    # written as PyTorch writes clamp(F.interpolate(x) + s * (pixel_shuffle(q) - 0.5), 0, 1);
+    # a storage law other than linear travels as the model's metadata
     keras.utils.set_random_seed(2)
-    keras_model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75)
+    keras_model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75,
+                               anchor_storage=law)
     kernel, bias = keras_model.get_layer("L5").get_weights()
     keras_model.get_layer("L5").set_weights([RNG.normal(0, 0.2, kernel.shape), bias])
     size = (20, 24) if pixel_shuffle == "reshape" else None
@@ -95,7 +98,9 @@ def test_anchor_residual_written_as_onnx_gives_the_same_shaders(anchor, pixel_sh
     luma = bundle.tf_output(keras_model, ir.from_keras(keras_model), x)
     np.testing.assert_allclose(bundle.tf_output(model, ir.from_onnx(model), x), luma, atol=1e-5)
     demux = ir.from_onnx(model).ops[-1]
-    assert (demux.anchor, demux.anchor_scale) == (anchor, 0.75)
+    assert (demux.anchor, demux.anchor_scale, demux.anchor_storage) == (anchor, 0.75, law)
+    assert {p.key: p.value for p in model.proto.metadata_props}.get(
+        "workbench.anchor_storage", "linear") == law
     ours, theirs = es2.compile(keras_model), es2.compile(model)
     assert [p.source for p in ours.passes] == [p.source for p in theirs.passes]
 
@@ -170,3 +175,14 @@ def test_a_model_with_a_fixed_batch_of_one_runs_image_by_image():
     name = proto.graph.node[0].output[0]
     np.testing.assert_array_equal(model.tensors(x, [name])[name][2],
                                   model.tensors(x[2:], [name])[name][0])
+
+
+def test_an_unknown_anchor_storage_in_the_metadata_is_named():
+    keras_model = sr_x2_recipe(init="identity", anchor="nearest", anchor_scale=0.75)
+    proto = to_onnx(ir.from_keras(keras_model), 17)
+    import onnx
+
+    onnx.helper.set_model_props(proto, {"workbench.anchor_storage": "log"})
+    with pytest.raises(ValueError, match="metadata workbench.anchor_storage must be one of "
+                                         "linear, sqrt, not 'log'"):
+        ir.from_onnx(proto)

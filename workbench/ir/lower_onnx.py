@@ -34,6 +34,7 @@ from workbench.ir.graph import (
     Upsample,
 )
 from workbench.ir.lower import LoweringError, check_demux_size, check_finite, fold_batchnorm
+from workbench.nets import storage
 
 OPSET_MIN = 11
 
@@ -124,6 +125,9 @@ class _Lowering:
         self.tensor_of = {inputs[0].name: self.input.name}  # ONNX tensor -> IR tensor
         self.origin = {self.input.name: inputs[0].name}     # IR tensor -> ONNX tensor
         self.special = {}   # ONNX tensor -> ("pooled" | "flat", IR tensor) or ("reshape6", ...)
+        props = {p.key: p.value for p in proto.metadata_props}
+        self.anchor_storage = props.get(ANCHOR_STORAGE, "linear")  # an 8-bit storage law
+        storage.check(self.anchor_storage, f"model {graph.name!r}: metadata {ANCHOR_STORAGE}")
         self.ops, self.names = [], set()
         self.uses = Counter(i for n in graph.node for i in n.input if i)
         self.uses.update(o.name for o in graph.output)
@@ -315,6 +319,11 @@ def _activation(low, node, attrs):
         if node.op_type != "Clip" or [None if v is None else float(v) for v in bounds] != [0, 1]:
             low.refuse(node, f"an anchor residual ends in Clip(0, 1): {ANCHOR}")
         demux.anchor, demux.anchor_scale = how, s
+        if low.anchor_storage != "linear":  # the sub-pixels' conv stores them so
+            conv = next(op for op in low.ops if op.name == demux.input)
+            if not isinstance(conv, Conv):
+                low.refuse(node, f"{ANCHOR_STORAGE}: the sub-pixels must come from a Conv")
+            conv.storage = demux.anchor_storage = low.anchor_storage
         low.set(node.output[0], demux.name)
         return
     op = low.last(node, node.input[0], (Conv, Add), "an activation")
@@ -502,6 +511,9 @@ def _resize(low, node, attrs):
 # A luma net's anchor residual, clamp(up(luma) + s * (depth_to_space(q) - 0.5), 0, 1), node
 # by node: each step a special tensor of the demux, the Clip completes it.
 ANCHOR = "clamp(up(input) + s * (pixel_shuffle(q) - 0.5), 0, 1) after the last DepthToSpace"
+# Model metadata (``metadata_props``) that asks for the anchor's sub-pixels to be stored by a
+# law of workbench.nets.storage on the GPU ("sqrt"); to_onnx writes it, a PyTorch user may add it.
+ANCHOR_STORAGE = "workbench.anchor_storage"
 
 
 def _anchor_step(low, node, attrs):

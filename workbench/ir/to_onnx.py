@@ -6,7 +6,8 @@ Sigmoid, MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShu
 DepthToSpace in CRD mode, or its Reshape-Transpose-Reshape; the conv before it writes its
 channels in that order), GlobalAveragePool + Flatten + Gemm (+ Softmax).  A luma net's
 input and output are its luma (the RGB demux is the workbench's, outside the model); its
-anchor as ``torch.clamp(F.interpolate(luma) + s * (pixel_shuffle(q) - 0.5), 0, 1)``.
+anchor as ``torch.clamp(F.interpolate(luma) + s * (pixel_shuffle(q) - 0.5), 0, 1)``, and its
+8-bit storage law, if not linear, as the model's metadata ``workbench.anchor_storage``.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from workbench.ir.graph import Add, Concat, Conv, Dense, DepthToSpace, Graph, Pool, Upsample
 from workbench.ir.graph import conv_pads, explicit_pads
+from workbench.ir.lower_onnx import ANCHOR_STORAGE
 
 ACTIVATIONS = ("linear", "bounded_relu", "sigmoid")
 
@@ -151,5 +153,8 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
                           [helper.make_tensor_value_info("output", TensorProto.FLOAT, out_shape)],
                           inits),
         opset_imports=[helper.make_opsetid("", opset)], producer_name="workbench")
+    laws = {getattr(op, "anchor_storage", "linear") for op in graph.ops} - {"linear"}
+    if laws:  # an 8-bit storage law is not ONNX's: metadata that from_onnx reads back
+        helper.set_model_props(model, {ANCHOR_STORAGE: laws.pop()})
     onnx.checker.check_model(model)
     return model
