@@ -110,8 +110,9 @@ def export(run_dir, stem="models/sr_x2_reference"):
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
     steps_done = len(history["loss"]) * config["steps_per_epoch"]
     options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale",
-                                      "anchor_storage", "loss", "batch", "patch", "learning_rate", "seed", "flips",
-                                      "scales", "init_model", "teacher", "teacher_weight")
+                                      "anchor_storage", "loss", "batch", "patch", "learning_rate",
+                                      "seed", "flips", "scales", "init_model", "teacher",
+                                      "teacher_weight")
                if k in config}
     anchor, law = config.get("anchor"), config.get("anchor_storage", "linear")
     net = "sr_x2 (workbench.nets.models)" + (

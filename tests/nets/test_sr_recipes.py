@@ -92,7 +92,7 @@ def test_sqrt_storage_keeps_the_float_net_and_rounds_in_the_companded_domain(tmp
     x = np.random.default_rng(12).random((2, 9, 8, 1), np.float32)
     companded = with_anchor(model, list(x), "nearest", 0.75, anchor_storage="sqrt")
     assert companded.get_layer("anchor").storage == "sqrt"
-    assert companded.get_layer("L5_q8").law == "sqrt" and companded.get_layer("L4_q8").law == "linear"
+    assert [companded.get_layer(f"L{i}_q8").law for i in (4, 5)] == ["linear", "sqrt"]
     np.testing.assert_allclose(collapse(companded)(x), collapse(model)(x), atol=1e-6)
     plain = collapse(companded, quantize=True)
     probe = keras.Model(plain.input, [plain.get_layer("L5_act").output,

@@ -41,7 +41,8 @@ def epoch_plan(steps, steps_per_epoch):
 def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patch=48,
           learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
           init="identity", expand=None, qat=False, loss="l1", anchor=None, anchor_scale=0.5,
-          anchor_storage="linear", widths=None, flips=True, scales=(1.0,), teacher=None, teacher_weight=0.5):
+          anchor_storage="linear", widths=None, flips=True, scales=(1.0,), teacher=None,
+          teacher_weight=0.5):
     """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images, or their
