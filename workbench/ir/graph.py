@@ -375,7 +375,7 @@ class Graph:
     def __post_init__(self):
         """A companded tensor (a Conv's ``storage``) is read by one op that decodes it: the
         SR demux with the same ``anchor_storage``."""
-        readers = {}
+        readers, by_name = {}, {op.name: op for op in self.ops}
         for op in self.ops:
             for tensor in reads(op):
                 readers.setdefault(tensor, []).append(op)
@@ -388,13 +388,10 @@ class Graph:
                 raise ValueError(f"layer {op.name!r}: storage {law!r} needs one reader, "
                                  f"an SR demux with anchor_storage {law!r}")
             decodes = getattr(op, "anchor_storage", "linear")
-            if decodes != "linear" and getattr(self._producer(op.input), "storage",
+            if decodes != "linear" and getattr(by_name.get(op.input), "storage",
                                                "linear") != decodes:
                 raise ValueError(f"layer {op.name!r}: anchor_storage {decodes!r} needs its "
                                  f"input stored so (a Conv with storage {decodes!r})")
-
-    def _producer(self, name):
-        return next((op for op in self.ops if op.name == name), None)
 
     def op(self, name):
         return next(op for op in self.ops if op.name == name)

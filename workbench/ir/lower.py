@@ -264,12 +264,8 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                                     "net's last layer, a DepthToSpace of block 2")
             chroma = graph_input.name if luma_input else None
             law = anchor.storage if anchor else "linear"
-            if law != "linear":  # the sub-pixels' conv stores them companded
-                conv = next((o for o in ops if o.name == source), None)
-                if not isinstance(conv, Conv):
-                    raise LoweringError(f"layer {anchor.name!r}: storage {law!r} needs its "
-                                        "sub-pixels from a convolution")
-                conv.storage = law
+            if anchor:
+                store_subpixels(ops, source, law, f"layer {anchor.name!r}")
             op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma,
                               anchor=anchor and anchor.mode,
                               anchor_scale=anchor.scale if anchor else 0.5, anchor_storage=law)
@@ -290,6 +286,18 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
         if isinstance(op, DepthToSpace) and op.chroma_from:
             check_demux_size(op, shapes)
     return graph
+
+
+def store_subpixels(ops, source, law, where):
+    """The SR demux reads its sub-pixels ``source`` stored by ``law`` (:mod:`workbench.nets.
+    storage`): the conv among ``ops`` that makes them stores them so.  ``where`` names the
+    layer or node in the error."""
+    if law == "linear":
+        return
+    conv = next((op for op in ops if op.name == source), None)
+    if not isinstance(conv, Conv):
+        raise LoweringError(f"{where}: storage {law!r} needs its sub-pixels from a convolution")
+    conv.storage = law
 
 
 def check_demux_size(op, shapes):

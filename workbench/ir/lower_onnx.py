@@ -33,7 +33,8 @@ from workbench.ir.graph import (
     Pool,
     Upsample,
 )
-from workbench.ir.lower import LoweringError, check_demux_size, check_finite, fold_batchnorm
+from workbench.ir.lower import (LoweringError, check_demux_size, check_finite, fold_batchnorm,
+                                store_subpixels)
 from workbench.nets import storage
 
 OPSET_MIN = 11
@@ -319,11 +320,9 @@ def _activation(low, node, attrs):
         if node.op_type != "Clip" or [None if v is None else float(v) for v in bounds] != [0, 1]:
             low.refuse(node, f"an anchor residual ends in Clip(0, 1): {ANCHOR}")
         demux.anchor, demux.anchor_scale = how, s
-        if low.anchor_storage != "linear":  # the sub-pixels' conv stores them so
-            conv = next(op for op in low.ops if op.name == demux.input)
-            if not isinstance(conv, Conv):
-                low.refuse(node, f"{ANCHOR_STORAGE}: the sub-pixels must come from a Conv")
-            conv.storage = demux.anchor_storage = low.anchor_storage
+        demux.anchor_storage = low.anchor_storage
+        store_subpixels(low.ops, demux.input, low.anchor_storage,
+                        f"node {node.name or node.output[0]!r} ({node.op_type})")
         low.set(node.output[0], demux.name)
         return
     op = low.last(node, node.input[0], (Conv, Add), "an activation")

@@ -149,6 +149,11 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
     return model
 
 
+def anchor_of(model):
+    """The recipe model's :class:`AnchorResidual` layer (named ``anchor``), or None."""
+    return next((layer for layer in model.layers if layer.name == "anchor"), None)
+
+
 def collapse(model, quantize=False):
     """A recipe model -> the deployable net: :func:`models.sr_x2` (or, with an anchor, the
     same layers + :class:`AnchorResidual`) with each CollapsibleConv's collapsed kernel.
@@ -157,8 +162,7 @@ def collapse(model, quantize=False):
     widths = tuple(l.filters for l in specs[:4])
     kernels = tuple(l.kernel_size for l in specs[:4])
     groups = tuple(l.groups for l in specs[:4])
-    names = {l.name for l in model.layers}
-    anchor = model.get_layer("anchor") if "anchor" in names else None
+    anchor = anchor_of(model)
     if not quantize and anchor is None:
         plain = sr_x2(widths, kernels, groups)
     else:
@@ -181,8 +185,7 @@ def with_anchor(model, lumas, anchor="nearest", anchor_scale=0.75, anchor_storag
     features carry the anchors only approximately): fine-tuning closes it.  With the old
     net's anchor and scale, only ``anchor_storage`` changes: the float net stays the same."""
     layers = [model.get_layer(f"L{i}") for i in range(1, 6)]
-    names = {l.name for l in model.layers}
-    old_anchor = model.get_layer("anchor") if "anchor" in names else None
+    old_anchor = anchor_of(model)
     plain = collapse(model)
     probe = keras.Model(plain.input, plain.get_layer("L4_act").output)
     feats, targets = [], []

@@ -180,8 +180,7 @@ def emulate(op: ir.Conv, x, residual=None):
                 out += product
     if residual is not None:
         out += residual[..., :op.cout]
-    out = np.asarray(activations.get(op.activation).np_fn(out), F)
-    return np.asarray(storage.encode(out, op.storage), F)
+    return np.asarray(storage.encode(activations.get(op.activation).np_fn(out), op.storage), F)
 
 
 def _gathers(op: ir.Conv):
