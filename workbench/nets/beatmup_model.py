@@ -1,0 +1,253 @@
+"""Beatmup's model files read as data: a chunk file becomes a Keras model with its weights.
+
+Beatmup is the reference articles' C++ library (GPL-3.0); the workbench runs it only as a
+separate program (:mod:`workbench.gl.beatmup`) and reads its files, as here.
+
+A chunk file is a sequence of chunks, each ``uint32 id length, id, uint32 size, data``
+(little-endian).  Chunk ``""`` describes the model as YAML: ``ops`` (in execution order, each
+with ``_name`` and ``_type``) and ``connections`` (``from``, ``to``, optional ``to_input``: 1
+is a conv's residual input, added before its activation; optional ``shuffle: n``: the packs of
+4 channels are sent in the order :func:`workbench.nets.layers.shuffle_order` gives for step
+n).  Chunk ``labels`` holds the class names, one a line; ``<op>/w`` and ``<op>/b`` the
+float32 weights: conv filters in TensorFlow's HWIO order (I the input channels of a group;
+index ``o + O (i + I (x + k y))``, though its docs say OIHW), a dense layer's matrix
+row-major (outputs x inputs), ``y = A x + b``.
+
+The ops taken: ``image_sampler`` (the input step: :func:`sample`), ``conv2d`` (groups,
+stride, valid / same padding, bias, activation ``default`` = ReLU bounded to [0, 1] or
+``sigmoid_like``), ``pooling2d`` (max / average; an average over the whole map before the
+dense layer is a global average pool), ``dense``, ``softmax``.  Anything else is refused in
+one line naming the op.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import numpy as np
+import yaml
+
+from workbench.nets.layers import Act, GroupConv2D, Shuffle
+
+ACTIVATIONS = {"default": "bounded_relu", "sigmoid_like": "sigmoid_like"}
+
+
+class BeatmupModelError(ValueError):
+    """A chunk file that cannot be read as a model; the message names the file and the op."""
+
+
+@dataclass(frozen=True)
+class InputStep:
+    """Beatmup's ``image_sampler``: the picture centre-cropped to the output's aspect (when
+    ``center_crop``) and resampled to ``width`` x ``height`` (bilinear when ``linear``)."""
+
+    width: int
+    height: int
+    center_crop: bool = True
+    linear: bool = True
+
+
+def read_chunks(path) -> dict[str, bytes]:
+    """The chunks of the file at ``path``, id -> bytes."""
+    path = Path(path)
+    data = path.read_bytes()
+    chunks, i = {}, 0
+    while i < len(data):
+        try:
+            (n,) = struct.unpack_from("<I", data, i)
+            name = data[i + 4:i + 4 + n].decode()
+            (size,) = struct.unpack_from("<I", data, i + 4 + n)
+        except (struct.error, UnicodeDecodeError):
+            raise BeatmupModelError(f"{path}: not a Beatmup chunk file (bad chunk header at "
+                                    f"byte {i})") from None
+        start = i + 8 + n
+        if start + size > len(data):
+            raise BeatmupModelError(f"{path}: truncated (chunk {name!r} needs {size} bytes, "
+                                    f"{len(data) - start} are left)")
+        chunks[name], i = data[start:start + size], start + size
+    if "" not in chunks:
+        raise BeatmupModelError(f"{path}: no model description (the chunk named '')")
+    return chunks
+
+
+def description(chunks, path="model") -> tuple[list[dict], list[dict]]:
+    """``(ops, connections)`` of the model description chunk."""
+    try:
+        spec = yaml.safe_load(chunks[""].decode())
+        ops, connections = spec["ops"], spec.get("connections") or []
+        if not all(isinstance(op, dict) and "_name" in op and "_type" in op for op in ops):
+            raise TypeError("an op without _name or _type")
+    except (yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise BeatmupModelError(f"{path}: unreadable model description ({e})") from None
+    return ops, connections
+
+
+def labels(path) -> list[str]:
+    """The class names of the chunk file at ``path`` (empty when it has none)."""
+    text = read_chunks(path).get("labels", b"").decode()
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def input_step(path) -> InputStep:
+    """The model's input step (its ``image_sampler`` op)."""
+    ops, _ = description(read_chunks(path), path)
+    sampler = next((op for op in ops if op["_type"] == "image_sampler"), None)
+    if sampler is None:
+        raise BeatmupModelError(f"{path}: no image_sampler op (the net's input)")
+    return _input_step(sampler)
+
+
+def _input_step(op) -> InputStep:
+    return InputStep(int(op["output_width"]), int(op["output_height"]),
+                     bool(op.get("center_crop", True)), bool(op.get("linear_interp", True)))
+
+
+def sample(image, step: InputStep) -> np.ndarray:
+    """``image`` (HxWx3 uint8 RGB, any size) through the input step: HxWx3 uint8 of the step's
+    size.  Output pixel ``j`` of ``n`` samples the crop at ``a + (b - a) j / (n - 1)``, ``a``
+    and ``b`` the crop's first and last pixel centres (the crop is the centred region of the
+    output's aspect, its margins fractional), bilinearly between the 4 nearest pixels (or the
+    nearest one), rounded to 8 bits as a texture stores it."""
+    image = np.asarray(image)
+    h, w = image.shape[:2]
+    if step.center_crop and w * step.height > h * step.width:
+        margins = (0.0, 0.5 * (w - h * step.width / step.height))
+    elif step.center_crop:
+        margins = (0.5 * (h - w * step.height / step.width), 0.0)
+    else:
+        margins = (0.0, 0.0)
+    ys, xs = (np.linspace(m, size - 1 - m, n, dtype=np.float64)
+              for m, size, n in zip(margins, (h, w), (step.height, step.width)))
+    if not step.linear:
+        return image[np.floor(ys + 0.5).astype(int)][:, np.floor(xs + 0.5).astype(int)]
+    y0, x0 = (np.clip(np.floor(v).astype(int), 0, n - 1) for v, n in ((ys, h), (xs, w)))
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
+    img = image.astype(np.float64)
+    top = img[y0][:, x0] * (1 - fx) + img[y0][:, x1] * fx
+    bottom = img[y1][:, x0] * (1 - fx) + img[y1][:, x1] * fx
+    return np.clip(np.round(top * (1 - fy) + bottom * fy), 0, 255).astype(np.uint8)
+
+
+def load(path) -> keras.Model:
+    """The chunk file at ``path`` as a Keras model: input RGB in [0, 1] of the input step's
+    size (the sampled picture, :func:`sample`), output the softmax probabilities; layer names
+    are the ops' names.  ``model.beatmup_input`` is the :class:`InputStep`,
+    ``model.class_names`` the labels."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    chunks = read_chunks(path)
+    ops, connections = description(chunks, path)
+    builder = _Builder(path, chunks, connections)
+    for op in ops:
+        builder.add(op)
+    if builder.inputs is None or builder.last is None:
+        raise BeatmupModelError(f"{path}: the model has no image_sampler input or no ops")
+    model = keras.Model(builder.inputs, builder.tensors[builder.last], name=path.stem)
+    model.beatmup_input = builder.step
+    model.class_names = labels(path)
+    return model
+
+
+class _Builder:
+    """Keras tensors made op by op, in the description's order."""
+
+    def __init__(self, path, chunks, connections):
+        self.path, self.chunks = path, chunks
+        self.incoming: dict[str, dict[int, dict]] = {}
+        for c in connections:
+            self.incoming.setdefault(c["to"], {})[int(c.get("to_input", 0))] = c
+        self.tensors, self.inputs, self.step, self.last = {}, None, None, None
+
+    def fail(self, op, why):
+        raise BeatmupModelError(f"{self.path}: op {op['_name']!r} ({op['_type']}): {why}")
+
+    def source(self, op, index=0):
+        """The tensor connected to input ``index`` of ``op`` (shuffled as the connection
+        says), or None."""
+        c = self.incoming.get(op["_name"], {}).get(index)
+        if c is None:
+            return None
+        if c["from"] not in self.tensors:
+            self.fail(op, f"its input {c['from']!r} is not an earlier op")
+        x, step = self.tensors[c["from"]], int(c.get("shuffle", 0))
+        if step:
+            x = Shuffle(step, name=f"{op['_name']}_shuffle{index}")(x)
+        return x
+
+    def weights(self, op, suffix, count):
+        raw = self.chunks.get(f"{op['_name']}/{suffix}")
+        if raw is None or len(raw) != 4 * count:
+            self.fail(op, f"chunk '{op['_name']}/{suffix}' should hold {count} float32 values, "
+                          f"has {'none' if raw is None else len(raw) // 4}")
+        return np.frombuffer(raw, "<f4").astype(np.float32)
+
+    def add(self, op):
+        kind = op["_type"]
+        handler = getattr(self, f"_{kind}", None)
+        if handler is None:
+            self.fail(op, "not taken (the importer takes image_sampler, conv2d, pooling2d, "
+                          "dense and softmax)")
+        if kind != "image_sampler":
+            x = self.source(op)
+            if x is None:
+                self.fail(op, "nothing is connected to its input")
+            self.tensors[op["_name"]] = handler(op, x)
+        else:
+            self.tensors[op["_name"]] = handler(op)
+        self.last = op["_name"]
+
+    def _image_sampler(self, op):
+        if self.inputs is not None:
+            self.fail(op, "a second input")
+        self.step = _input_step(op)
+        self.inputs = keras.Input((self.step.height, self.step.width, 3), name=op["_name"])
+        return self.inputs
+
+    def _conv2d(self, op, x):
+        k, cin, cout = int(op["kernel_size"]), int(op["input_channels"]), int(op["output_channels"])
+        groups, bias = int(op.get("groups", 1)), bool(op.get("use_bias", True))
+        activation = ACTIVATIONS.get(op.get("activation", "default"))
+        if activation is None:
+            self.fail(op, f"activation {op['activation']!r} not taken (only "
+                          f"{', '.join(ACTIVATIONS)})")
+        if int(x.shape[-1]) != cin:
+            self.fail(op, f"input_channels {cin}, but its input has {x.shape[-1]}")
+        layer = GroupConv2D(cout, k, groups=groups, strides=int(op.get("stride", 1)),
+                            padding=str(op.get("padding", "valid")), use_bias=bias,
+                            name=op["_name"])
+        y = layer(x)
+        kernel = self.weights(op, "w", cout * cin // groups * k * k).reshape(k, k, -1, cout)
+        layer.set_weights([kernel, self.weights(op, "b", cout)] if bias else [kernel])
+        residual = self.source(op, 1)
+        if residual is not None:
+            y = keras.layers.Add(name=f"{op['_name']}_add")([y, residual])
+        return Act(activation, name=f"{op['_name']}_act")(y)
+
+    def _pooling2d(self, op, x):
+        size, stride = int(op["size"]), int(op.get("stride", 1))
+        padding, kind = str(op.get("padding", "valid")), op.get("operator", "max")
+        if kind not in ("max", "average"):
+            self.fail(op, f"operator {kind!r} (max or average)")
+        whole = (x.shape[1], x.shape[2]) == (size, size) and padding == "valid"
+        if kind == "average" and whole:
+            return keras.layers.GlobalAveragePooling2D(name=op["_name"])(x)
+        pool = keras.layers.MaxPooling2D if kind == "max" else keras.layers.AveragePooling2D
+        return pool(size, stride, padding, name=op["_name"])(x)
+
+    def _dense(self, op, x):
+        if x.ndim != 2:
+            self.fail(op, "takes a pooled vector (an average pooling over the whole map "
+                          "before it)")
+        n, bias = int(op["output_dims"]), bool(op.get("use_bias", True))
+        layer = keras.layers.Dense(n, use_bias=bias, name=op["_name"])
+        y = layer(x)
+        matrix = self.weights(op, "w", n * int(x.shape[-1])).reshape(n, -1).T
+        layer.set_weights([matrix, self.weights(op, "b", n)] if bias else [matrix])
+        return y
+
+    def _softmax(self, op, x):
+        return keras.layers.Softmax(name=op["_name"])(x)
