@@ -24,11 +24,11 @@ from workbench.ir.graph import (
                                 softmax,
                                 uniform_values,
 )
-from workbench.ir.front import from_model
+from workbench.ir.front import from_beatmup, from_model
 from workbench.ir.lower import LoweringError, from_keras
 from workbench.ir.lower_onnx import from_onnx, is_onnx
 
 __all__ = ["Cost", "LUMA", "PACK", "OP_TYPES", "Add", "Concat", "Conv", "Dense", "DepthToSpace",
            "Graph", "Input", "Pool", "Upsample", "packs", "reads", "softmax", "conv_out_hw", "conv_pads",
-           "uniform_values", "LoweringError", "from_keras", "from_onnx", "from_model", "is_onnx",
+           "uniform_values", "LoweringError", "from_keras", "from_onnx", "from_model", "from_beatmup", "is_onnx",
            "explicit_pads"]

@@ -1,10 +1,12 @@
 """The front ends: a Keras model (:func:`workbench.ir.from_keras`) or an ONNX model
-(:func:`workbench.ir.from_onnx`) lowered to the IR by one call."""
+(:func:`workbench.ir.from_onnx`) lowered to the IR by one call; a Beatmup chunk file
+(:func:`from_beatmup`) through its Keras model."""
 from __future__ import annotations
 
 from workbench.ir.graph import Graph
 from workbench.ir.lower import from_keras
 from workbench.ir.lower_onnx import from_onnx, is_onnx
+from workbench.nets import beatmup_model
 
 
 def from_model(model, luma_input=None, dense="fixed16") -> Graph:
@@ -12,3 +14,9 @@ def from_model(model, luma_input=None, dense="fixed16") -> Graph:
     :class:`~workbench.nets.onnx_model.OnnxModel`) as a :class:`Graph`."""
     lower = from_onnx if is_onnx(model) else from_keras
     return lower(model, luma_input=luma_input, dense=dense)
+
+
+def from_beatmup(path, dense="fixed16") -> Graph:
+    """The net of Beatmup's chunk file at ``path`` (its weights as they are; input: the RGB
+    picture after its input step, :func:`workbench.nets.beatmup_model.sample`)."""
+    return from_keras(beatmup_model.load(path), dense=dense)

@@ -72,6 +72,14 @@ def read_chunks(path) -> dict[str, bytes]:
     return chunks
 
 
+def write_chunks(path, chunks: dict[str, bytes]):
+    """Write ``chunks`` (id -> bytes) as a chunk file at ``path`` (the format above)."""
+    with open(path, "wb") as f:
+        for name, data in chunks.items():
+            key = name.encode()
+            f.write(struct.pack("<I", len(key)) + key + struct.pack("<I", len(data)) + data)
+
+
 def description(chunks, path="model") -> tuple[list[dict], list[dict]]:
     """``(ops, connections)`` of the model description chunk."""
     try:
@@ -223,6 +231,10 @@ class _Builder:
         kernel = self.weights(op, "w", cout * cin // groups * k * k).reshape(k, k, -1, cout)
         layer.set_weights([kernel, self.weights(op, "b", cout)] if bias else [kernel])
         residual = self.source(op, 1)
+        if residual is not None and residual.shape[1:] != y.shape[1:]:
+            source = self.incoming[op["_name"]][1]["from"]
+            self.fail(op, f"its residual input {source!r} is {'x'.join(map(str, residual.shape[1:]))}, "
+                          f"its output {'x'.join(map(str, y.shape[1:]))}")
         if residual is not None:
             y = keras.layers.Add(name=f"{op['_name']}_add")([y, residual])
         return Act(activation, name=f"{op['_name']}_act")(y)

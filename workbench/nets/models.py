@@ -23,7 +23,7 @@ from pathlib import Path
 
 import keras
 
-from workbench.nets import onnx_model
+from workbench.nets import beatmup_model, onnx_model
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D  # registers the custom layers
 
 
@@ -36,12 +36,17 @@ def load_model(path, input_size=None) -> keras.Model:
     name the file: a missing file, or one that is not a readable model (corrupt, truncated).
     An ``.onnx`` file gives an :class:`workbench.nets.onnx_model.OnnxModel` (called as a
     Keras model is, ONNX Runtime computing); ``input_size`` ``(height, width)`` fixes its
-    dynamic input size (a Keras model has its own)."""
+    dynamic input size (a Keras model has its own).  A Beatmup chunk file (``.chunks``) gives
+    its net as a Keras model (:func:`workbench.nets.beatmup_model.load`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
     if path.suffix == ".onnx":
         return onnx_model.load(path, input_size)
+    if path.suffix.lower() == ".chunks":
+        if input_size is not None:
+            raise ValueError(f"{path}: a Beatmup model has its own input size (its image_sampler)")
+        return beatmup_model.load(path)
     if input_size is not None:
         raise ValueError(f"{path}: an input size is for ONNX models with a dynamic size; a "
                          "Keras model has its own (keras.Input((height, width, channels)))")
