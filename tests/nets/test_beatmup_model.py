@@ -180,3 +180,22 @@ def test_the_dog_classifier_on_the_gpu_is_the_emulator_op_by_op_and_tf_top1(dogs
         diff = np.concatenate(diffs)
         assert diff.max() <= 1 and np.mean(diff == 0) >= 0.9999
         assert net.run(image).argmax() == expected
+
+
+@needs_dogs
+def test_the_dog_classifier_through_es31_and_onnx_is_tf(dogs):
+    """The ONNX export writes the sigmoid-like activation and the pack shuffles as PyTorch
+    would (Mul / Clip / Add, Gather); ONNX Runtime and the ES 3.1 kernels compute what TF
+    does."""
+    from skimage import data
+
+    from workbench import es31
+    from workbench.ir.to_onnx import to_onnx
+    from workbench.nets.onnx_model import OnnxModel
+
+    model, net = dogs
+    image = bm.sample(data.chelsea(), model.beatmup_input).astype(np.float32) / 255
+    tf_probs = model.predict(image[None], verbose=0)[0]
+    onnx_probs = OnnxModel(to_onnx(net.graph))(image[None])[0]
+    np.testing.assert_allclose(onnx_probs, tf_probs, atol=1e-5)
+    np.testing.assert_allclose(es31.compile(model).run(image), tf_probs, atol=1e-5)

@@ -2,7 +2,9 @@
 
 For nets made in Keras that should enter as a PyTorch user's would (the tests of the ONNX
 front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + Clip(0, 1) or
-Sigmoid, MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShuffle (a
+Sigmoid (the sigmoid-like activation as ``torch.clamp(0.05 x + torch.clamp(0.1 x, -0.05, 0.05)
++ torch.clamp(0.05 x, -0.125, 0.125) + 0.5, 0, 1)``), a pack shuffle as ``x[:, index]``
+(Gather), MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShuffle (a
 DepthToSpace in CRD mode, or its Reshape-Transpose-Reshape; the conv before it writes its
 channels in that order), GlobalAveragePool + Flatten + Gemm (+ Softmax).  A luma net's
 input and output are its luma (the RGB demux is the workbench's, outside the model); its
@@ -17,7 +19,7 @@ from workbench.ir.graph import Add, Concat, Conv, Dense, DepthToSpace, Graph, Po
 from workbench.ir.graph import conv_pads, explicit_pads
 from workbench.ir.lower_onnx import ANCHOR_STORAGE
 
-ACTIVATIONS = ("linear", "bounded_relu", "sigmoid")
+ACTIVATIONS = ("linear", "bounded_relu", "sigmoid", "sigmoid_like")
 
 
 def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
@@ -26,8 +28,7 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
     (DepthToSpace, TensorFlow's order) or ``"reshape"`` (PixelShuffle's Reshape-Transpose-
     Reshape, which needs a fixed size).  ``input_size`` ``(height, width)`` fixes the input's
     size (default the graph's; else dynamic ``height`` and ``width``).  Activations other
-    than ``bounded_relu`` (Clip(0, 1)), ``sigmoid`` and none have no PyTorch layer and are
-    refused (:class:`ValueError`), as is a pack shuffle."""
+    than :data:`ACTIVATIONS` have no PyTorch form here and are refused (:class:`ValueError`)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -63,14 +64,29 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
             return [top, left, max(bottom, 0), max(right, 0)]
         return list(explicit_pads(op.padding))
 
+    def clip(x, layer, low, high):
+        k = sum(n.op_type == "Clip" and n.name.startswith(f"/{layer}/") for n in nodes)
+        return node("Clip", [x, const(f"{layer}.min{k or ''}", low),
+                             const(f"{layer}.max{k or ''}", high)], layer)
+
+    def scaled(x, layer, factor):
+        k = sum(n.op_type == "Mul" and n.name.startswith(f"/{layer}/") for n in nodes)
+        return node("Mul", [x, const(f"{layer}.scale{k or ''}", factor)], layer)
+
     def activation(out, op):
         act = getattr(op, "activation", "linear")
         if act not in ACTIVATIONS:
             raise ValueError(f"layer {op.name!r}: activation {act!r} has no PyTorch layer; "
                              f"written: {', '.join(ACTIVATIONS)}")
         if act == "bounded_relu":
-            return node("Clip", [out, const(f"{op.name}.min", 0.0), const(f"{op.name}.max", 1.0)],
-                        op.name)
+            return clip(out, op.name, 0.0, 1.0)
+        if act == "sigmoid_like":
+            y = node("Add", [scaled(out, op.name, 0.05),
+                             clip(scaled(out, op.name, 0.1), op.name, -0.05, 0.05)], op.name)
+            y = node("Add", [y, clip(scaled(out, op.name, 0.05), op.name, -0.125, 0.125)],
+                     op.name)
+            y = node("Add", [y, const(f"{op.name}.half", 0.5)], op.name)
+            return clip(y, op.name, 0.0, 1.0)
         return node("Sigmoid", [out], op.name) if act == "sigmoid" else out
 
     def resize(x, scale, how, layer):  # F.interpolate(scale_factor=scale, mode=how)
@@ -85,14 +101,15 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
         y = node("Sub", [y, const(f"{op.name}.half", 0.5)], op.name)
         y = node("Mul", [const(f"{op.name}.anchor_scale", op.anchor_scale), y], op.name)
         y = node("Add", [resize("input", op.block, op.anchor, op.name), y], op.name)
-        return node("Clip", [y, const(f"{op.name}.min", 0.0), const(f"{op.name}.max", 1.0)],
-                    op.name)
+        return clip(y, op.name, 0.0, 1.0)
 
     for op in graph.ops:
         x = onnx_of.get(op.input)
         if isinstance(op, Conv):
-            if op.input_order is not None:
-                raise ValueError(f"layer {op.name!r}: a pack shuffle has no PyTorch pattern")
+            if op.input_order is not None:  # x[:, index]: channel i reads channel index[i]
+                index = [4 * p + c for p in op.input_order for c in range(4)]
+                x = node("Gather", [x, const(f"{op.name}.shuffle", index, np.int64)], op.name,
+                         axis=1)
             kernel, bias = op.kernel, op.bias
             if op.name in crd:  # the PixelShuffle's order: channel c * b**2 + s from s * C + c
                 b = crd[op.name]
