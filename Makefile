@@ -5,7 +5,8 @@
 # jax extras; jax: 89 MB download, 380 MB installed, 16-60 s here, for the back-end comparison),
 # TensorFlow.js and onnxruntime-web from npm into .cache/tfjs and .cache/onnxruntime-web (when npm
 # is there; only `bench web` uses them), and the
-# target GPUs' Mesa drivers with their drm-shims into ~/.cache/workbench/mesa (`make drivers`, once a machine).
+# target GPUs' Mesa drivers with their drm-shims into ~/.cache/workbench/mesa (`make drivers`, once a machine),
+# and the reference articles' own system, Beatmup, as a peer into ~/.cache/workbench/beatmup (`make beatmup`).
 
 PYTHON ?= python3
 VENV := .venv
@@ -22,10 +23,11 @@ endif
 endif
 export MPLBACKEND := Agg
 
-.PHONY: setup system-deps tfjs drivers test reproduce clean
+.PHONY: setup system-deps tfjs drivers beatmup test reproduce clean
 
 setup: system-deps $(STAMP) tfjs
 	@bash tools/drivers.sh || echo "drivers: not built; their tests skip and say why (make drivers to retry)"
+	@bash tools/beatmup.sh || echo "beatmup: not built; its tests skip and say why (make beatmup to retry)"
 
 # TensorFlow.js and onnxruntime-web (pinned) for `bench web`, into .cache/ when npm is there; else a note
 tfjs:
@@ -34,6 +36,10 @@ tfjs:
 # vc4, v3d, freedreno, etnaviv, panfrost, lima: compile-only, for `python -m workbench drivers`
 drivers:
 	@bash tools/drivers.sh
+
+# Beatmup's X2 and Classify apps (the articles' system, GPL-3.0, run as separate programs)
+beatmup:
+	@bash tools/beatmup.sh
 
 system-deps:
 	@bash tools/system_deps.sh
