@@ -182,3 +182,93 @@ def classify_timed(picture) -> Classified:
         times = [float(t) for t in re.findall(r"^\s+" + _MS + r"\s*$", runs, re.M)]
         probs = [float(v) for v in report.read_text().replace(",", " ").split()]
     return Classified(np.array([probs], np.float32), times)
+
+
+@dataclass
+class Capture:
+    """What an app handed to GL: ``programs`` ``[(vertex source, fragment source)]`` as
+    linked (each distinct pair once), and ``draws`` ``[(program index, viewport width,
+    viewport height)]`` of one inference (the trace holds a warm-up on a dummy picture and
+    one inference with the same draws: the second half)."""
+
+    app: str
+    programs: list
+    draws: list
+
+
+def capture(app, picture) -> Capture:
+    """Run ``app`` (``"X2"``, ``"Classify"``) once on ``picture`` under apitrace; what it
+    handed to GL."""
+    _require()
+    with tempfile.TemporaryDirectory(prefix="beatmup-trace-") as tmp:
+        source, trace = Path(tmp) / "in.bmp", Path(tmp) / "app.trace"
+        write_bmp(source, picture)
+        if app == "X2":
+            _run(["X2", source, Path(tmp) / "out.bmp", 1], tmp, trace=trace)
+        elif app == "Classify":
+            (Path(tmp) / "listing.txt").write_text("in.bmp\n")
+            _run(["Classify", Path(tmp) / "listing.txt"], build_dir(), trace=trace)
+        else:
+            raise ValueError(f"app {app!r}: one of {', '.join(APPS)}")
+        dump = subprocess.run(["apitrace", "dump", "--color=never", str(trace)],
+                              capture_output=True, text=True, errors="replace", check=True)
+    return parse_dump(app, dump.stdout)
+
+
+_CALL = re.compile(r"^\d+ (gl\w+)\((.*)", re.S)
+_SOURCE = re.compile(r'string = &"(.*)", length = ', re.S)
+
+
+def parse_dump(app, text) -> Capture:
+    """:class:`Capture` from the text of ``apitrace dump`` (calls numbered one a line; a
+    string argument may span lines)."""
+    calls, current = [], None
+    for line in text.splitlines():
+        if re.match(r"^\d+ ", line):
+            current = [line]
+            calls.append(current)
+        elif current is not None:
+            current.append(line)
+    sources, attached, linked, programs, draws = {}, {}, {}, [], []
+    using, viewport = None, (0, 0)
+    for call in calls:
+        m = _CALL.match("\n".join(call))
+        if not m:
+            continue
+        name, args = m.groups()
+        if name == "glShaderSource":
+            shader = int(re.match(r"shader = (\d+)", args).group(1))
+            body = _SOURCE.search(args).group(1)
+            sources[shader] = body.replace('\\"', '"').replace("\\\\", "\\")
+        elif name == "glAttachShader":
+            program, shader = map(int, re.findall(r"= (\d+)", args)[:2])
+            attached.setdefault(program, []).append(shader)
+        elif name == "glLinkProgram":
+            program = int(re.search(r"= (\d+)", args).group(1))
+            vertex, fragment = (sources[s] for s in attached[program][:2])
+            if "gl_FragColor" in vertex or "gl_FragData" in vertex:
+                vertex, fragment = fragment, vertex
+            if (vertex, fragment) not in programs:
+                programs.append((vertex, fragment))
+            linked[program] = programs.index((vertex, fragment))
+        elif name == "glUseProgram":
+            using = int(re.search(r"= (\d+)", args).group(1))
+        elif name == "glViewport":
+            viewport = tuple(int(v) for v in re.findall(r"(?:width|height) = (\d+)", args))
+        elif name in ("glDrawArrays", "glDrawElements"):
+            draws.append((linked[using], *viewport))
+    half = len(draws) // 2
+    if not draws or len(draws) % 2 or draws[:half] != draws[half:]:
+        raise BeatmupError(f"Beatmup {app}: the trace's {len(draws)} draws are not a warm-up "
+                           "and an inference of the same draws")
+    return Capture(app, programs, draws[half:])
+
+
+def compile_captured(target, captured: Capture):
+    """The captured programs through the Mesa driver of ``target``
+    (:func:`workbench.gl.drivers.compile_programs`): a report each, in ``programs`` order."""
+    from workbench.gl import drivers
+
+    return drivers.compile_programs(
+        target, "", [(f"{captured.app}.{i}", fragment, 1, vertex)
+                     for i, (vertex, fragment) in enumerate(captured.programs)])

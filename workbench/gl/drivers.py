@@ -146,8 +146,10 @@ class ProgramReport:
 
 
 def compile_programs(target_name, vertex, programs, timeout=600):
-    """Compile ``programs`` (``[(name, fragment source, render targets)]``) with the vertex
-    shader ``vertex`` through the driver of ``target_name``; a :class:`ProgramReport` each."""
+    """Compile ``programs`` (``[(name, fragment source, render targets)]``, or with a vertex
+    source of its own as a 4th element) with the vertex shader ``vertex`` through the driver
+    of ``target_name``; a :class:`ProgramReport` each.  Each is drawn once over a 4x4 quad
+    that every vertex attribute reads."""
     t = target(target_name)
     raw = _ask(t, {"vertex": vertex, "programs": list(programs)}, timeout)
     return [report(r, raw["info"]) for r in raw["records"]]
@@ -282,12 +284,19 @@ def _serve(request):
     stderr = _Stderr()
     if not request["programs"]:
         return {"info": gl_info, "records": []}
-    vertex = _shader(gl, gl.GL_VERTEX_SHADER, request["vertex"])[0]
+    vertices = {}  # vertex source -> shader
+
+    def vertex_shader(source):
+        if source not in vertices:
+            vertices[source] = _shader(gl, gl.GL_VERTEX_SHADER, source)[0]
+        return vertices[source]
+
     quad = (ctypes.c_float * 8)(-1, -1, 1, -1, -1, 1, 1, 1)
     draw_buffers = gl_function("glDrawBuffersEXT", None, [ctypes.c_int, ctypes.c_void_p],
                                missing_ok=True)
     records = []
-    for name, source, targets in request["programs"]:
+    for name, source, targets, *vertex_source in request["programs"]:
+        vertex = vertex_shader(vertex_source[0] if vertex_source else request["vertex"])
         messages.clear()
         stderr.take()
         shader, compiled, compile_log = _shader(gl, gl.GL_FRAGMENT_SHADER, source)
@@ -353,8 +362,10 @@ def _draw(gl, program, quad, targets, draw_buffers):
         attachments = (ctypes.c_uint * targets)(*(gl.GL_COLOR_ATTACHMENT0 + i for i in range(targets)))
         draw_buffers(targets, attachments)
     gl.glViewport(0, 0, 4, 4)
-    gl.glEnableVertexAttribArray(0)
-    gl.glVertexAttribPointer(0, 2, gl.GL_FLOAT, False, 0, quad)
+    for i in range(int(gl.glGetProgramiv(program, gl.GL_ACTIVE_ATTRIBUTES))):  # each: the quad
+        location = gl.glGetAttribLocation(program, gl.glGetActiveAttrib(program, i)[0])
+        gl.glEnableVertexAttribArray(location)
+        gl.glVertexAttribPointer(location, 2, gl.GL_FLOAT, False, 0, quad)
     gl.glDrawArrays(gl.GL_TRIANGLE_STRIP, 0, 4)
     gl.glFlush()  # not glFinish: lima's shim never signals the fence it would wait for
     error = int(gl.glGetError())
