@@ -31,7 +31,7 @@ class BeatmupUnavailable(FileNotFoundError):
     """The build is missing; the message says how to make it."""
 
 
-class BeatmupError(RuntimeError):
+class BeatmupError(ChildProcessError):
     """An app that failed; the message has its exit code and its last lines."""
 
 

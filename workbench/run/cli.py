@@ -180,6 +180,9 @@ def _bench(args):
                     else args.backends)
         train_bench.bench_train(repeats=args.repeat, steps=args.steps, profile=not args.no_profile,
                                 backends=_names(backends))
+    elif args.what == "beatmup":
+        from workbench.studies import beatmup
+        beatmup.run(args.model, args.images, rounds=args.repeat, out=args.out)
     elif args.what == "activation":
         bench.bench_activation(args.preset, args.batch, args.steps)
         bench.bench_batchnorm(args.preset, args.batch, args.steps)
@@ -337,13 +340,22 @@ def parser() -> argparse.ArgumentParser:
                             "WebGL/WASM (one thread, threaded)/CPU and onnxruntime-web "
                             "WASM (threaded)/WebGL in one headless Chromium: times, fidelity "
                             "vs Keras, "
-                            "where the page's time goes; peers.md/.json in the figures folder)")
-    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation", "web"])
+                            "where the page's time goes; peers.md/.json in the figures folder), "
+                            "beatmup (the reference articles' own system, built by `make "
+                            "beatmup`, beside ours: x2 PSNR and time, its dog classifier's top-1, "
+                            "agreement and time, both sides' programs through the targets' "
+                            "compilers and the Pi time model; beatmup.md/.json)")
+    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation", "web",
+                                    "beatmup"])
     p.add_argument("--model", help="sr: .keras or .onnx model (default: random-weight "
                    "sr_x2); web: .keras or .onnx model or a classifier preset name (default: "
                    "the reference SR checkpoint)")
     p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
-    p.add_argument("--out", help="web: folder for peers.md/.json (default: the figures folder)")
+    p.add_argument("--out", help="web, beatmup: folder for the tables (default: the figures "
+                   "folder)")
+    p.add_argument("--images", choices=("val", "all"), default="val", help="beatmup: the "
+                   "Imagewoof photos: its 145 ImageNet validation images of the classes among the "
+                   "120 (default), or all 3,929 (about 2 hours on 2 cores)")
     p.add_argument("--backends", help="web: the peers, comma separated (default: all: "
                    "webgl,wasm,wasm-threads,cpu of TF.js, ort-wasm,ort-webgl of onnxruntime-web; "
                    "empty: the page alone); train: Keras back ends, each in its "

@@ -124,20 +124,38 @@ def summary_rows(results) -> list[dict]:
     return rows
 
 
+def draws(net, hw) -> list[tuple[int, int]]:
+    """``(program index, fragments)`` of each draw of ``net`` for an input of ``hw = (height,
+    width)``: its passes in order, each over its viewport or its output texture."""
+    textures = plan.textures(net.graph, hw)
+    found = []
+    for i, p in enumerate(net.passes):
+        if p.viewport:
+            found.append((i, p.viewport[2] * p.viewport[3]))
+        else:
+            w, h, _ = textures[p.outputs[0]]
+            found.append((i, w * h))
+    return found
+
+
+def weighted(reports, draw_list, stat="estimated_cycles") -> float:
+    """The sum over ``draw_list`` (``(program index, fragments)``) of fragments times the
+    program's ``stat`` in ``reports`` (dicts, as :func:`dataclasses.asdict` gives them):
+    e.g. the estimated cycle-fragments of one image."""
+    return float(sum(f * reports[i]["stats"][stat] for i, f in draw_list))
+
+
+def v3d_clocks(cycle_fragments) -> float:
+    """V3D clocks of ``cycle_fragments`` (estimated cycles times fragments, summed)."""
+    return cycle_fragments / FRAGMENTS_PER_INSTRUCTION * CLOCKS_PER_INSTRUCTION / QPUS
+
+
 def predict_pi(net, reports, hw) -> dict:
     """Predicted ms of ``net`` for an input of ``hw = (height, width)`` on each board of
     :data:`BOARDS_MHZ`, from vc4's estimated cycles (``reports``, in pass order); also the
     V3D clocks per pass."""
-    textures = plan.textures(net.graph, hw)
-    clocks = {}
-    for p, r in zip(net.passes, reports):
-        if p.viewport:
-            fragments = p.viewport[2] * p.viewport[3]
-        else:
-            w, h, _ = textures[p.outputs[0]]
-            fragments = w * h
-        cycles = r["stats"]["estimated_cycles"]
-        clocks[p.name] = fragments / FRAGMENTS_PER_INSTRUCTION * CLOCKS_PER_INSTRUCTION * cycles / QPUS
+    clocks = {net.passes[i].name: v3d_clocks(f * reports[i]["stats"]["estimated_cycles"])
+              for i, f in draws(net, hw)}
     total = sum(clocks.values())
     return {"clocks": clocks, "ms": {b: total / (mhz * 1e3) for b, mhz in BOARDS_MHZ.items()}}
 

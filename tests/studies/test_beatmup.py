@@ -1,0 +1,61 @@
+"""The side-by-side study with Beatmup (workbench.studies.beatmup).
+
+References: bicubic and the PSNR of our reference checkpoint measured without the study (the
+same function, metrics.psnr, on the same low-resolution image), the Imagewoof folder's own
+listing (162 ImageNet validation files, 17 of them dingo's), and a hand solution of the
+calibration's two equations.
+"""
+import numpy as np
+import pytest
+
+from workbench.data import datasets
+from workbench.gl import beatmup as peer
+from workbench.studies import beatmup, compilers
+
+needs_peer = pytest.mark.skipif(peer.available() is not None, reason=peer.available() or "")
+
+
+@needs_peer
+def test_x2_side_by_side_on_one_set5_image(monkeypatch):
+    monkeypatch.setattr(datasets, "sr_images", _first_image(datasets.sr_images))
+    result = beatmup.x2(sets=("Set5",), rounds=1, runs=1)
+    psnr = {r["method"]: r["PSNR Y (dB)"] for r in result["psnr"]}
+    assert all(r["images"] == 1 for r in result["psnr"])
+    # both nets beat bicubic; ours by more (docs/results.md: +1.0 dB on Set5 as a whole)
+    assert psnr["bicubic"] + 0.5 < psnr[beatmup.BEATMUP_X2] < psnr["workbench reference"]
+    timing = result["timing"]
+    assert timing["runs"] == 1 and set(timing["ms"]) == {"Beatmup", "workbench"}
+    assert all(v["median"] > 0 for v in timing["ms"].values())
+
+
+def _first_image(load):
+    def first(name, root=None, limit=None):
+        return load(name, root, limit=1)
+    return first
+
+
+def test_woof_files_are_the_validation_photos_of_its_classes():
+    base = datasets.data_root()
+    if base is None or not (base / "cls" / beatmup.WOOF).is_dir():
+        pytest.skip("no cls/imagewoof_val in the data folder")
+    val, every = beatmup.woof_files("val"), beatmup.woof_files("all")
+    on_disk = sorted((base / "cls" / beatmup.WOOF).glob("*/*"))
+    assert len(every) == len(on_disk) == 3929
+    assert len(val) == sum(p.name.startswith("ILSVRC2012_val_") for p in on_disk) - 17 == 145
+    assert {label for _, label in every} - {label for _, label in val} == {None}  # dingo
+
+
+def test_the_calibration_solves_the_articles_two_times():
+    """``ms = a clocks / MHz + d draws`` through the article's two (net, time) pairs."""
+    x2 = {"cycle-fragments (G)": 1.6, "draws": 32}
+    dogs = {"cycle-fragments (G)": 1.4, "draws": 1173}
+    rows = {("x2", "Beatmup"): x2, ("classifier", "Beatmup"): dogs}
+    board = "Raspberry Pi 3 B / B+"
+    a, d = beatmup._calibrate(rows, board, 400)
+    for row, net in ((x2, "x2"), (dogs, "classifier")):
+        clocks = row["cycle-fragments (G)"] * 1e9 / 16 * 4 / 12
+        assert a * clocks / 400e3 + d * row["draws"] == pytest.approx(
+            beatmup.MEASURED_MS[(net, board)])
+    # by hand: clocks 1.0e8 / 3 and 0.875e8 / 3 -> ms 83.33 a + 32 d = 130, 72.92 a + 1173 d = 328
+    assert a == pytest.approx(np.linalg.solve([[250 / 3, 32], [218.75 / 3, 1173]], [130, 328])[0])
+    assert compilers.v3d_clocks(16 * 12) == 4

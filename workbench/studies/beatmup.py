@@ -1,0 +1,410 @@
+"""The reference articles' own system beside the workbench (``python -m workbench bench beatmup``).
+
+Beatmup (GPL-3.0) runs as a separate program (:mod:`workbench.gl.beatmup`: its ``X2`` and
+``Classify`` apps on this machine's GL); its dog classifier is read from its chunk file
+(:mod:`workbench.nets.beatmup_model`) and deployed through our ES 2.0 shaders.  Three tables,
+all from one run on one machine and GL:
+
+* **x2**: Beatmup's app and our reference checkpoint on the same low-resolution images
+  (Set5 / Set14, MATLAB's antialiased bicubic, Y of BT.601 studio range, crop 2); the time of
+  one 256x256 -> 512x512 upscale (the inference alone: both sides' textures are on the GPU;
+  median and quartiles of interleaved rounds); the shaders' compile time.
+* **classifier**: Beatmup's ``Classify`` and the imported net on the same decoded pixels: top-1,
+  agreement of the top-1 between Beatmup, TensorFlow and our GPU, the largest probability
+  difference, time per image, programs compiled and their compile time.
+* **compilers**: both implementations' programs through each target's own compiler (Mesa's
+  drivers on drm-shims: what each app handed to GL, captured): programs taken, instructions,
+  vc4's estimated cycles, threads, spills; per image, weighted by the fragments of each
+  draw; the Pi time model (:mod:`workbench.studies.compilers`) for both from the same
+  numbers, and the model calibrated on the article's programs against its measured times.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from workbench import references, tables, timings
+from workbench.data import datasets, images, metrics
+from workbench.files import figures_dir, read_json, write_json, write_text
+from workbench.gl import beatmup, drivers
+from workbench.nets import beatmup_model
+from workbench.studies import compilers
+
+RESULT, TABLE = "beatmup.json", "beatmup.md"
+WOOF = "imagewoof_val"
+TARGETS = ("vc4", "v3d", "a320", "t720", "mali400", "gc2000")
+SIZE = 256  # the x2 timing's input side, as the article's
+DOGS_SIDE = 385
+MEASURED_MS = {("x2", board): ms for board, ms in (
+    ("Raspberry Pi 3 B / B+", references.SR_PI3_MS),
+    ("Raspberry Pi Zero W", references.SR_PI_ZERO_MS))}
+MEASURED_MS.update({("classifier", "Raspberry Pi 3 B / B+"): references.DOGS120_PI3BPLUS_MS,
+                    ("classifier", "Raspberry Pi Zero W"): references.DOGS120_PI_ZERO_MS})
+ARTICLE_MHZ = {"Raspberry Pi 3 B / B+": 300, "Raspberry Pi Zero W": 250}  # the classifier article's
+
+
+# --- x2 ------------------------------------------------------------------------------------
+
+def x2(sets=("Set5", "Set14"), rounds=5, runs=3) -> dict:
+    """PSNR of Beatmup's X2 app, our reference net (ES 2.0, this GL) and bicubic on ``sets``,
+    on the same 8-bit low-resolution images; the 256x256 timing (:func:`x2_timing`)."""
+    from workbench import es2
+    from workbench.nets.models import load_model, reference_sr
+
+    net = es2.compile(load_model(reference_sr()))
+    rows = []
+    for name in sets:
+        sr_set = datasets.sr_images(name)
+        pairs = [(hr, images.degrade(hr, 2, "bicubic_aa"))
+                 for hr in (images.modcrop(hr, 2) for _, hr in sr_set.images)]
+        theirs = beatmup.upscale([images.to_uint8(lr) for _, lr in pairs])
+        scores = {"bicubic": [], BEATMUP_X2: [], "workbench reference": []}
+        for (hr, lr), their in zip(pairs, theirs):
+            for method, out in (("bicubic", images.upscale_bicubic(lr, 2)),
+                                (BEATMUP_X2, their.image.astype(np.float32) / 255),
+                                ("workbench reference", net.run(lr))):
+                scores[method].append(metrics.psnr(hr, out, 2, "studio"))
+        label = name if sr_set.is_benchmark else f"{name} (stand-in: scikit-image photos)"
+        rows += [{"set": label, "method": method, "PSNR Y (dB)": float(np.mean(v)),
+                  "images": len(v)} for method, v in scores.items()]
+    return {"psnr": rows, "timing": x2_timing(net, rounds, runs)}
+
+
+BEATMUP_X2 = "Beatmup X2 (its 2.1 weights)"
+
+
+def x2_timing(net, rounds=5, runs=3) -> dict:
+    """Both sides on one 256x256 photo, in ``rounds`` alternating rounds of ``runs`` runs a
+    side: Beatmup's app's own per-run times (after its warm-up, the picture on the GPU), ours
+    ``net.run`` (upload, draws, read-back).  Compile: Beatmup's app's "compiling shaders"
+    (all programs and a first run on a dummy picture), ours the programs' compile, link and
+    first draw."""
+    picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
+    lr = picture.astype(np.float32) / 255
+    theirs, ours, compile_ms = [], [], []
+    net.run(lr)
+    for _ in range(rounds):
+        result = beatmup.upscale([picture], repeat=runs)[0]
+        theirs += result.times_ms
+        compile_ms.append(result.compile_ms)
+        ours += _timed(lambda: net.run(lr), runs)
+    return {"input": f"{SIZE}x{SIZE}", "runs": len(ours), "ms": {
+        "Beatmup": _spread(theirs), "workbench": _spread(ours)},
+        "faster": _faster(theirs, ours),
+        "compile ms": {"Beatmup": float(np.median(compile_ms)),
+                       "workbench": 1e3 * net.compile_seconds}}
+
+
+def _timed(fn, runs) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - start))
+    return times
+
+
+def _faster(theirs, ours) -> str:
+    return {"a": "Beatmup", "b": "workbench", None: "neither (within the spread)"}[
+        timings.faster(theirs, ours)]
+
+
+def _spread(runs_ms) -> dict:
+    lo, hi = timings.quartiles(runs_ms)
+    return {"median": float(np.median(runs_ms)), "q25": lo, "q75": hi}
+
+
+# --- the classifier ------------------------------------------------------------------------
+
+def woof_files(which="val", root=None) -> list[tuple[Path, int | None]]:
+    """``(file, class index of the 120)`` of data/cls/imagewoof_val (``which="val"``: the
+    ImageNet validation images of the classes among the 120; ``"all"``: every photo, dingo's
+    with index None: it is not among them)."""
+    base = datasets.data_root(root)
+    folder = base / "cls" / WOOF if base else None
+    if folder is None or not folder.is_dir():
+        raise FileNotFoundError(f"{folder or 'no data root'}: no cls/{WOOF} (the Imagewoof "
+                                "validation photos; see `python -m workbench fetch-data --help`)")
+    index = {c["wnid"]: i for i, c in enumerate(datasets.imagenet120())}
+    files = []
+    for wnid in sorted(p.name for p in folder.iterdir() if p.is_dir()):
+        label = index.get(wnid)
+        for f in sorted((folder / wnid).iterdir()):
+            if which == "all" or (label is not None and f.name.startswith("ILSVRC2012_val_")):
+                files.append((f, label))
+    return files
+
+
+def _picture(path) -> np.ndarray:
+    return images.to_uint8(images.load_image(path))
+
+
+def classifier(model_path, which="val", rounds=5, chunk=64) -> dict:
+    """Beatmup's Classify, TensorFlow and our ES 2.0 shaders on the Imagewoof photos
+    ``which`` (:func:`woof_files`), on the same decoded pixels (Beatmup gets them as BMP and
+    applies its input step; ours is :func:`workbench.nets.beatmup_model.sample`)."""
+    from tqdm import tqdm
+
+    from workbench import es2
+
+    model = beatmup_model.load(model_path)
+    files = woof_files(which)
+    step = model.beatmup_input
+    start = time.perf_counter()
+    net = es2.compile(model)
+    net.run(beatmup_model.sample(_picture(files[0][0]), step).astype(np.float32) / 255)
+    ours_compile_s = time.perf_counter() - start
+    bar = tqdm(total=len(files), desc="Beatmup Classify", unit="photo", leave=False)
+    theirs = beatmup.classify((_picture(f) for f, _ in files),
+                              progress=lambda done: bar.update(done - bar.n))
+    bar.close()
+    tf_probs, gpu_probs = [], []
+    for i in tqdm(range(0, len(files), chunk), desc="TF and the ES 2.0 shaders", leave=False):
+        batch = np.stack([beatmup_model.sample(_picture(f), step) for f, _ in
+                          files[i:i + chunk]]).astype(np.float32) / 255
+        tf_probs.append(model.predict(batch, verbose=0))
+        gpu_probs += [net.run(x) for x in batch]
+    tf_probs, gpu_probs = np.concatenate(tf_probs), np.stack(gpu_probs)
+    labels = np.array([-1 if label is None else label for _, label in files])
+    top = {"Beatmup": theirs.probs.argmax(1), "TF (imported)": tf_probs.argmax(1),
+           "workbench ES 2.0 (imported)": gpu_probs.argmax(1)}
+    known = labels >= 0
+    rows = [{"system": name, "top-1 %": 100 * float(np.mean(t[known] == labels[known])),
+             "correct": int(np.sum(t[known] == labels[known])), "photos": int(known.sum())}
+            for name, t in top.items()]
+    names = list(top)
+    agreement = {f"{a} = {b}": 100 * float(np.mean(top[a] == top[b]))
+                 for i, a in enumerate(names) for b in names[i + 1:]}
+    return {"which": which, "photos": len(files), "top1": rows, "agreement %": agreement,
+            "largest probability difference": {
+                "Beatmup vs ES 2.0": float(np.abs(theirs.probs - gpu_probs).max()),
+                "TF vs ES 2.0": float(np.abs(tf_probs - gpu_probs).max())},
+            "timing": classifier_timing(net, [f for f, _ in files[:rounds]], step),
+            "programs": {"Beatmup": len(beatmup.capture("Classify", _picture(files[0][0])).programs),
+                         "workbench": len(net.passes)},
+            "compile s": {"workbench": ours_compile_s}}
+
+
+def classifier_timing(net, paths, step) -> dict:
+    """Per photo of ``paths``, alternately: Beatmup's single-picture mode (10 runs of its
+    whole inference task: upload, input step, net, probabilities back) and ours (10 runs of
+    the input step and ``net.run``).  Beatmup's start-up and preparation (its app's wall time
+    less its runs: loading, compiling 27 programs, a first pass) beside ours."""
+    theirs, ours, prepare = [], [], []
+    for path in paths:
+        picture = _picture(path)
+        start = time.perf_counter()
+        result = beatmup.classify_timed(picture)
+        prepare.append(time.perf_counter() - start - sum(result.times_ms) / 1e3)
+        theirs += result.times_ms
+        ours += _timed(lambda: net.run(beatmup_model.sample(picture, step).astype(np.float32)
+                                       / 255), len(result.times_ms))
+    return {"runs": len(ours), "ms": {"Beatmup": _spread(theirs), "workbench": _spread(ours)},
+            "faster": _faster(theirs, ours),
+            "Beatmup start-up and preparation s": float(np.median(prepare))}
+
+
+# --- both implementations through the targets' compilers ----------------------------------
+
+def implementations(model_path) -> dict:
+    """``{net: {implementation: (check, draws, programs)}}`` for x2 (a 256x256 photo) and the
+    classifier (one photo): ``check(target)`` compiles that side's programs through the
+    target's driver (a report each), ``draws`` ``[(program index, fragments)]`` of one
+    inference.  Beatmup's side is what its apps handed to GL; ours is the reference checkpoint
+    as compiled by default and for ``device="videocore4", fit=True``, and the imported
+    classifier."""
+    from workbench import es2
+    from workbench.es2 import drivers as es2_drivers
+    from workbench.nets.models import load_model, reference_sr
+
+    picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
+    sr = load_model(reference_sr())
+    ours = {"x2": {"workbench": es2.compile(sr),
+                   "workbench (videocore4, fit)": es2.compile(sr, device="videocore4", fit=True)},
+            "classifier": {"workbench": es2.compile(beatmup_model.load(model_path))}}
+    found = {}
+    for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
+        captured = beatmup.capture(app, picture)
+        found[name] = {"Beatmup": (lambda t, c=captured: beatmup.compile_captured(t, c),
+                                   [(i, w * h) for i, w, h in captured.draws],
+                                   len(captured.programs))}
+        for side, net in ours[name].items():
+            found[name][side] = (lambda t, n=net: es2_drivers.check(n, t),
+                                 compilers.draws(net, hw or net.graph.input_size),
+                                 len(net.passes))
+    return found
+
+
+def compile_all(found, targets=TARGETS) -> list[dict]:
+    """One row per (net, implementation, target): programs taken, instructions (sum over the
+    programs, and per image weighted by each draw's fragments), vc4's estimated cycles the
+    same two ways, the fewest threads, the most spills, the first refusal."""
+    rows = []
+    for net, sides in found.items():
+        for side, (check, draw_list, programs) in sides.items():
+            for target in targets:
+                if side.endswith("fit)") and target != "vc4":
+                    continue
+                reports = [asdict(r) for r in check(target)]
+                ok = all(r["ok"] for r in reports)
+                stats = [r["stats"] for r in reports]
+                row = {"net": net, "implementation": side, "target": target,
+                       "programs": programs, "draws": len(draw_list),
+                       "refused": sum(not r["ok"] for r in reports),
+                       "instructions": sum(s.get("instructions", 0) for s in stats),
+                       "instruction-fragments (G)": compilers.weighted(
+                           reports, draw_list, "instructions") / 1e9 if ok else None}
+                if target == "vc4" and ok:
+                    row["estimated cycles"] = sum(s["estimated_cycles"] for s in stats)
+                    row["cycle-fragments (G)"] = compilers.weighted(reports, draw_list) / 1e9
+                    row["fewest threads"] = min(s["threads"] for s in stats)
+                spills = [s.get("spills", s.get("spill", 0)) for s in stats]
+                row["most spills"] = max(spills) if spills else 0
+                first = next((r for r in reports if not r["ok"]), None)
+                row["first refusal"] = (first["errors"] or ["?"])[0][:80] if first else ""
+                rows.append(row)
+    return rows
+
+
+def pi_model(rows) -> list[dict]:
+    """The Pi time model for every vc4 row of :func:`compile_all`: uncalibrated (the board's
+    documented V3D clock, every estimated cycle paid) and calibrated: per board and clock
+    assumption, ``ms = a * clocks / MHz + d * draws`` with ``a`` (cycles paid per cycle
+    estimated) and ``d`` (ms a draw) solved from the article's two programs (x2, classifier)
+    and its two measured times on that board; ours then predicted from the same fit."""
+    vc4 = {(r["net"], r["implementation"]): r for r in rows
+           if r["target"] == "vc4" and r.get("cycle-fragments (G)") is not None}
+    out = []
+    for board, documented in compilers.BOARDS_MHZ.items():
+        for clocks_from, mhz in (("documented", documented), ("article", ARTICLE_MHZ[board])):
+            fit = _calibrate(vc4, board, mhz)
+            for (net, side), r in vc4.items():
+                clocks = compilers.v3d_clocks(r["cycle-fragments (G)"] * 1e9)
+                row = {"board": board, "V3D MHz": mhz, "clock from": clocks_from, "net": net,
+                       "implementation": side,
+                       "model ms": clocks / (mhz * 1e3),
+                       "calibrated ms": (fit[0] * clocks / (mhz * 1e3) + fit[1] * r["draws"])
+                       if fit else None,
+                       "measured ms (article)": MEASURED_MS.get((net, board))
+                       if side == "Beatmup" else None}
+                if fit:
+                    row["a (cycles paid / estimated)"], row["d (ms a draw)"] = fit
+                out.append(row)
+    return out
+
+
+def _calibrate(vc4, board, mhz):
+    """``(a, d)`` from the article's two nets on ``board`` (None: a row is missing)."""
+    try:
+        theirs = [vc4[(net, "Beatmup")] for net in ("x2", "classifier")]
+    except KeyError:
+        return None
+    lhs = np.array([[compilers.v3d_clocks(r["cycle-fragments (G)"] * 1e9) / (mhz * 1e3),
+                     r["draws"]] for r in theirs])
+    rhs = np.array([MEASURED_MS[(net, board)] for net in ("x2", "classifier")])
+    a, d = np.linalg.solve(lhs, rhs)
+    return float(a), float(d)
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+def run(model_path=None, which="val", rounds=5, runs=3, targets=TARGETS, out=None) -> dict:
+    """The ``bench beatmup`` command: the three tables into ``out`` (default the figures
+    folder) as ``beatmup.md`` / ``beatmup.json``, and printed.  Mesa's shader cache is off
+    for the run (both sides' compile times are compiles)."""
+    import os
+
+    from workbench import gl
+
+    why = beatmup.available()
+    if why:
+        raise beatmup.BeatmupUnavailable(why)
+    os.environ["MESA_SHADER_CACHE_DISABLE"] = "true"
+    model_path = Path(model_path) if model_path else beatmup.model_file()
+    saved = {"machine": machine(), "gl": gl.info().get("GL_RENDERER", "?"),
+             "x2": x2(rounds=rounds, runs=runs),
+             "classifier": classifier(model_path, which, rounds)}
+    if drivers.available() is None:
+        rows = compile_all(implementations(model_path), targets)
+        saved["compilers"] = {"mesa": drivers.MESA_VERSION, "rows": rows, "pi": pi_model(rows)}
+    else:
+        saved["compilers"] = {"skipped": drivers.available()}
+    out = Path(out) if out else figures_dir()
+    write_json(out / RESULT, saved)
+    text = section(saved)
+    write_text(out / TABLE, f"# The articles' own system, side by side\n\n{text}\n")
+    print(text)
+    print(f"\nwritten: {out / TABLE}, {out / RESULT}")
+    return saved
+
+
+def machine() -> str:
+    """The CPU model, its cores and whether it has AVX-512 (what the timings depend on)."""
+    import os
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                  if line.startswith("model name")), "?")
+    avx = "with AVX-512" if "avx512f" in info else "without AVX-512"
+    return f"{model}, {os.cpu_count()} cores, {avx}"
+
+
+def section(saved) -> str:
+    """The report's text for the saved results."""
+    x, c = saved["x2"], saved["classifier"]
+    xt, ct = x["timing"], c["timing"]
+    parts = [
+        f"One run on {saved['machine']}; GL: {saved['gl']} (Beatmup's apps and our shaders "
+        "alike); Mesa's shader cache off.",
+        "**x2 SR**, the same 8-bit low-resolution images to both (MATLAB's antialiased "
+        "bicubic; PSNR on Y of BT.601 studio range, crop 2):\n\n" + tables.markdown(x["psnr"]),
+        f"One {xt['input']} -> x2 upscale, {xt['runs']} runs a side in alternating rounds, "
+        f"median (quartiles): {_pair(xt['ms'])}; faster: {xt['faster']}. Compile, every "
+        f"program with a first draw: Beatmup {xt['compile ms']['Beatmup']:.0f} ms, workbench "
+        f"{xt['compile ms']['workbench']:.0f} ms.",
+        f"**Classifier**: Beatmup's trained dog classifier on {c['photos']} photos of "
+        f"`cls/{WOOF}` ({_which(c['which'])}); the same decoded pixels to both sides; the "
+        "imported net through TensorFlow and our ES 2.0 shaders:\n\n" + tables.markdown(c["top1"]),
+        "Top-1 agreement: " + "; ".join(f"{k}: {v:.2f} %" for k, v in c["agreement %"].items())
+        + ". Largest probability difference: " + "; ".join(
+            f"{k} {v:.4f}" for k, v in c["largest probability difference"].items()) + ".",
+        f"Time per photo, {ct['runs']} runs a side alternating photo by photo, median "
+        f"(quartiles): {_pair(ct['ms'])}; faster: {ct['faster']}. Programs compiled: "
+        f"Beatmup {c['programs']['Beatmup']}, workbench {c['programs']['workbench']}; start-up "
+        f"to a first result: Beatmup {ct['Beatmup start-up and preparation s']:.1f} s (its "
+        f"app: loading, compiling, a first pass), workbench {c['compile s']['workbench']:.1f} s "
+        "(generating, compiling, a first photo)."]
+    comp = saved["compilers"]
+    if "skipped" in comp:
+        parts.append(f"Compilers: not run ({comp['skipped']}).")
+    else:
+        parts.append(f"**Both implementations through the targets' compilers** (Mesa "
+                     f"{comp['mesa']} on drm-shims; Beatmup's programs as its apps handed "
+                     "them to GL; per image: each program's count times the fragments of its "
+                     "draws, summed over one inference):\n\n" + tables.markdown(comp["rows"]))
+        parts.append("Raspberry Pi times from vc4's estimates, the same model for both sides "
+                     "(12 QPUs, 16 fragments an instruction in 4 clocks); calibrated: `ms = a "
+                     "clocks / MHz + d draws` solved per board and clock from the article's "
+                     "two nets and its two measured times, then applied to ours:\n\n"
+                     + tables.markdown(comp["pi"], digits=3))
+    return "\n\n".join(parts)
+
+
+def _pair(ms) -> str:
+    return ", ".join(f"{k} {v['median']:.1f} ms ({v['q25']:.1f}-{v['q75']:.1f})"
+                     for k, v in ms.items())
+
+
+def _which(which) -> str:
+    return ("its ImageNet validation images of the 9 classes among the 120" if which == "val"
+            else "every photo; of those of the 9 classes among the 120, all but 145 are "
+                 "ImageNet training images; dingo's 410 count in the agreement only")
+
+
+def report_section(directory) -> str | None:
+    """The section of ``beatmup.json`` in ``directory`` (None: not there)."""
+    saved = read_json(Path(directory) / RESULT)
+    return section(saved) if saved else None
