@@ -186,3 +186,19 @@ def test_an_unknown_anchor_storage_in_the_metadata_is_named():
     with pytest.raises(ValueError, match="metadata workbench.anchor_storage must be one of "
                                          "linear, sqrt, not 'log'"):
         ir.from_onnx(proto)
+
+
+def test_the_sigmoid_like_activation_and_a_pack_shuffle_are_written_as_pytorch_would():
+    """The tiny preset of the dogs units (shuffles between units, the sigmoid-like activation)
+    through to_onnx: ONNX Runtime = TensorFlow; the activation as Mul / Clip / Add, the
+    shuffle as one Gather per shuffled conv."""
+    from workbench.nets.models import dogs_classifier
+
+    model = dogs_classifier("tiny")
+    proto = to_onnx(ir.from_keras(model))
+    kinds = [n.op_type for n in proto.graph.node]
+    shuffled = sum(isinstance(op, ir.Conv) and op.input_order is not None
+                   for op in ir.from_keras(model).ops)
+    assert shuffled and kinds.count("Gather") == shuffled and "Sigmoid" not in kinds
+    x = np.random.default_rng(0).random((2, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_allclose(OnnxModel(proto)(x), model.predict(x, verbose=0), atol=1e-5)
