@@ -337,6 +337,22 @@ def test_single_files_are_verified_against_the_manifest(tmp_path, pngs):
     assert verify(["Toy"], root, manifest)[0].bad == ["one.png"]
 
 
+def test_single_files_go_to_their_folders_and_verify_there(tmp_path, pngs):
+    """A manifest file's ``folder`` (the Imagewoof photos' class folders)."""
+    files = [{"url": (pngs / n).as_uri(), "sha256": sha256(pngs / n), "folder": f}
+             for n, f in (("one.png", "n1"), ("two.png", "n2"))]
+    manifest = {"Toy": {"about": "test", "target": "cls/Toy", "default": False, "files": files}}
+    root = tmp_path / "data"
+    fetch(["Toy"], root, manifest)
+    folder = root / "cls" / "Toy"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.png")) == [
+        "n1/one.png", "n2/two.png"]
+    (folder / "SHA256SUMS").unlink()
+    assert verify(["Toy"], root, manifest)[0].state == "ok"
+    corrupt(folder / "n2" / "two.png")
+    assert verify(["Toy"], root, manifest)[0].bad == ["n2/two.png"]
+
+
 def test_damaged_download_in_cache_is_downloaded_again(tmp_path, toy_zip, cache):
     root = tmp_path / "data"
     manifest = manifest_for(toy_zip, sha256(toy_zip))
@@ -415,8 +431,8 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 @pytest.mark.skipif(not (SHARED / "sr" / "SHA256SUMS").is_file(), reason="no shared data folder")
 def test_shared_data_verifies():
-    checks = verify(["Set5", "Set14", "train", "cifar10"], SHARED)
-    assert [c.state for c in checks] == ["ok"] * 4, [c.line() for c in checks]
+    checks = verify(["Set5", "Set14", "train", "cifar10", "imagewoof_val"], SHARED)
+    assert [c.state for c in checks] == ["ok"] * 5, [c.line() for c in checks]
     assert [c.checked for c in checks[:2]] == [5, 14]
 
 

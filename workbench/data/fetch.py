@@ -2,7 +2,8 @@
 
 Manifest entry: name -> {"about", "target" (folder under the data root), "default" (fetched when no
 name is given), "files": [{"url", "sha256" (null: unverified), "subdir" (optional: the folder
-inside an archive whose contents go to the target)}], "convert" (optional: a converter of
+inside an archive whose contents go to the target), "folder" (optional: the folder of the target
+a single file goes to)}], "convert" (optional: a converter of
 CONVERTERS that writes the target from the downloaded files instead of unpacking them)}.
 
 Downloads go through pooch, with the manifest's sha256 as its registry, into a cache
@@ -145,7 +146,7 @@ def _expected(entry, folder, root):
             if parent == root or parent == parent.parent:
                 break
     if not entry.get("convert"):
-        single = {_basename(f["url"]): f["sha256"] for f in entry["files"]
+        single = {_relative(f): f["sha256"] for f in entry["files"]
                   if f.get("sha256") and not _is_archive(_basename(f["url"]))}
         if single:
             expected.update(single)  # the manifest wins where a list disagrees (it was updated)
@@ -256,12 +257,20 @@ def fetch(names, root, manifest=None, force=False, allow_unverified=False, cache
                     CONVERTERS[entry["convert"]](files, stage)
                 else:
                     for src, file in zip(entry["files"], files):
-                        _unpack(file, stage, src.get("subdir"))
+                        dest = stage / src.get("folder", "")
+                        dest.mkdir(parents=True, exist_ok=True)
+                        _unpack(file, dest, src.get("subdir"))
                 _write_sums(stage)
         except FolderNotReplaceable as e:
             raise FetchError(f"{name}: {e.command_line()}") from None
         print(f"{name}: {target}")
     return targets
+
+
+def _relative(src) -> str:
+    """Where manifest file entry ``src`` (a single file) lies in its target folder."""
+    name = _basename(src["url"])
+    return f"{src['folder']}/{name}" if src.get("folder") else name
 
 
 def _basename(url):

@@ -15,6 +15,7 @@ from workbench.files import PROFILE_ENV, figures_dir, write_text
 from workbench.nets import superres
 from workbench.studies import (
     activation_study,
+    beatmup,
     compilers,
     conv_algorithms,
     deploy,
@@ -50,6 +51,8 @@ SECTIONS = [
     # no notebook: `python -m workbench bench web` writes it
     ("Peers: the WebGL page vs TensorFlow.js and onnxruntime-web in one browser", None,
      peers.report_section),
+    # no notebook: `python -m workbench bench beatmup` writes it
+    ("The articles' own system (Beatmup) side by side", None, beatmup.report_section),
 ]
 
 

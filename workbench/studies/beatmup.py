@@ -48,26 +48,27 @@ ARTICLE_MHZ = {"Raspberry Pi 3 B / B+": 300, "Raspberry Pi Zero W": 250}  # the 
 
 # --- x2 ------------------------------------------------------------------------------------
 
-def x2(sets=("Set5", "Set14"), rounds=5, runs=3) -> dict:
-    """PSNR of Beatmup's X2 app, our reference net (ES 2.0, this GL) and bicubic on ``sets``,
-    on the same 8-bit low-resolution images; the 256x256 timing (:func:`x2_timing`)."""
+def x2(sets=("Set5", "Set14"), rounds=5, runs=3, model=None, label="workbench reference") -> dict:
+    """PSNR of Beatmup's X2 app, our net (``model``, default the reference checkpoint; ES 2.0,
+    this GL) and bicubic on ``sets``, on the same 8-bit low-resolution images; the 256x256
+    timing (:func:`x2_timing`)."""
     from workbench import es2
     from workbench.nets.models import load_model, reference_sr
 
     picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
     cold = beatmup.upscale([picture])[0].compile_ms  # its first compile in this cache
-    net = es2.compile(load_model(reference_sr()))
+    net = es2.compile(model or load_model(reference_sr()))
     rows = []
     for name in sets:
         sr_set = datasets.sr_images(name)
         pairs = [(hr, images.degrade(hr, 2, "bicubic_aa"))
                  for hr in (images.modcrop(hr, 2) for _, hr in sr_set.images)]
         theirs = beatmup.upscale([images.to_uint8(lr) for _, lr in pairs])
-        scores = {"bicubic": [], BEATMUP_X2: [], "workbench reference": []}
+        scores = {"bicubic": [], BEATMUP_X2: [], label: []}
         for (hr, lr), their in zip(pairs, theirs):
             for method, out in (("bicubic", images.upscale_bicubic(lr, 2)),
                                 (BEATMUP_X2, their.image.astype(np.float32) / 255),
-                                ("workbench reference", net.run(lr))):
+                                (label, net.run(lr))):
                 scores[method].append(metrics.psnr(hr, out, 2, "studio"))
         label = name if sr_set.is_benchmark else f"{name} (stand-in: scikit-image photos)"
         rows += [{"set": label, "method": method, "PSNR Y (dB)": float(np.mean(v)),
@@ -123,11 +124,14 @@ def woof_files(which="val", root=None) -> list[tuple[Path, int | None]]:
     """``(file, class index of the 120)`` of data/cls/imagewoof_val (``which="val"``: the
     ImageNet validation images of the classes among the 120; ``"all"``: every photo, dingo's
     with index None: it is not among them)."""
+    from workbench.data import fetch
+
     base = datasets.data_root(root)
     folder = base / "cls" / WOOF if base else None
     if folder is None or not folder.is_dir():
-        raise FileNotFoundError(f"{folder or 'no data root'}: no cls/{WOOF} (the Imagewoof "
-                                "validation photos; see `python -m workbench fetch-data --help`)")
+        raise FileNotFoundError(f"{folder or 'no data root'}: no cls/{WOOF} (Imagewoof's "
+                                f"validation photos); fetch its 162 ImageNet validation images "
+                                f"with: {fetch.COMMAND} {WOOF}")
     index = {c["wnid"]: i for i, c in enumerate(datasets.imagenet120())}
     files = []
     for wnid in sorted(p.name for p in folder.iterdir() if p.is_dir()):
@@ -142,16 +146,19 @@ def _picture(path) -> np.ndarray:
     return images.to_uint8(images.load_image(path))
 
 
-def classifier(model_path, which="val", rounds=5, chunk=64) -> dict:
+def classifier(model_path, which="val", rounds=5, limit=None, chunk=64) -> dict:
     """Beatmup's Classify, TensorFlow and our ES 2.0 shaders on the Imagewoof photos
-    ``which`` (:func:`woof_files`), on the same decoded pixels (Beatmup gets them as BMP and
-    applies its input step; ours is :func:`workbench.nets.beatmup_model.sample`)."""
+    ``which`` (:func:`woof_files`; ``limit``: that many, evenly spaced over them), on the same
+    decoded pixels (Beatmup gets them as BMP and applies its input step; ours is
+    :func:`workbench.nets.beatmup_model.sample`)."""
     from tqdm import tqdm
 
     from workbench import es2
 
     model = beatmup_model.load(model_path)
     files = woof_files(which)
+    if limit:
+        files = [files[i] for i in np.linspace(0, len(files) - 1, limit).round().astype(int)]
     step = model.beatmup_input
     start = time.perf_counter()  # its first start in this cache: loading, compiling, a pass
     cold = beatmup.classify_timed(_picture(files[0][0]))
@@ -356,29 +363,9 @@ def machine() -> str:
 
 def section(saved) -> str:
     """The report's text for the saved results."""
-    x, c = saved["x2"], saved["classifier"]
-    xt, ct = x["timing"], c["timing"]
-    parts = [
-        f"One run on {saved['machine']}; GL: {saved['gl']} (Beatmup's apps and our shaders "
-        "alike); Mesa's shader cache empty at the start.",
-        "**x2 SR**, the same 8-bit low-resolution images to both (MATLAB's antialiased "
-        "bicubic; PSNR on Y of BT.601 studio range, crop 2):\n\n" + tables.markdown(x["psnr"]),
-        f"One {xt['input']} -> x2 upscale, {xt['runs']} runs a side in alternating rounds, "
-        f"median (quartiles): {_pair(xt['ms'])}; faster: {xt['faster']}. Compile, every "
-        f"program with a first draw: Beatmup {xt['compile ms']['Beatmup']:.0f} ms, workbench "
-        f"{xt['compile ms']['workbench']:.0f} ms (each side's first, Mesa's cache empty).",
-        f"**Classifier**: Beatmup's trained dog classifier on {c['photos']} photos of "
-        f"`cls/{WOOF}` ({_which(c['which'])}); the same decoded pixels to both sides; the "
-        "imported net through TensorFlow and our ES 2.0 shaders:\n\n" + tables.markdown(c["top1"]),
-        "Top-1 agreement: " + "; ".join(f"{k}: {v:.2f} %" for k, v in c["agreement %"].items())
-        + ". Largest probability difference: " + "; ".join(
-            f"{k} {v:.4f}" for k, v in c["largest probability difference"].items()) + ".",
-        f"Time per photo, {ct['runs']} runs a side alternating photo by photo, median "
-        f"(quartiles): {_pair(ct['ms'])}; faster: {ct['faster']}. Programs compiled: "
-        f"Beatmup {c['programs']['Beatmup']}, workbench {c['programs']['workbench']}; start-up "
-        f"to a first result, Mesa's cache empty: Beatmup {c['compile s']['Beatmup']:.1f} s (its "
-        f"app: loading, compiling, a first pass), workbench {c['compile s']['workbench']:.1f} s "
-        "(generating, compiling, a first photo)."]
+    parts = [f"One run on {saved['machine']}; GL: {saved['gl']} (Beatmup's apps and our shaders "
+             "alike); Mesa's shader cache empty at the start.",
+             x2_section(saved["x2"]), classifier_section(saved["classifier"])]
     comp = saved["compilers"]
     if "skipped" in comp:
         parts.append(f"Compilers: not run ({comp['skipped']}).")
@@ -393,6 +380,38 @@ def section(saved) -> str:
                      "two nets and its two measured times, then applied to ours:\n\n"
                      + tables.markdown(comp["pi"], digits=3))
     return "\n\n".join(parts)
+
+
+def x2_section(x) -> str:
+    """The x2 table and timing of :func:`x2`'s result."""
+    t = x["timing"]
+    return ("**x2 SR**, the same 8-bit low-resolution images to both (MATLAB's antialiased "
+            "bicubic; PSNR on Y of BT.601 studio range, crop 2):\n\n" + tables.markdown(x["psnr"])
+            + f"\n\nOne {t['input']} -> x2 upscale, {t['runs']} runs a side in alternating "
+            f"rounds, median (quartiles): {_pair(t['ms'])}; faster: {t['faster']}. Compile, "
+            f"every program with a first draw: Beatmup {t['compile ms']['Beatmup']:.0f} ms, "
+            f"workbench {t['compile ms']['workbench']:.0f} ms (each side's first, Mesa's cache "
+            "empty).")
+
+
+def classifier_section(c) -> str:
+    """The classifier's tables of :func:`classifier`'s result."""
+    t = c["timing"]
+    return (f"**Classifier**: Beatmup's trained dog classifier on {c['photos']} photos of "
+            f"`cls/{WOOF}` ({_which(c['which'])}); the same decoded pixels to both sides; the "
+            "imported net through TensorFlow and our ES 2.0 shaders:\n\n"
+            + tables.markdown(c["top1"])
+            + "\n\nTop-1 agreement: " + "; ".join(f"{k}: {v:.2f} %" for k, v in
+                                                  c["agreement %"].items())
+            + ". Largest probability difference: " + "; ".join(
+                f"{k} {v:.4f}" for k, v in c["largest probability difference"].items())
+            + f".\n\nTime per photo, {t['runs']} runs a side alternating photo by photo, "
+            f"median (quartiles): {_pair(t['ms'])}; faster: {t['faster']}. Programs compiled: "
+            f"Beatmup {c['programs']['Beatmup']}, workbench {c['programs']['workbench']}; "
+            f"start-up to a first result, Mesa's cache empty: Beatmup "
+            f"{c['compile s']['Beatmup']:.1f} s (its app: loading, compiling, a first pass), "
+            f"workbench {c['compile s']['workbench']:.1f} s (generating, compiling, a first "
+            "photo).")
 
 
 def _pair(ms) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from workbench import references, tables
+from workbench import tables
 from workbench.es2 import drivers as es2_drivers
 from workbench.es2 import limits, plan
 from workbench.files import figures_dir, read_json, write_json, write_text
@@ -34,12 +34,6 @@ NAMES = ("drivers", "drivers_classifier")
 DEFAULT_TARGETS = drivers.TABLE_TARGETS
 QPUS, FRAGMENTS_PER_INSTRUCTION, CLOCKS_PER_INSTRUCTION = 12, 16, 4
 BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
-MEASURED_MS = {  # the reference articles' timings: (net, input side, board) -> ms
-    ("sr", 256, "Raspberry Pi 3 B / B+"): references.SR_PI3_MS,  # a 3 B
-    ("sr", 256, "Raspberry Pi Zero W"): references.SR_PI_ZERO_MS,
-    ("dogs120", 385, "Raspberry Pi Zero W"): references.DOGS120_PI_ZERO_MS,
-    ("dogs120", 385, "Raspberry Pi 3 B / B+"): references.DOGS120_PI3BPLUS_MS,  # a 3 B+
-}
 
 
 def classifier(preset):
@@ -161,22 +155,21 @@ def predict_pi(net, reports, hw) -> dict:
 
 
 def pi_rows(results, sizes) -> list[dict]:
-    """Predicted against measured Pi times: ``sizes`` = ``{net label: (kind, side)}`` with
-    ``kind`` a key of :data:`MEASURED_MS` ("sr", "dogs120"); each vc4 row of the table."""
+    """Predicted Pi times: ``sizes`` = ``{net label: (kind, side)}``; each vc4 row of the
+    table at a ``side`` x ``side`` input.  A prediction, uncalibrated: set beside the
+    article's own programs under the same model (``bench beatmup``), not beside its measured
+    times."""
     rows = []
-    for label, (kind, side) in sizes.items():
+    for label, (_, side) in sizes.items():
         for key in ("vc4", "vc4 (fit)"):
             row = results[label]["targets"].get(key)
             if not row or not all(r["ok"] for r in row["reports"]):
                 continue
             predicted = predict_pi(row["net"], row["reports"], (side, side))["ms"]
             for board, ms in predicted.items():
-                measured = MEASURED_MS.get((kind, side, board))
                 rows.append({"net": label, "compiled for": row["compiled_for"],
                              "input": f"{side}x{side}", "board": board,
-                             "V3D MHz": BOARDS_MHZ[board], "predicted ms": round(ms, 1),
-                             "measured ms (article)": measured or "",
-                             "predicted / measured": round(ms / measured, 2) if measured else ""})
+                             "V3D MHz": BOARDS_MHZ[board], "predicted ms": round(ms, 1)})
     return rows
 
 
@@ -237,8 +230,9 @@ def section(saved) -> str:
         text += "\n\nWhat `fit=True` changed:\n" + "\n".join(changes)
     if saved["pi"]:
         text += ("\n\nPredicted from vc4's estimated cycles (12 QPUs, 16 fragments per "
-                 "instruction in 4 clocks, the board's default V3D clock) against the "
-                 "reference articles' measured times:\n\n" + tables.markdown(saved["pi"]))
+                 "instruction in 4 clocks, the board's default V3D clock; uncalibrated: "
+                 "`python -m workbench bench beatmup` sets the article's own programs beside "
+                 "ours under the same model):\n\n" + tables.markdown(saved["pi"]))
     return text
 
 
