@@ -29,7 +29,7 @@ import keras
 import numpy as np
 import yaml
 
-from workbench.nets.layers import Act, GroupConv2D, Shuffle
+from workbench.nets.layers import Act, GroupConv2D, Quantize8, Shuffle
 
 ACTIVATIONS = {"default": "bounded_relu", "sigmoid_like": "sigmoid_like"}
 
@@ -139,17 +139,18 @@ def sample(image, step: InputStep) -> np.ndarray:
     return np.clip(np.round(top * (1 - fy) + bottom * fy), 0, 255).astype(np.uint8)
 
 
-def load(path) -> keras.Model:
+def load(path, quantize=False) -> keras.Model:
     """The chunk file at ``path`` as a Keras model: input RGB in [0, 1] of the input step's
     size (the sampled picture, :func:`sample`), output the softmax probabilities; layer names
     are the ops' names.  ``model.beatmup_input`` is the :class:`InputStep`,
-    ``model.class_names`` the labels."""
+    ``model.class_names`` the labels.  ``quantize``: every activation rounded to 8 bits as
+    its texture stores it (:class:`~workbench.nets.layers.Quantize8`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
     chunks = read_chunks(path)
     ops, connections = description(chunks, path)
-    builder = _Builder(path, chunks, connections)
+    builder = _Builder(path, chunks, connections, quantize)
     for op in ops:
         builder.add(op)
     if builder.inputs is None or builder.last is None:
@@ -163,8 +164,8 @@ def load(path) -> keras.Model:
 class _Builder:
     """Keras tensors made op by op, in the description's order."""
 
-    def __init__(self, path, chunks, connections):
-        self.path, self.chunks = path, chunks
+    def __init__(self, path, chunks, connections, quantize=False):
+        self.path, self.chunks, self.quantize = path, chunks, quantize
         self.incoming: dict[str, dict[int, dict]] = {}
         for c in connections:
             self.incoming.setdefault(c["to"], {})[int(c.get("to_input", 0))] = c
@@ -237,7 +238,8 @@ class _Builder:
                           f"its output {'x'.join(map(str, y.shape[1:]))}")
         if residual is not None:
             y = keras.layers.Add(name=f"{op['_name']}_add")([y, residual])
-        return Act(activation, name=f"{op['_name']}_act")(y)
+        y = Act(activation, name=f"{op['_name']}_act")(y)
+        return Quantize8(name=f"{op['_name']}_q8")(y) if self.quantize else y
 
     def _pooling2d(self, op, x):
         size, stride = int(op["size"]), int(op.get("stride", 1))
