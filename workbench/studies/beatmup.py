@@ -177,9 +177,21 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=64) -> dict:
                           files[i:i + chunk]]).astype(np.float32) / 255
         tf_probs.append(model.predict(batch, verbose=0))
         gpu_probs += [net.run(x) for x in batch]
-    tf_probs, gpu_probs = np.concatenate(tf_probs), np.stack(gpu_probs)
-    labels = np.array([-1 if label is None else label for _, label in files])
-    top = {"Beatmup": theirs.probs.argmax(1), "TF (imported)": tf_probs.argmax(1),
+    labels = [label for _, label in files]
+    return {"which": which, "photos": len(files),
+            **compare(labels, theirs.probs, np.concatenate(tf_probs), np.stack(gpu_probs)),
+            "timing": classifier_timing(net, [f for f, _ in files[:rounds]], step),
+            "programs": {"Beatmup": len(beatmup.capture("Classify", _picture(files[0][0])).programs),
+                         "workbench": len(net.passes)},
+            "compile s": {"Beatmup": their_start_s, "workbench": ours_compile_s}}
+
+
+def compare(labels, beatmup_probs, tf_probs, gpu_probs) -> dict:
+    """Top-1 of each system on the photos whose label (a class index, or None) is among its
+    classes, the agreement of their top-1 on every photo, the largest probability
+    differences."""
+    labels = np.array([-1 if label is None else label for label in labels])
+    top = {"Beatmup": beatmup_probs.argmax(1), "TF (imported)": tf_probs.argmax(1),
            "workbench ES 2.0 (imported)": gpu_probs.argmax(1)}
     known = labels >= 0
     rows = [{"system": name, "top-1 %": 100 * float(np.mean(t[known] == labels[known])),
@@ -188,14 +200,9 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=64) -> dict:
     names = list(top)
     agreement = {f"{a} = {b}": 100 * float(np.mean(top[a] == top[b]))
                  for i, a in enumerate(names) for b in names[i + 1:]}
-    return {"which": which, "photos": len(files), "top1": rows, "agreement %": agreement,
-            "largest probability difference": {
-                "Beatmup vs ES 2.0": float(np.abs(theirs.probs - gpu_probs).max()),
-                "TF vs ES 2.0": float(np.abs(tf_probs - gpu_probs).max())},
-            "timing": classifier_timing(net, [f for f, _ in files[:rounds]], step),
-            "programs": {"Beatmup": len(beatmup.capture("Classify", _picture(files[0][0])).programs),
-                         "workbench": len(net.passes)},
-            "compile s": {"Beatmup": their_start_s, "workbench": ours_compile_s}}
+    return {"top1": rows, "agreement %": agreement, "largest probability difference": {
+        "Beatmup vs ES 2.0": float(np.abs(beatmup_probs - gpu_probs).max()),
+        "TF vs ES 2.0": float(np.abs(tf_probs - gpu_probs).max())}}
 
 
 def classifier_timing(net, paths, step) -> dict:
