@@ -7,8 +7,9 @@ all from one run on one machine and GL:
 
 * **x2**: Beatmup's app and our reference checkpoint on the same low-resolution images
   (Set5 / Set14, MATLAB's antialiased bicubic, Y of BT.601 studio range, crop 2); the time of
-  one 256x256 -> 512x512 upscale (the inference alone: both sides' textures are on the GPU;
-  median and quartiles of interleaved rounds); the shaders' compile time.
+  one 256x256 -> 512x512 upscale (Beatmup's app times its inference alone, the picture already
+  on the GPU; ours ``net.run`` with upload and read-back; median and quartiles of alternating
+  rounds); the shaders' compile time.
 * **classifier**: Beatmup's ``Classify`` and the imported net on the same decoded pixels: top-1,
   agreement of the top-1 between Beatmup, TensorFlow and our GPU, the largest probability
   difference, time per image, programs compiled and their compile time.
@@ -70,8 +71,8 @@ def x2(sets=("Set5", "Set14"), rounds=5, runs=3, model=None, label="workbench re
                                 (BEATMUP_X2, their.image.astype(np.float32) / 255),
                                 (label, net.run(lr))):
                 scores[method].append(metrics.psnr(hr, out, 2, "studio"))
-        label = name if sr_set.is_benchmark else f"{name} (stand-in: scikit-image photos)"
-        rows += [{"set": label, "method": method, "PSNR Y (dB)": float(np.mean(v)),
+        shown = name if sr_set.is_benchmark else f"{name} (stand-in: scikit-image photos)"
+        rows += [{"set": shown, "method": method, "PSNR Y (dB)": float(np.mean(v)),
                   "images": len(v)} for method, v in scores.items()]
     timing = x2_timing(net, picture, rounds, runs)
     timing["compile ms"] = {"Beatmup": cold, **timing["compile ms"]}
