@@ -18,7 +18,9 @@ stamp="$prefix/.built"
 [ -f "$stamp" ] && exit 0
 mkdir -p "$(dirname "$prefix")"
 
-tools=(cmake g++ make libegl-dev libgles-dev apitrace git)
+shared="$root/../shared/peers/beatmup"
+tools=(cmake g++ make libegl-dev libgles-dev apitrace)
+[ -f "$shared/CMakeLists.txt" ] || tools+=(git ca-certificates)
 missing=()
 for pkg in "${tools[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -33,7 +35,6 @@ fi
 
 work="$prefix.work"
 rm -rf "$work" && mkdir -p "$work"
-shared="$root/../shared/peers/beatmup"
 if [ -f "$shared/CMakeLists.txt" ]; then
     cp -r "$shared" "$work/src"
     chmod -R u+w "$work/src"
@@ -41,7 +42,8 @@ else
     echo "beatmup: cloning $URL at $COMMIT"
     if ! git clone --quiet "$URL" "$work/src" >"$work/clone.log" 2>&1 \
             || ! git -C "$work/src" checkout --quiet "$COMMIT" >>"$work/clone.log" 2>&1; then
-        echo "beatmup: no ../shared/peers/beatmup and cannot clone $URL (offline?): its tests skip" >&2
+        echo "beatmup: no ../shared/peers/beatmup and cannot clone $URL at $COMMIT (offline?): its tests skip" >&2
+        rm -rf "$work"
         exit 1
     fi
 fi

@@ -12,10 +12,14 @@ file's labels.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,18 +68,84 @@ def _require():
         raise BeatmupUnavailable(why)
 
 
+# Classify can hang in its first pass, idle, its progress bar short of full (1 run in 5-20 on
+# 2 busy cores: its progress counter is a plain int that its worker threads increment); such
+# a run is stopped after STALL_S seconds without CPU time and started again, ATTEMPTS in all
+STALL_S = 10
+ATTEMPTS = 3
+
+
 def _run(args, cwd, timeout=3600, trace=None) -> str:
     """Run an app (under ``apitrace trace`` into ``trace`` when given); its stdout."""
     command = [str(build_dir() / "build" / args[0]), *map(str, args[1:])]
     if trace:
         command = ["apitrace", "trace", "--api", "egl", "--output", str(trace), *command]
     env = {**os.environ, "EGL_PLATFORM": "surfaceless"}
-    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                          errors="replace", timeout=timeout)
-    if proc.returncode != 0:
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-        raise BeatmupError(f"Beatmup {args[0]} failed (exit {proc.returncode}): {tail}")
-    return proc.stdout
+    for _ in range(ATTEMPTS):
+        code, out, err = _attempt(args[0], command, cwd, env, timeout,
+                                  watch=args[0] == "Classify")
+        if code is not None:
+            break
+    else:
+        raise BeatmupError(f"Beatmup {args[0]} hung before its inference {ATTEMPTS} times (no "
+                           f"CPU time for {STALL_S} s): {_tail(out + err)}")
+    if code != 0:
+        raise BeatmupError(f"Beatmup {args[0]} failed (exit {code}): {_tail(out + err)}")
+    return out
+
+
+def _tail(text) -> str:
+    return " | ".join(text.strip().splitlines()[-3:])
+
+
+def _attempt(app, command, cwd, env, timeout, watch):
+    """One run: (exit code, stdout, stderr), the code None where it hung before printing
+    "Inference:" (``watch``) and was stopped."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
+                                start_new_session=True)  # its group: apitrace and the app
+        start = last = time.monotonic()
+        cpu, code = None, None
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if now - start > timeout:
+                    raise BeatmupError(f"Beatmup {app}: no result in {timeout} s")
+                if watch and b"Inference:" in _read(out):
+                    watch = False
+                elif watch:
+                    used = _cpu_ticks(proc.pid)
+                    if used != cpu:
+                        cpu, last = used, now
+                    elif now - last > STALL_S:
+                        break
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        return code, *(_read(f).decode(errors="replace") for f in (out, err))
+
+
+def _read(file) -> bytes:
+    return os.pread(file.fileno(), os.fstat(file.fileno()).st_size, 0)
+
+
+def _cpu_ticks(session) -> int:
+    """CPU time (clock ticks) of the processes of ``session`` (its leader's pid)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[3] == str(session):
+            total += int(fields[11]) + int(fields[12])
+    return total
 
 
 def write_bmp(path, picture):
@@ -130,43 +200,87 @@ def upscale(pictures, repeat=1) -> list[Upscaled]:
 
 @dataclass
 class Classified:
-    """What ``Classify`` gave: probabilities (N, classes) and, for a timed picture, the time
-    of each of its runs."""
+    """What ``Classify`` gave: probabilities (N, classes); for a timed picture, the time of
+    each of its runs (its listing mode prints only a moving average: no time a picture);
+    with labels, the top-1 accuracy (0-1) as the app counted it, else None."""
 
     probs: np.ndarray
     times_ms: list = field(default_factory=list)
+    accuracy: float | None = None
 
 
-def classify(pictures, chunk=500, progress=None) -> Classified:
+def classify(pictures, chunk=500, progress=None, labels=None) -> Classified:
     """Each picture through Beatmup's classifier (its app's listing mode, ``chunk`` pictures
-    a run: one model preparation each); pictures may be any size (its input step crops and
-    resizes them).  ``progress``: a callable given the count done after each run."""
+    a run: one model preparation each; only one chunk's BMPs on disk at a time); pictures
+    may be any size (its input step crops and resizes them).  ``labels``: the zero-based
+    class of each picture, for the app's own top-1 count.  ``progress``: a callable given the
+    count done after each run; without one, a tqdm bar over more than 20 pictures."""
     _require()
-    probs = []
-    with tempfile.TemporaryDirectory(prefix="beatmup-classify-") as tmp:
-        batch = []
-        for i, picture in enumerate(pictures):
-            name = f"{len(batch):05d}.bmp"
-            write_bmp(Path(tmp) / name, picture)
-            batch.append(name)
-            if len(batch) == chunk:
-                probs.append(_classify_listing(tmp, batch))
-                batch = []
-                if progress:
-                    progress(i + 1)
-        if batch:
-            probs.append(_classify_listing(tmp, batch))
-    return Classified(np.concatenate(probs) if probs else np.zeros((0, 0), np.float32))
+    labels = None if labels is None else [int(c) for c in labels]
+    bar = None
+    if progress is None:
+        total = len(pictures) if hasattr(pictures, "__len__") else None
+        if total is None or total > 20:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, desc="Beatmup Classify", unit="picture", leave=False)
+            progress = lambda done: bar.update(done - bar.n)  # noqa: E731
+    probs, right, done = [], [], 0
+    try:
+        with tempfile.TemporaryDirectory(prefix="beatmup-classify-") as tmp:
+            batch = []
+            for picture in itertools.chain(pictures, [None]):
+                if picture is not None:
+                    batch.append(f"{len(batch):05d}.bmp")
+                    write_bmp(Path(tmp) / batch[-1], picture)
+                if batch and (len(batch) == chunk or picture is None):
+                    rows, ok = _classify_listing(tmp, batch, _labels(labels, done, batch))
+                    probs.append(rows)
+                    right.append(ok)
+                    done += len(batch)
+                    batch = []
+                    if progress:
+                        progress(done)
+    finally:
+        if bar is not None:
+            bar.close()
+    if labels is not None and len(labels) != done:
+        raise ValueError(f"{len(labels)} labels for {done} pictures")
+    return Classified(np.concatenate(probs) if probs else np.zeros((0, 0), np.float32),
+                      accuracy=sum(right) / done if labels is not None and done else None)
 
 
-def _classify_listing(tmp, names) -> np.ndarray:
+def _labels(labels, done, batch):
+    if labels is None:
+        return None
+    part = labels[done:done + len(batch)]
+    if len(part) != len(batch):
+        raise ValueError(f"{len(labels)} labels for more pictures")
+    return part
+
+
+# its listing mode's progress line: "\r[    N]   avg ms   acc%  name"
+_PROGRESS = re.compile(r"\[\s*(\d+)\]\s+\S+ ms\s+(\d+(?:\.\d+)?)%")
+
+
+def _classify_listing(tmp, names, labels=None) -> tuple[np.ndarray, int]:
+    """One ``Classify`` run over ``names`` in ``tmp``: the probabilities and, with labels,
+    how many the app counted right (from its last progress line's percentage)."""
     listing, report = Path(tmp) / "listing.txt", Path(tmp) / "probs.txt"
-    listing.write_text("".join(f"{n}\n" for n in names))
-    _run(["Classify", listing, report], build_dir())
+    listing.write_text("".join(f"{n} {c}\n" if labels else f"{n}\n"
+                               for n, c in zip(names, labels or names)))
+    out = _run(["Classify", listing, report], build_dir())
     rows = [line.split() for line in report.read_text().splitlines() if line.strip()]
     if len(rows) != len(names):
         raise BeatmupError(f"Beatmup Classify gave {len(rows)} rows for {len(names)} pictures")
-    return np.array(rows, np.float32)
+    right = 0
+    if labels:
+        lines = _PROGRESS.findall(out.replace("\r", "\n"))
+        if not lines or int(lines[-1][0]) != len(names) - 1:
+            raise BeatmupError(f"Beatmup Classify printed no accuracy for {len(names)} "
+                               f"labelled pictures: {out[-200:]!r}")
+        right = round(float(lines[-1][1]) * len(names) / 100)
+    return np.array(rows, np.float32), right
 
 
 def classify_timed(picture) -> Classified:
@@ -189,17 +303,22 @@ class Capture:
     """What an app handed to GL: ``programs`` ``[(vertex source, fragment source)]`` as
     linked (each distinct pair once), and ``draws`` ``[(program index, viewport width,
     viewport height)]`` of one inference (the trace holds a warm-up on a dummy picture and
-    one inference with the same draws: the second half)."""
+    one inference with the same draws: the second half); ``linked``: how many times
+    glLinkProgram was called (each of Beatmup's is a distinct program: X2 32, Classify 27)."""
 
     app: str
     programs: list
     draws: list
+    linked: int = 0
 
 
 def capture(app, picture) -> Capture:
     """Run ``app`` (``"X2"``, ``"Classify"``) once on ``picture`` under apitrace; what it
     handed to GL."""
     _require()
+    if not shutil.which("apitrace"):
+        raise BeatmupUnavailable("apitrace is not installed: as root, apt-get install -y "
+                                 "apitrace (or `make beatmup`, which installs it)")
     with tempfile.TemporaryDirectory(prefix="beatmup-trace-") as tmp:
         source, trace = Path(tmp) / "in.bmp", Path(tmp) / "app.trace"
         write_bmp(source, picture)
@@ -211,12 +330,23 @@ def capture(app, picture) -> Capture:
         else:
             raise ValueError(f"app {app!r}: one of {', '.join(APPS)}")
         dump = subprocess.run(["apitrace", "dump", "--color=never", str(trace)],
-                              capture_output=True, text=True, errors="replace", check=True)
+                              capture_output=True, text=True, errors="replace")
+        if dump.returncode != 0:
+            raise BeatmupError(f"apitrace dump of the {app} trace failed (exit "
+                               f"{dump.returncode}): {dump.stderr.strip()[-200:]}")
     return parse_dump(app, dump.stdout)
 
 
 _CALL = re.compile(r"^\d+ (gl\w+)\((.*)", re.S)
 _SOURCE = re.compile(r'string = &"(.*)", length = ', re.S)
+# apitrace dump writes a string's quote and backslash escaped, a byte outside ASCII's printable
+# range other than newline and tab as a backslash and octal digits, and drops carriage returns
+_ESCAPE = re.compile(r'\\(["\\]|[0-7]{1,3})')
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPE.sub(lambda m: m.group(1) if m.group(1) in '"\\' else chr(int(m.group(1), 8)),
+                       text)
 
 
 def parse_dump(app, text) -> Capture:
@@ -230,6 +360,7 @@ def parse_dump(app, text) -> Capture:
         elif current is not None:
             current.append(line)
     sources, attached, linked, programs, draws = {}, {}, {}, [], []
+    links = 0
     using, viewport = None, (0, 0)
     for call in calls:
         m = _CALL.match("\n".join(call))
@@ -239,12 +370,13 @@ def parse_dump(app, text) -> Capture:
         if name == "glShaderSource":
             shader = int(re.match(r"shader = (\d+)", args).group(1))
             body = _SOURCE.search(args).group(1)
-            sources[shader] = body.replace('\\"', '"').replace("\\\\", "\\")
+            sources[shader] = _unescape(body)
         elif name == "glAttachShader":
             program, shader = map(int, re.findall(r"= (\d+)", args)[:2])
             attached.setdefault(program, []).append(shader)
         elif name == "glLinkProgram":
             program = int(re.search(r"= (\d+)", args).group(1))
+            links += 1
             vertex, fragment = (sources[s] for s in attached[program][:2])
             if "gl_FragColor" in vertex or "gl_FragData" in vertex:
                 vertex, fragment = fragment, vertex
@@ -261,7 +393,7 @@ def parse_dump(app, text) -> Capture:
     if not draws or len(draws) % 2 or draws[:half] != draws[half:]:
         raise BeatmupError(f"Beatmup {app}: the trace's {len(draws)} draws are not a warm-up "
                            "and an inference of the same draws")
-    return Capture(app, programs, draws[half:])
+    return Capture(app, programs, draws[half:], links)
 
 
 def compile_captured(target, captured: Capture):
