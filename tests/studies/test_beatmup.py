@@ -62,3 +62,24 @@ def test_the_calibration_solves_the_articles_two_times():
     # by hand: clocks 1.0e8 / 3 and 0.875e8 / 3 -> ms 83.33 a + 32 d = 130, 72.92 a + 1173 d = 328
     assert a == pytest.approx(np.linalg.solve([[250 / 3, 32], [218.75 / 3, 1173]], [130, 328])[0])
     assert compilers.v3d_clocks(16 * 12) == 4
+
+
+@needs_peer
+@pytest.mark.skipif(compilers.drivers.available() is not None,
+                    reason=compilers.drivers.available() or "")
+def test_the_x2_layer_budget_sums_to_the_cycle_fragments(monkeypatch):
+    """Per layer, cycles a low-resolution pixel times the pixels add up to the net's
+    fragment-weighted cycles (compilers.weighted); Beatmup's L1 costs what vc4 said of its 12
+    programs (849 cycles each, measured by hand) a pixel."""
+    from dataclasses import asdict
+
+    found = beatmup.implementations(peer.model_file())
+    found.pop("classifier")
+    rows = beatmup.layer_budget(found)
+    assert [r["layer"] for r in rows][:5] == ["L1", "L2", "L3", "L4", "L5"]
+    assert rows[0]["multiply-adds a pixel"] == 48 * 25
+    check, draw_list, _ = found["x2"]["workbench"]
+    total = compilers.weighted([asdict(r) for r in check("vc4")], draw_list)
+    pixels = beatmup.SIZE ** 2
+    assert sum(r["workbench: cycles a pixel"] for r in rows) * pixels == pytest.approx(total)
+    assert rows[0]["Beatmup: cycles a pixel"] == 12 * 849

@@ -249,7 +249,40 @@ def implementations(model_path) -> dict:
             found[name][side] = (lambda t, n=net: es2_drivers.check(n, t),
                                  compilers.draws(net, hw or net.graph.input_size),
                                  len(net.passes))
+    found["x2 layers"] = ours["x2"]
     return found
+
+
+def layer_budget(found) -> list[dict]:
+    """vc4's estimated cycles per low-resolution pixel, layer by layer of the x2 net, for
+    Beatmup's programs (its 32 in the net's order: 12 L1, 8 L2, 6 L3, 4 L4, L5, the demux) and
+    ours, beside the layer's multiply-adds per pixel (the floor: one a cycle)."""
+    nets = found["x2 layers"]
+    reference = nets["workbench"]
+    pixels = SIZE * SIZE
+    layers = list(dict.fromkeys(p.op for p in reference.passes))
+    costs = reference.cost((SIZE, SIZE))
+    sides = {}
+    for side, (check, draw_list, _) in found["x2"].items():
+        reports = [asdict(r) for r in check("vc4")]
+        if side == "Beatmup":
+            owners = [p.op for p in reference.passes]  # the same net, the same program counts
+        else:
+            owners = [p.op for p in nets[side].passes]
+        if len(owners) != len(reports):
+            raise ValueError(f"{side}: {len(reports)} programs, the net has {len(owners)}")
+        sides[side] = {layer: sum(f * reports[i]["stats"]["estimated_cycles"]
+                                  for i, f in draw_list if owners[i] == layer) / pixels
+                       for layer in layers}
+    rows = []
+    for layer in layers:
+        madds = costs[layer].multiply_adds // pixels
+        row = {"layer": layer, "multiply-adds a pixel": madds}
+        for side, cycles in sides.items():
+            row[f"{side}: cycles a pixel"] = round(cycles[layer])
+            row[f"{side}: cycles / multiply-add"] = cycles[layer] / madds if madds else None
+        rows.append(row)
+    return rows
 
 
 def compile_all(found, targets=TARGETS) -> list[dict]:
@@ -258,6 +291,8 @@ def compile_all(found, targets=TARGETS) -> list[dict]:
     same two ways, the fewest threads, the most spills, the first refusal."""
     rows = []
     for net, sides in found.items():
+        if net == "x2 layers":
+            continue
         for side, (check, draw_list, programs) in sides.items():
             for target in targets:
                 if side.endswith("fit)") and target != "vc4":
@@ -345,8 +380,10 @@ def run(model_path=None, which="val", rounds=5, runs=3, targets=TARGETS, out=Non
              "x2": x2(rounds=rounds, runs=runs),
              "classifier": classifier(model_path, which, rounds)}
     if drivers.available() is None:
-        rows = compile_all(implementations(model_path), targets)
-        saved["compilers"] = {"mesa": drivers.MESA_VERSION, "rows": rows, "pi": pi_model(rows)}
+        found = implementations(model_path)
+        rows = compile_all(found, targets)
+        saved["compilers"] = {"mesa": drivers.MESA_VERSION, "rows": rows, "pi": pi_model(rows),
+                              "x2 layers": layer_budget(found)}
     else:
         saved["compilers"] = {"skipped": drivers.available()}
     out = Path(out) if out else figures_dir()
@@ -382,6 +419,9 @@ def section(saved) -> str:
                      f"{comp['mesa']} on drm-shims; Beatmup's programs as its apps handed "
                      "them to GL; per image: each program's count times the fragments of its "
                      "draws, summed over one inference):\n\n" + tables.markdown(comp["rows"]))
+        parts.append("vc4's estimated cycles a low-resolution pixel, x2 layer by layer "
+                     "(the floor: one cycle a multiply-add):\n\n"
+                     + tables.markdown(comp["x2 layers"]))
         parts.append("Raspberry Pi times from vc4's estimates, the same model for both sides "
                      "(12 QPUs, 16 fragments an instruction in 4 clocks); calibrated: `ms = a "
                      "clocks / MHz + d draws` solved per board and clock from the article's "
