@@ -217,7 +217,7 @@ def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
 def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
     """The WebGL back end of onnxruntime-web is deprecated: a pinned release without
     dist/ort.webgl.min.js (here: a cache with the WASM files alone) runs its WASM row and
-    gives the WebGL row the reason; a net with no ONNX form (here: sigmoid-like activations)
+    gives the WebGL row the reason; a net with no ONNX form (here: ReLU6 scaled activations)
     gives both onnxruntime-web rows the reason and runs TF.js."""
     dist = ort.cache_dir() / "node_modules" / ort.PACKAGE
     cache = tmp_path / "ort" / "node_modules" / ort.PACKAGE
@@ -238,8 +238,9 @@ def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
                                   "reason": ort.webgl_unavailable()}]
     text = peers._gl_section(result)
     assert f"| onnxruntime-web webgl | not run: {ort.webgl_unavailable()} |" in text
-    sigmoid_like = sr_x2(activation="sigmoid_like")
-    reasons = peers.unavailable_peers(es2.compile(sigmoid_like).graph, (8, 8))
+    relu6 = sr_x2(activation="relu6_scaled")
+    reasons = peers.unavailable_peers(es2.compile(relu6).graph, (8, 8))
     assert set(reasons) == set(peers.ORT_BACKENDS) and reasons["ort-wasm"] == (
         "the net has no ONNX form (workbench.ir.to_onnx): layer 'L1': activation "
-        "'sigmoid_like' has no PyTorch layer; written: linear, bounded_relu, sigmoid")
+        "'relu6_scaled' has no PyTorch layer; written: linear, bounded_relu, sigmoid, "
+        "sigmoid_like")
