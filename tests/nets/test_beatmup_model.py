@@ -17,12 +17,15 @@ from scipy.ndimage import map_coordinates
 import workbench
 from workbench import es2, ir
 from workbench.es2 import emulate
+from workbench.gl import beatmup
 from workbench.nets import activations
 from workbench.nets import beatmup_model as bm
 from workbench.nets.layers import shuffle_order
 
 DOGS = (Path(workbench.__file__).resolve().parents[2] / "shared" / "peers" / "beatmup"
-        / "android" / "app" / "src" / "main" / "assets" / "dog_classifier.chunks")
+        / beatmup.MODEL)  # or in the built peer (`make beatmup`)
+if not DOGS.is_file() and beatmup.available() is None:
+    DOGS = beatmup.model_file()
 needs_dogs = pytest.mark.skipif(not DOGS.is_file(), reason=f"{DOGS} is not here")
 
 
