@@ -202,3 +202,17 @@ def test_the_sigmoid_like_activation_and_a_pack_shuffle_are_written_as_pytorch_w
     assert shuffled and kinds.count("Gather") == shuffled and "Sigmoid" not in kinds
     x = np.random.default_rng(0).random((2, 16, 16, 3)).astype(np.float32)
     np.testing.assert_allclose(OnnxModel(proto)(x), model.predict(x, verbose=0), atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(0, 0), (-1, 5)])
+def test_an_input_size_that_is_not_a_picture_is_refused(size):
+    proto = to_onnx(ir.from_keras(load_model(reference_sr())))  # dynamic height and width
+    with pytest.raises(ValueError, match=r"input_size: .* is not a picture"):
+        ir.from_onnx(proto, input_size=size)
+
+
+def test_an_onnx_file_is_one_whatever_the_case_of_its_suffix(tmp_path):
+    proto = to_onnx(ir.from_keras(plain_classifier()))
+    path = tmp_path / "OK.ONNX"
+    path.write_bytes(proto.SerializeToString())
+    assert isinstance(load_model(path), OnnxModel)

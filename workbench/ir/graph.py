@@ -46,6 +46,20 @@ def packs(channels: int) -> int:
     return -(-channels // PACK)
 
 
+def input_hw(hw, what="the input size") -> tuple[int, int]:
+    """``hw`` as ``(height, width)`` of positive ints; anything else a ValueError in one line
+    naming ``what`` (a negative or zero size gave negative counts and empty nets)."""
+    try:
+        height, width = (int(v) for v in hw)
+        if (height, width) != tuple(hw):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: (height, width) as two whole numbers, not {hw!r}") from None
+    if height < 1 or width < 1:
+        raise ValueError(f"{what}: {height}x{width} is not a picture (both sides >= 1)")
+    return height, width
+
+
 def conv_out_hw(hw, size, stride, padding):
     """Output (height, width) of a convolution, as ``tf.nn.conv2d`` computes it.
     ``padding``: ``"same"`` (TensorFlow's), ``"valid"``, or explicit zero padding
@@ -398,7 +412,7 @@ class Graph:
 
     def shapes(self, hw) -> dict[str, tuple[int, int, int]]:
         """(height, width, channels) of every tensor for an input of ``hw = (h, w)``."""
-        shapes = {self.input.name: self.input.out_shape({}, tuple(hw))}
+        shapes = {self.input.name: self.input.out_shape({}, input_hw(hw))}
         for op in self.ops:
             shapes[op.name] = op.out_shape(shapes, None)
         return shapes

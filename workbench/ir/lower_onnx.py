@@ -32,6 +32,7 @@ from workbench.ir.graph import (
     Input,
     Pool,
     Upsample,
+    input_hw,
 )
 from workbench.ir.lower import (LoweringError, check_demux_size, check_finite, fold_batchnorm,
                                 store_subpixels)
@@ -115,6 +116,8 @@ class _Lowering:
         if len(dims) != 4 or dims[1] is None:
             raise LoweringError(f"input {inputs[0].name!r}: an NCHW image with a fixed number "
                                 f"of channels, not shape {dims}")
+        if input_size is not None:
+            input_size = input_hw(input_size, "input_size")
         size = tuple(input_size) if input_size else (
             None if None in dims[2:] else tuple(dims[2:]))
         if input_size and None not in dims[2:] and tuple(dims[2:]) != tuple(input_size):

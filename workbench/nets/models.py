@@ -41,7 +41,7 @@ def load_model(path, input_size=None) -> keras.Model:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
-    if path.suffix == ".onnx":
+    if path.suffix.lower() == ".onnx":
         return onnx_model.load(path, input_size)
     if path.suffix.lower() == ".chunks":
         if input_size is not None:
@@ -50,7 +50,7 @@ def load_model(path, input_size=None) -> keras.Model:
     if input_size is not None:
         raise ValueError(f"{path}: an input size is for ONNX models with a dynamic size; a "
                          "Keras model has its own (keras.Input((height, width, channels)))")
-    if path.suffix == ".keras" and not zipfile.is_zipfile(path):
+    if path.suffix.lower() == ".keras" and not zipfile.is_zipfile(path):
         raise ModelFileError(f"{path}: corrupt or truncated .keras model (not a zip archive)")
     try:
         return keras.models.load_model(path)
