@@ -29,6 +29,9 @@ def figures_dir(profile=None) -> Path:
     itself when neither names one (a notebook run by hand)."""
     root = Path(os.environ.get("WORKBENCH_FIGURES") or project_root() / "figures")
     profile = profile or os.environ.get(PROFILE_ENV)
+    if profile and (Path(profile).name != profile or profile in (".", "..")):
+        raise ValueError(f"profile {profile!r}: a name, not a path (its figures go to "
+                         f"<figures>/<profile>)")
     return root / profile if profile else root
 
 

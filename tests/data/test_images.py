@@ -172,6 +172,15 @@ def test_save_grey_and_uint8(tmp_path):
     np.testing.assert_array_equal(load_image(tmp_path / "g.png")[..., 2], grey / np.float32(255))
 
 
+def test_save_nan_names_file_and_leaves_nothing(tmp_path):
+    """NaN was written as 0 (black) without a word."""
+    img = np.full((2, 2, 3), 0.5, np.float32)
+    img[0, 0, 1] = np.nan
+    with pytest.raises(ImageError, match=r"nan.png: the image has 1 NaN or infinite values"):
+        save_image(tmp_path / "nan.png", img)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_save_bad_shape_names_file_and_leaves_nothing(tmp_path):
     with pytest.raises(ImageError, match="four.png"):
         save_image(tmp_path / "four.png", np.zeros((2, 2, 4)))

@@ -61,3 +61,17 @@ def test_a_classifier_given_to_upscale_is_refused_before_it_runs(tmp_path, capsy
     assert main(argv) == 2
     assert "is not an RGB SR net (its last layer is a Dense)" in _one_line(capsys)
     assert not (tmp_path / "out.png").exists()
+
+
+def test_an_empty_target_list_and_a_profile_path_are_refused(tmp_path, capsys):
+    """`drivers --target ''` wrote an empty drivers.json, then a traceback; `--profile ../..`
+    wrote outside the figures folder."""
+    assert main(["drivers", "--target", "", "--out", str(tmp_path)]) == 2
+    assert "--target '' names no target" in _one_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+    from workbench.files import figures_dir
+
+    for profile in ("../..", "a/b", ".."):
+        with pytest.raises(ValueError, match="a name, not a path"):
+            figures_dir(profile)
+    assert figures_dir("quick").name == "quick"

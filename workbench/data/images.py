@@ -132,6 +132,9 @@ def save_image(path, img, quality=95, inputs=()):
     img = np.asarray(img)
     if not (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
         raise ImageError(f"{path}: cannot save an image of shape {img.shape}, want HxW or HxWx3")
+    if img.dtype.kind == "f" and not np.isfinite(img).all():
+        raise ImageError(f"{path}: the image has {np.size(img) - np.isfinite(img).sum()} NaN or "
+                         "infinite values; not written (they would be saved as black)")
     with atomic_path(path) as tmp:
         Image.fromarray(to_uint8(img)).save(tmp, format=fmt, **options)
 

@@ -126,6 +126,8 @@ def _drivers(args):
     from workbench.studies import compilers
 
     targets = _names(args.target)
+    if not targets:
+        raise ValueError(f"--target {args.target!r} names no target; e.g. --target vc4,gc2000")
     for name in targets:
         target(name)  # an unknown name: one line before any work
     models, sizes = {}, {}
