@@ -75,3 +75,26 @@ def test_an_empty_target_list_and_a_profile_path_are_refused(tmp_path, capsys):
         with pytest.raises(ValueError, match="a name, not a path"):
             figures_dir(profile)
     assert figures_dir("quick").name == "quick"
+
+
+def test_a_bench_out_that_is_a_file_is_refused_before_the_runs(tmp_path, capsys):
+    """`bench web --out FILE` was refused only after 43 s of browser runs."""
+    (tmp_path / "taken").write_text("mine")
+    for what in ("web", "beatmup"):
+        assert main(["bench", what, "--out", str(tmp_path / "taken")]) == 2
+        assert "taken: is a file; give a folder" in _one_line(capsys)
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_a_driver_process_killed_by_a_signal_says_so(monkeypatch):
+    """A damaged driver build said `failed (exit -7):` with nothing after it."""
+    import subprocess
+
+    from workbench.gl import GLError, drivers
+
+    monkeypatch.setattr(drivers, "available", lambda: None)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, -7, b"", b""))
+    with pytest.raises(GLError, match=r"\(vc4\) failed \(exit -7\): killed by signal SIGBUS, a "
+                                      r"damaged build\? \(make drivers again after removing"):
+        drivers.info("vc4")

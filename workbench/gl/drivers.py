@@ -21,6 +21,7 @@ import ctypes
 import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -171,8 +172,12 @@ def _ask(t: Target, request: dict, timeout) -> dict:
     raw = pickle.loads(proc.stdout) if proc.returncode == 0 and proc.stdout else None
     if not isinstance(raw, dict):
         tail = raw or " / ".join(proc.stderr.decode(errors="replace").strip().splitlines()[-3:])
+        if proc.returncode < 0:
+            tail = (f"killed by signal {signal.Signals(-proc.returncode).name}, a damaged "
+                    f"build? ({BUILD_COMMAND} again after removing {build_dir()})"
+                    + (f": {tail}" if tail else ""))
         raise GLError(f"the {t.gpu} driver's process ({t.name}) failed (exit "
-                      f"{proc.returncode}): {tail}")
+                      f"{proc.returncode}): {tail or 'it printed nothing'}")
     return raw
 
 

@@ -162,7 +162,12 @@ def _names(text) -> list[str]:
 
 
 def _bench(args):
+    from workbench.files import check_writable
     from workbench.studies import bench
+    if args.out:  # before minutes of runs
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise NotADirectoryError(f"{args.out}: is a file; give a folder")
+        check_writable(args.out, folder=True)
     if args.what == "sr":
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
