@@ -98,3 +98,19 @@ def test_a_driver_process_killed_by_a_signal_says_so(monkeypatch):
     with pytest.raises(GLError, match=r"\(vc4\) failed \(exit -7\): killed by signal SIGBUS, a "
                                       r"damaged build\? \(make drivers again after removing"):
         drivers.info("vc4")
+
+
+def test_publish_writes_through_a_link_and_refuses_an_empty_path(tmp_path):
+    """`report --publish LINK` replaced the link with a copy and left the real file stale;
+    `--publish ''` was ignored."""
+    from workbench.run import report
+
+    real = tmp_path / "results.md"
+    real.write_text(f"# Results\n\n{report.BEGIN}\nold\n{report.END}\n\nkept\n")
+    link = tmp_path / "link.md"
+    link.symlink_to(real)
+    report.publish("# Report\n\n## A\n\nnew numbers\n", link, "From a test.")
+    assert link.is_symlink() and "new numbers" in real.read_text()
+    assert "old" not in real.read_text() and real.read_text().endswith("kept\n")
+    with pytest.raises(ValueError, match="--publish '': give the Markdown file"):
+        report.publish("# Report\n", "", "From a test.")

@@ -114,7 +114,7 @@ def _report(args):
                                 f"make reproduce PROFILE={args.profile} writes them")
     text = report.build(directory, args.profile)
     print(directory / "report.md")
-    if args.publish:
+    if args.publish is not None:
         print(report.publish(text, args.publish, args.source or
                              f"From `make reproduce PROFILE={args.profile}`."))
     return 0

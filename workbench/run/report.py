@@ -84,8 +84,11 @@ def publish(report_text: str, path, source: str) -> Path:
     ``BEGIN`` and ``END`` lines: the report's sections one heading level down, its figure
     list left out (the figures folder is not committed), led by ``source`` (the commit and
     the command that made it).  The rest of the file is kept; ValueError naming the file
-    when it lacks the two lines."""
-    path = Path(path)
+    when it lacks the two lines.  A symbolic link is written through (its target is the
+    file); an empty path is refused."""
+    if not str(path):
+        raise ValueError("--publish '': give the Markdown file to publish into")
+    path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     text = path.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise ValueError(f"{path}: needs one {BEGIN!r} line and, after it, one {END!r} line "
