@@ -482,3 +482,23 @@ def test_upscale_bilinear_is_gl_linear():
     rows = 0.75 * lr[:-1] + 0.25 * lr[1:]
     expected = 0.75 * rows[:, :-1] + 0.25 * rows[:, 1:]
     np.testing.assert_allclose(up[1:-1:2, 1:-1:2], expected, atol=1e-6)
+
+
+def test_inputs_are_named_for_what_they_are(tmp_path):
+    """A folder, a FIFO, a link loop and a device all said "no such image file"; an animated
+    GIF was read from its first frame without a word."""
+    import os
+
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for path, says in ((tmp_path / "dir", "is a folder"), (tmp_path / "fifo", "is a pipe"),
+                       (tmp_path / "loop", "a symbolic link that leads nowhere"),
+                       ("/dev/zero", "is a device"), (tmp_path / "none.png", "no such image")):
+        with pytest.raises(FileNotFoundError, match=f"{path}: {says}"):
+            load_image(path)
+    frames = [Image.new("RGB", (4, 4), c) for c in ((255, 0, 0), (0, 0, 255))]
+    frames[0].save(tmp_path / "a.gif", save_all=True, append_images=frames[1:])
+    with pytest.warns(UserWarning, match=r"a.gif: 2 frames \(an animation\?\); the first is read"):
+        first = load_image(tmp_path / "a.gif")
+    assert first[0, 0, 0] > first[0, 0, 2]

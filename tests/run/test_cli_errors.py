@@ -114,3 +114,19 @@ def test_publish_writes_through_a_link_and_refuses_an_empty_path(tmp_path):
     assert "old" not in real.read_text() and real.read_text().endswith("kept\n")
     with pytest.raises(ValueError, match="--publish '': give the Markdown file"):
         report.publish("# Report\n", "", "From a test.")
+
+
+def test_a_16_bit_input_warns_in_one_line(tmp_path, capsys):
+    """16-bit and RGBA inputs printed two lines each (the message, then Python's source line)."""
+    import numpy as np
+    import png
+
+    rows = np.full((8, 8 * 3), 30000, np.uint16)
+    with open(tmp_path / "in.png", "wb") as f:
+        png.Writer(8, 8, greyscale=False, bitdepth=16).write(f, rows)
+    assert main(["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    warned = [line for line in err if "16-bit image" in line]
+    assert warned == [f"warning: {tmp_path / 'in.png'}: 16-bit image converted to float "
+                      "(divided by 65535)"]
+    assert not any("warnings.warn" in line for line in err)

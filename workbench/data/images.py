@@ -34,9 +34,13 @@ def load_image(path):
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such image file")
+        raise FileNotFoundError(f"{path}: {_not_a_file(path)}")
     try:
         with Image.open(path) as im:
+            frames = getattr(im, "n_frames", 1)
+            if frames > 1:
+                warnings.warn(f"{path}: {frames} frames (an animation?); the first is read",
+                              stacklevel=2)
             if im.format == "PNG" and im.mode in ("RGB", "RGBA", "LA") and ";16" in im.tile[0][3]:
                 # Pillow keeps only the high byte of 16-bit colour or grey+alpha PNG samples.
                 pixels, bits = _orient(_read_png16(path), im.getexif().get(ORIENTATION)), 16
@@ -62,6 +66,25 @@ def load_image(path):
     if img.shape[2] == 1:
         img = np.repeat(img, 3, axis=2)
     return np.ascontiguousarray(img, dtype=np.float32)
+
+
+def _not_a_file(path: Path) -> str:
+    """What ``path``, which is not a regular file, is, in words."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        if path.is_symlink():
+            return f"a symbolic link that leads nowhere ({e.strerror.lower()})"
+        return "no such image file"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not an image file"
+    if stat.S_ISFIFO(mode):
+        return "is a pipe (FIFO), not an image file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not an image file"
+    return "not a regular file"
 
 
 ORIENTATION = 0x0112  # the EXIF orientation tag

@@ -386,8 +386,10 @@ def parser() -> argparse.ArgumentParser:
 
 def _one_line_warnings(message, category, filename, lineno, file=None, line=None,
                        _default=warnings.showwarning):
-    """The workbench's own warnings as ``warning: <message>``; others as Python shows them."""
-    if category.__module__.startswith("workbench"):
+    """The workbench's own warnings (of its categories, or raised from its code) as
+    ``warning: <message>``; others as Python shows them."""
+    package = Path(__file__).resolve().parents[1]
+    if category.__module__.startswith("workbench") or Path(filename).resolve().is_relative_to(package):
         print(f"warning: {message}", file=sys.stderr)
     else:
         _default(message, category, filename, lineno, file, line)
