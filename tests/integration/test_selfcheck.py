@@ -220,3 +220,18 @@ def test_devices_bad_input(sr_page, tmp_path, capsys, content, message):
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {bad}") and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_the_shipped_onnx_classifier_becomes_a_page_that_passes_its_check(tmp_path):
+    """`export-web --model models/cifar10_plain.onnx --check` failed: its pooled dense layer
+    reads the pixels in chunks, so its partial sums' rows follow from no tensor's size by the
+    page's rule; a net of a fixed input size now gets fixed sizes.  In Chromium: the page's
+    top-1 = ONNX Runtime's on the check's images, and its bytes = the emulator's."""
+    from workbench.files import project_root
+
+    onnx_path = project_root() / "models" / "cifar10_plain.onnx"
+    assert main(["export-web", "--check", "--model", str(onnx_path), "--out",
+                 str(tmp_path / "page")]) == 0
+    report = _page_report(tmp_path / "page")
+    assert report["inputs"] and all(e["top1_equal_tf"] for e in report["inputs"])
+    assert min(e["bytes_equal_emulator"] for e in report["inputs"]) >= 0.9999

@@ -140,14 +140,25 @@ def size_rules(graph) -> tuple[list, list]:
     input size: ``{"fixed": [h, w]}``, or ``{"from": tensor, "num", "den", "offset"}``: on
     each axis ``floor((n * num + offset) / den)`` of that tensor's size ``n`` (an earlier
     tensor; the input's size is the image's).  Found from :meth:`workbench.ir.Graph.shapes`
-    and :func:`workbench.es2.plan.textures` at :data:`SAMPLE_SIZES`, knowing no op."""
-    shapes = [graph.shapes(hw) for hw in SAMPLE_SIZES]
+    and :func:`workbench.es2.plan.textures` at :data:`SAMPLE_SIZES`, knowing no op.  A net of
+    a fixed input size (the page fits every picture to it) whose sizes follow no such rule
+    (a pooled dense layer that reads the pixels in chunks) gets fixed sizes, its own."""
+    try:
+        return _size_rules(graph, SAMPLE_SIZES)
+    except ValueError:
+        if not graph.input_size:
+            raise
+        return _size_rules(graph, [graph.input_size])
+
+
+def _size_rules(graph, samples) -> tuple[list, list]:
+    shapes = [graph.shapes(hw) for hw in samples]
     sizes = {name: [s[name][:2] for s in shapes] for name in shapes[0]}
     names = list(sizes)
     tensors = [{"name": name, "channels": shapes[0][name][2],
                 "size": _size_rule(name, sizes[name], sizes, names[i - 1::-1])}
                for i, name in enumerate(names) if i > 0]
-    texture_sizes = [plan.textures(graph, hw) for hw in SAMPLE_SIZES]
+    texture_sizes = [plan.textures(graph, hw) for hw in samples]
     textures = []
     for key, (_, _, dtype) in texture_sizes[0].items():
         own = [(h, w) for w, h, _ in (t[key] for t in texture_sizes)]
