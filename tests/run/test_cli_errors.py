@@ -130,3 +130,25 @@ def test_a_16_bit_input_warns_in_one_line(tmp_path, capsys):
     assert warned == [f"warning: {tmp_path / 'in.png'}: 16-bit image converted to float "
                       "(divided by 65535)"]
     assert not any("warnings.warn" in line for line in err)
+
+
+@pytest.mark.parametrize("swallowed", [False, True])
+def test_ctrl_c_always_exits_130(monkeypatch, capsys, swallowed):
+    """A Ctrl-C that a library caught (JAX's clean-up did) let the command finish with 0."""
+    import os
+    import signal
+
+    from workbench.run import cli
+
+    def work(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            if not swallowed:
+                raise
+        return 0
+
+    monkeypatch.setattr(cli, "_report", work)
+    assert main(["report"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+    assert signal.getsignal(signal.SIGINT) is not cli._interrupt  # handed back

@@ -395,14 +395,37 @@ def _one_line_warnings(message, category, filename, lineno, file=None, line=None
         _default(message, category, filename, lineno, file, line)
 
 
+INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
+
+
+def _interrupt(signum, frame):
+    """SIGINT: remember it (a library may swallow the KeyboardInterrupt), then raise it."""
+    _interrupt.seen = True
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
+    import signal
+    import threading
+
     from workbench import gl
 
     args = parser().parse_args(argv)
+    own = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _interrupt) if own else None
+    _interrupt.seen = False
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warnings
-            return args.func(args) or 0
+            code = args.func(args) or 0
+        if _interrupt.seen:  # a Ctrl-C that some library caught: still an interrupted run
+            raise KeyboardInterrupt
+        return code
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
     except (*USER_ERRORS, gl.GLError, gl.GLUnavailable) as err:
         if args.debug:
             raise
@@ -415,3 +438,6 @@ def main(argv=None) -> int:
         more = " (--debug shows the rest)" if len(lines) > 1 else ""
         print(f"error: {lines[0]}{more}", file=sys.stderr)
         return 2
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, previous)
