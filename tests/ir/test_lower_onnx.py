@@ -216,3 +216,17 @@ def test_an_onnx_file_is_one_whatever_the_case_of_its_suffix(tmp_path):
     path = tmp_path / "OK.ONNX"
     path.write_bytes(proto.SerializeToString())
     assert isinstance(load_model(path), OnnxModel)
+
+
+def test_the_front_ends_name_what_they_take(tmp_path):
+    """`es2.compile("x.keras")` and `ir.from_onnx(None)` ended in AttributeError deep inside:
+    a path is now read as load_model reads it, anything else named in one line."""
+    path = tmp_path / "net.keras"
+    plain_classifier().save(path)
+    assert len(es2.compile(str(path)).passes) == len(es2.compile(plain_classifier()).passes)
+    with pytest.raises(TypeError, match="model: an ONNX ModelProto, an OnnxModel or an .onnx "
+                                        "file's path, not NoneType"):
+        ir.from_onnx(None)
+    with pytest.raises(TypeError, match="model: a Keras model, an ONNX model or a model file's "
+                                        "path, not list"):
+        es2.compile([[1, 2]])

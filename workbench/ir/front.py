@@ -11,7 +11,12 @@ from workbench.nets import beatmup_model
 
 def from_model(model, luma_input=None, dense="fixed16") -> Graph:
     """``model`` (a Keras model, an ``onnx.ModelProto`` or an
-    :class:`~workbench.nets.onnx_model.OnnxModel`) as a :class:`Graph`."""
+    :class:`~workbench.nets.onnx_model.OnnxModel`, or the path of a file
+    :func:`workbench.load_model` reads) as a :class:`Graph`."""
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        from workbench.nets.models import load_model
+
+        model = load_model(model)
     lower = from_onnx if is_onnx(model) else from_keras
     return lower(model, luma_input=luma_input, dense=dense)
 

@@ -132,6 +132,9 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     """
     if dense not in ("fixed16", "float"):
         raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"model: a Keras model, an ONNX model or a model file's path, not "
+                        f"{type(model).__name__}")
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise LoweringError(f"model {model.name!r}: one input and one output are supported")
     channels = model.inputs[0].shape[-1]

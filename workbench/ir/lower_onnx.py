@@ -75,6 +75,9 @@ def from_onnx(model, luma_input=None, dense="fixed16", input_size=None) -> Graph
         from workbench.nets import onnx_model
 
         model = onnx_model.load(model)
+    if not is_onnx(model):
+        raise TypeError(f"model: an ONNX ModelProto, an OnnxModel or an .onnx file's path, not "
+                        f"{type(model).__name__}")
     proto = getattr(model, "proto", model)
     input_size = input_size or getattr(model, "input_size", None)
     return _Lowering(proto, luma_input, dense, input_size).graph(getattr(model, "name", None))
