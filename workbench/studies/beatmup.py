@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +148,7 @@ def _picture(path) -> np.ndarray:
     return images.to_uint8(images.load_image(path))
 
 
-def classifier(model_path, which="val", rounds=5, limit=None, chunk=64) -> dict:
+def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict:
     """Beatmup's Classify, TensorFlow and our ES 2.0 shaders on the Imagewoof photos
     ``which`` (:func:`woof_files`; ``limit``: that many, evenly spaced over them), on the same
     decoded pixels (Beatmup gets them as BMP and applies its input step; ours is
@@ -161,28 +162,28 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=64) -> dict:
     if limit:
         files = [files[i] for i in np.linspace(0, len(files) - 1, limit).round().astype(int)]
     step = model.beatmup_input
+    first = _picture(files[0][0])
     start = time.perf_counter()  # its first start in this cache: loading, compiling, a pass
-    cold = beatmup.classify_timed(_picture(files[0][0]))
+    cold = beatmup.classify_timed(first)
     their_start_s = time.perf_counter() - start - sum(cold.times_ms) / 1e3
     start = time.perf_counter()
     net = es2.compile(model)
-    net.run(beatmup_model.sample(_picture(files[0][0]), step).astype(np.float32) / 255)
+    net.run(beatmup_model.sample(first, step).astype(np.float32) / 255)
     ours_compile_s = time.perf_counter() - start
-    bar = tqdm(total=len(files), desc="Beatmup Classify", unit="photo", leave=False)
-    theirs = beatmup.classify((_picture(f) for f, _ in files),
-                              progress=lambda done: bar.update(done - bar.n))
-    bar.close()
-    tf_probs, gpu_probs = [], []
-    for i in tqdm(range(0, len(files), chunk), desc="TF and the ES 2.0 shaders", leave=False):
-        batch = np.stack([beatmup_model.sample(_picture(f), step) for f, _ in
-                          files[i:i + chunk]]).astype(np.float32) / 255
+    their_probs, tf_probs, gpu_probs = [], [], []
+    for i in tqdm(range(0, len(files), chunk), desc="Beatmup, TF and the ES 2.0 shaders",
+                  unit="chunk", leave=False):  # each photo decoded once, for the three
+        pictures = [_picture(f) for f, _ in files[i:i + chunk]]
+        their_probs.append(beatmup.classify(pictures, chunk=chunk, progress=lambda done: None).probs)
+        batch = np.stack([beatmup_model.sample(p, step) for p in pictures]).astype(np.float32) / 255
         tf_probs.append(model.predict(batch, verbose=0))
         gpu_probs += [net.run(x) for x in batch]
     labels = [label for _, label in files]
     return {"which": which, "photos": len(files),
-            **compare(labels, theirs.probs, np.concatenate(tf_probs), np.stack(gpu_probs)),
+            **compare(labels, np.concatenate(their_probs), np.concatenate(tf_probs),
+                      np.stack(gpu_probs)),
             "timing": classifier_timing(net, [f for f, _ in files[:rounds]], step),
-            "programs": {"Beatmup": len(beatmup.capture("Classify", _picture(files[0][0])).programs),
+            "programs": {"Beatmup": len(beatmup.capture("Classify", first).programs),
                          "workbench": len(net.passes)},
             "compile s": {"Beatmup": their_start_s, "workbench": ours_compile_s}}
 
@@ -226,7 +227,7 @@ def classifier_timing(net, paths, step) -> dict:
 def implementations(model_path) -> dict:
     """``{net: {implementation: (check, draws, programs)}}`` for x2 (a 256x256 photo) and the
     classifier (one photo): ``check(target)`` compiles that side's programs through the
-    target's driver (a report each), ``draws`` ``[(program index, fragments)]`` of one
+    target's driver once (a report each; asked again, the same reports), ``draws`` ``[(program index, fragments)]`` of one
     inference.  Beatmup's side is what its apps handed to GL; ours is the reference checkpoint
     as compiled by default and for ``device="videocore4", fit=True``, and the imported
     classifier."""
@@ -242,11 +243,11 @@ def implementations(model_path) -> dict:
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
         captured = beatmup.capture(app, picture)
-        found[name] = {"Beatmup": (lambda t, c=captured: beatmup.compile_captured(t, c),
+        found[name] = {"Beatmup": (cache(lambda t, c=captured: beatmup.compile_captured(t, c)),
                                    [(i, w * h) for i, w, h in captured.draws],
                                    len(captured.programs))}
         for side, net in ours[name].items():
-            found[name][side] = (lambda t, n=net: es2_drivers.check(n, t),
+            found[name][side] = (cache(lambda t, n=net: es2_drivers.check(n, t)),
                                  compilers.draws(net, hw or net.graph.input_size),
                                  len(net.passes))
     found["x2 layers"] = ours["x2"]
