@@ -3,7 +3,8 @@ import stat
 
 import pytest
 
-from workbench.files import MARKER, FolderNotReplaceable, atomic_dir, atomic_path, write_text
+from workbench.files import (MARKER, FolderNotReplaceable, atomic_dir, atomic_path, owned_files,
+                             write_text)
 
 
 def mode(path):
@@ -70,8 +71,8 @@ def test_atomic_dir_refuses_a_users_folder_unless_forced(tmp_path):
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("precious")
-    with pytest.raises(FolderNotReplaceable,
-                       match=f"{target}.*not written by the workbench.*pass force=True"):
+    with pytest.raises(FolderNotReplaceable, match=f"{target}: notes.txt was not written by the "
+                                                   f"workbench \\(no {MARKER}\\).*pass force=True"):
         with atomic_dir(target) as stage:
             (stage / "x").write_text("x")
     assert os.listdir(target) == ["notes.txt"] and os.listdir(tmp_path) == ["mine"]
@@ -158,3 +159,74 @@ def test_atomic_dir_removes_dead_runs_partial_folders_only(tmp_path):
     with atomic_dir(tmp_path / "set") as stage:
         (stage / "a.txt").write_text("a")
     assert sorted(os.listdir(tmp_path)) == sorted([leftovers[1].name, "set"])
+
+
+@pytest.mark.parametrize("marker", ["", "{}", '{"note": "written by the workbench"}',
+                                    '{"files": null}', '{"files": []}', "\udcff not json"])
+def test_a_marker_that_lists_nothing_proves_nothing(tmp_path, marker):
+    """An empty, old-format, null or unreadable marker let the folder be replaced whole (the
+    user's thesis.tex with it; `{"files": null}` was a TypeError); now refused naming it."""
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / MARKER).write_text(marker, errors="surrogateescape")
+    (target / "thesis.tex").write_text("mine")
+    with pytest.raises(FolderNotReplaceable, match=f"{target}: thesis.tex was not written by "
+                       f"the workbench \\(its {MARKER} is empty, unreadable or of an old"):
+        with atomic_dir(target) as stage:
+            (stage / "x").write_text("x")
+    assert (target / "thesis.tex").read_text() == "mine"
+    (target / "thesis.tex").unlink()
+    with atomic_dir(target) as stage:  # the marker alone: nothing to lose
+        (stage / "x").write_text("x")
+    assert sorted(os.listdir(target)) == sorted([MARKER, "x"])
+
+
+def test_a_folder_the_user_added_even_empty_stops_the_replacement(tmp_path):
+    """An empty sub-folder the user added to an export was removed on re-export; the
+    workbench's own sub-folders, empty ones included, are listed and replaced."""
+    target = tmp_path / "out"
+    with atomic_dir(target) as stage:
+        (stage / "shaders").mkdir()
+        (stage / "shaders" / "a.glsl").write_text("a")
+        (stage / "empty").mkdir()
+    with atomic_dir(target) as stage:  # all its own: replaced
+        (stage / "shaders").mkdir()
+        (stage / "shaders" / "a.glsl").write_text("a")
+        (stage / "empty").mkdir()
+    (target / "shaders" / "drafts").mkdir()
+    with pytest.raises(FolderNotReplaceable, match=f"{target}: shaders/drafts/ was not written"):
+        with atomic_dir(target):
+            pass
+    assert (target / "shaders" / "drafts").is_dir()
+    (target / "shaders" / "drafts").rmdir()
+    (target / "link").symlink_to(tmp_path)
+    with pytest.raises(FolderNotReplaceable, match="link is not a file or folder the workbench"):
+        with atomic_dir(target):
+            pass
+
+
+def test_owned_files_keeps_a_users_file_of_the_same_name(tmp_path):
+    """`drivers --out DIR` overwrote the user's own DIR/drivers.md: a file a command writes into
+    a folder the user may own is replaced only when the folder's marker lists it unchanged."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "drivers.md").write_text("my notes")
+    with pytest.raises(FolderNotReplaceable, match=f"{out}: drivers.md was not written by the "
+                       "workbench .*force=True to replace drivers.md, drivers.json"):
+        with owned_files(out, ["drivers.md", "drivers.json"]):
+            raise AssertionError("refused before the work")
+    assert (out / "drivers.md").read_text() == "my notes"
+    with owned_files(out, ["drivers.md", "drivers.json"], force=True):
+        write_text(out / "drivers.md", "table")
+    with owned_files(out, ["drivers.md", "drivers.json"]):  # its own now: no force needed
+        write_text(out / "drivers.md", "table 2")
+        write_text(out / "drivers.json", "{}")
+    (out / "drivers.json").write_text('{"edited": 1}')
+    with pytest.raises(FolderNotReplaceable, match="drivers.json changed since"):
+        with owned_files(out, ["drivers.md", "drivers.json"]):
+            pass
+    (out / "drivers.json").unlink()
+    (out / "notes.txt").write_text("more notes")
+    with pytest.raises(FolderNotReplaceable, match="notes.txt was not written"):
+        with atomic_dir(out):  # the folder whole: the user's other files stop it
+            pass

@@ -104,18 +104,18 @@ def check_writable(path, folder=False) -> Path:
 
 
 class FolderNotReplaceable(FileExistsError):
-    """atomic_dir would replace a folder it did not write: ``reason`` names the folder and
-    what is in the way; the message adds the cure in the API's words (``force=True``),
-    :meth:`command_line` in the command line's (``--force``)."""
+    """A write would replace what the workbench cannot show it wrote: ``reason`` names the
+    folder and what is in the way; the message adds the cure in the API's words
+    (``force=True``), :meth:`command_line` in the command line's (``--force``); ``replaced``
+    says what force replaces (the folder whole, or the files named)."""
 
-    def __init__(self, reason, cure=True):
-        self.reason = reason
-        self.cure = cure
-        super().__init__(f"{reason}; move it away, or pass force=True to replace the folder "
-                         "whole" if cure else reason)
+    def __init__(self, reason, cure=True, replaced="the folder whole"):
+        self.reason, self.cure, self.replaced = reason, cure, replaced
+        super().__init__(f"{reason}; move it away, or pass force=True to replace {replaced}"
+                         if cure else reason)
 
     def command_line(self) -> str:
-        return (f"{self.reason}; move it away, or use --force to replace the folder whole"
+        return (f"{self.reason}; move it away, or use --force to replace {self.replaced}"
                 if self.cure else self.reason)
 
 
@@ -123,9 +123,11 @@ class FolderNotReplaceable(FileExistsError):
 def atomic_dir(path, force=False, repair=False):
     """Yield an empty folder beside ``path`` to fill; on success it takes the place of ``path``.
 
-    The new folder gets a marker file (``MARKER``) saying the workbench wrote it. An existing
-    ``path`` is replaced only if it is empty, carries that marker, or ``force`` is true; otherwise
-    ``FolderNotReplaceable`` is raised before anything is written. If the body raises (or the
+    The new folder gets a marker file (``MARKER``) listing every file in it with its size and
+    sha256, and every sub-folder. An existing ``path`` is replaced only if it is empty, or every
+    entry in it is one its marker lists, unchanged, or ``force`` is true; otherwise
+    ``FolderNotReplaceable``, naming the first foreign entry, is raised before anything is
+    written. If the body raises (or the
     process dies) the old folder stays as it was; the staging folder is removed (or, after a
     kill, left as a hidden ``.<name>.<pid>.*.partial`` folder beside it, which the next call
     for ``path`` removes).  The swap itself is one atomic step where Linux offers it
@@ -143,10 +145,7 @@ def atomic_dir(path, force=False, repair=False):
     try:
         os.chmod(staging, _mode_of(path, 0o777))  # mkdtemp creates 0700
         yield staging
-        (staging / MARKER).write_text(json_text({
-            "note": "This folder was written by the workbench; it may replace it with a new "
-                    "copy when every file in it is one listed here, unchanged.",
-            "files": _listing(staging)}))
+        (staging / MARKER).write_text(_marker_text(_listing(staging), _folders(staging)))
         _check_replaceable(path, force, repair)  # it may have appeared while we worked
         if (path.exists() or path.is_symlink()) and _exchange(staging, path):
             old, staging = staging, None  # one atomic step: the old folder is now at staging
@@ -213,38 +212,105 @@ def _exchange(a: Path, b: Path) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
-def _listing(folder: Path) -> dict[str, list]:
-    """``{relative path: [size, sha256]}`` of every file under ``folder`` but the marker."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.name != MARKER:
-            out[p.relative_to(folder).as_posix()] = [p.stat().st_size,
-                                                     hashlib.sha256(p.read_bytes()).hexdigest()]
-    return out
+def _listing(folder: Path, names=None) -> dict[str, list]:
+    """``{relative path: [size, sha256]}`` of every file under ``folder`` but the marker (of
+    those of ``names`` that are files, when given)."""
+    paths = sorted(folder.rglob("*")) if names is None else [folder / n for n in names]
+    return {p.relative_to(folder).as_posix(): [p.stat().st_size,
+                                               hashlib.sha256(p.read_bytes()).hexdigest()]
+            for p in paths if p.is_file() and not p.is_symlink() and p != folder / MARKER}
+
+
+def _folders(folder: Path) -> list[str]:
+    """Every sub-folder under ``folder``, relative."""
+    return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*"))
+            if p.is_dir() and not p.is_symlink()]
+
+
+def _marker_text(files: dict, folders=()) -> str:
+    return json_text({
+        "note": "The workbench wrote the files and folders listed here; it replaces one only "
+                "while it is unchanged, and this folder whole only when all in it are listed.",
+        "files": files, "folders": sorted(folders)})
+
+
+def _read_marker(folder: Path):
+    """``(files, folders)`` that ``folder``'s marker lists (the folders above a listed file
+    count as listed), or ``(None, why)`` where it lists nothing usable."""
+    marker = folder / MARKER
+    if not marker.is_file():
+        return None, f"no {MARKER}"
+    try:
+        data = json.loads(marker.read_text())
+        files, folders = data["files"], data.get("folders", [])
+        if not (isinstance(files, dict) and isinstance(folders, list)
+                and all(isinstance(v, list) for v in files.values())):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, OSError):
+        return None, f"its {MARKER} is empty, unreadable or of an old format"
+    folders = {f for f in folders if isinstance(f, str)}
+    for rel in files:
+        folders.update(p.as_posix() for p in Path(rel).parents if p != Path("."))
+    return files, folders
+
+
+def foreign_entry(folder, names=None, repair=False) -> str | None:
+    """The first entry under ``folder`` (of ``names`` in it, when given) that the workbench
+    cannot show it wrote, as ``"<entry> <why>"``: one its marker does not list, a file changed
+    since (unless ``repair``), a link, or any entry where the marker is missing, empty,
+    unreadable or of an old format.  None when there is none."""
+    folder = Path(folder)
+    paths = (sorted(folder.rglob("*")) if names is None else
+             [folder / n for n in names if (folder / n).exists() or (folder / n).is_symlink()])
+    paths = [p for p in paths if p != folder / MARKER]
+    if not paths:
+        return None
+    files, folders = _read_marker(folder)
+    for p in paths:
+        rel = p.relative_to(folder).as_posix()
+        if files is None:
+            return f"{rel} was not written by the workbench ({folders})"
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            return f"{rel} is not a file or folder the workbench writes"
+        if p.is_dir():
+            if rel not in folders:
+                return f"{rel}/ was not written by the workbench"
+        elif rel not in files:
+            return f"{rel} was not written by the workbench"
+        elif not repair and files[rel] != _listing(folder, [rel])[rel]:
+            return f"{rel} changed since"
+    return None
 
 
 def _check_replaceable(path, force, repair=False):
-    """Raise :class:`FolderNotReplaceable` unless ``path`` may be replaced: absent, empty, or
-    written by the workbench with every file in it one its marker lists, unchanged (a marker
-    from before the listing is trusted as it was)."""
+    """Raise :class:`FolderNotReplaceable` unless ``path`` may be replaced: absent, or a folder
+    with no :func:`foreign_entry`."""
     if force or not (path.exists() or path.is_symlink()):
         return
     if not path.is_dir() or path.is_symlink():
         raise FolderNotReplaceable(f"{path}: exists and is not a folder; move it away first",
                                    cure=False)
-    if any(path.iterdir()) and not (path / MARKER).is_file():
-        raise FolderNotReplaceable(
-            f"{path}: folder is not empty and was not written by the workbench (no {MARKER})")
-    try:
-        listed = json.loads((path / MARKER).read_text())["files"]
-    except (ValueError, KeyError, TypeError, OSError):
-        return  # a marker from before the listing
-    for rel, entry in _listing(path).items():
-        if rel not in listed or (listed[rel] != entry and not repair):
-            why = "was not written by the workbench" if rel not in listed else "changed since"
-            raise FolderNotReplaceable(f"{path}: {rel} {why}")
+    foreign = foreign_entry(path, repair=repair)
+    if foreign:
+        raise FolderNotReplaceable(f"{path}: {foreign}")
 
 
+@contextlib.contextmanager
+def owned_files(folder, names, force=False):
+    """Write the files ``names`` into ``folder``, a folder the user may own (a command's
+    ``--out``): before the body, each of them already there must be one ``folder``'s marker
+    lists, unchanged (else :class:`FolderNotReplaceable` naming it, unless ``force``); after
+    it, the marker lists them as written, beside what it listed before."""
+    folder = Path(folder)
+    for name in names:
+        check_writable(folder / name)
+    foreign = None if force else foreign_entry(folder, names)
+    if foreign:
+        raise FolderNotReplaceable(f"{folder}: {foreign}", replaced=", ".join(names))
+    yield folder
+    files, folders = _read_marker(folder)
+    write_text(folder / MARKER, _marker_text({**(files or {}), **_listing(folder, names)},
+                                             folders if files is not None else ()))
 def write_folder(path, contents: dict, force=False) -> Path:
     """Write a folder of files at once (:func:`atomic_dir`): ``contents`` maps each file name
     (``"sub/name"`` in a subfolder) to its content, text (``str``), ``bytes``, or by the

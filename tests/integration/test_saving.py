@@ -63,7 +63,7 @@ def test_save_refuses_a_users_folder_unless_forced(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("my notes")
-    with pytest.raises(FolderNotReplaceable, match="mine: folder is not empty"):
+    with pytest.raises(FolderNotReplaceable, match="mine: notes.txt was not written by the workbench"):
         net.save(folder)
     assert _contents(folder) == {"notes.txt": b"my notes"}
     net.save(folder, force=True)
@@ -117,7 +117,7 @@ def test_export_web_refuses_a_users_folder_unless_forced(tmp_path, capsys):
     args = ["export-web", "--model", str(tmp_path / "shaders"), "--out", str(site)]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {site}: folder is not empty") and err.count("\n") == 1
+    assert err.startswith(f"error: {site}: index.html was not written by the workbench") and err.count("\n") == 1
     assert _contents(site) == {"index.html": b"<h1>my page</h1>"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shaders", "site"]
     assert main(args + ["--force"]) == 0
