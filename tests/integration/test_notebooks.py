@@ -169,7 +169,7 @@ def test_report_is_published_between_the_markers_only(tmp_path, capsys, monkeypa
     results.write_text(f"# Results\n\nmine above\n{report.BEGIN}\nold\n{report.END}\n"
                        "mine below\n")
     monkeypatch.setenv("WORKBENCH_FIGURES", str(tmp_path / "figures"))
-    assert main(["report", "--publish", str(results), "--source", "commit abc"]) == 0
+    assert main(["report", "--publish", str(results), "--source", "commit abc", "--force"]) == 0
     plain = tmp_path / "plain.md"
     plain.write_text("no markers")
     assert main(["report", "--publish", str(plain)]) == 2
@@ -179,7 +179,8 @@ def test_report_is_published_between_the_markers_only(tmp_path, capsys, monkeypa
     text = results.read_text()
     head, body = text.split(report.BEGIN)
     assert head == "# Results\n\nmine above\n" and body.endswith(f"{report.END}\nmine below\n")
-    assert body.startswith("\n_commit abc_\n\nProfile **quick**, on ")
+    assert body.startswith("\n<!-- the report, sha256 ")
+    assert body.split("\n", 2)[2].startswith("_commit abc_\n\nProfile **quick**, on ")
     assert "\n### x2 super-resolution" in body and "\n## " not in body and "old" not in body
     assert "x.png" in (figures / "report.md").read_text() and "x.png" not in body
 

@@ -109,7 +109,7 @@ def test_publish_writes_through_a_link_and_refuses_an_empty_path(tmp_path):
     real.write_text(f"# Results\n\n{report.BEGIN}\nold\n{report.END}\n\nkept\n")
     link = tmp_path / "link.md"
     link.symlink_to(real)
-    report.publish("# Report\n\n## A\n\nnew numbers\n", link, "From a test.")
+    report.publish("# Report\n\n## A\n\nnew numbers\n", link, "From a test.", force=True)
     assert link.is_symlink() and "new numbers" in real.read_text()
     assert "old" not in real.read_text() and real.read_text().endswith("kept\n")
     with pytest.raises(ValueError, match="--publish '': give the Markdown file"):
@@ -152,3 +152,46 @@ def test_ctrl_c_always_exits_130(monkeypatch, capsys, swallowed):
     assert main(["report"]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
     assert signal.getsignal(signal.SIGINT) is not cli._interrupt  # handed back
+
+
+def test_publish_replaces_only_the_report_it_put_there(tmp_path, capsys):
+    """`report --publish` replaced whatever lay between the report lines, a user's edits
+    there included; now only its own signed report, unchanged (or nothing), unless --force."""
+    from workbench.run import report
+
+    results = tmp_path / "results.md"
+    results.write_text(f"# Results\n\n{report.BEGIN}\n{report.END}\n")
+    report.publish("# Report\n\n## A\n\nfirst\n", results, "From a test.")
+    report.publish("# Report\n\n## A\n\nsecond\n", results, "From a test.")  # its own
+    assert "second" in results.read_text() and "first" not in results.read_text()
+    results.write_text(results.read_text().replace("second", "second, as I corrected it"))
+    edited = results.read_text()
+    with pytest.raises(FileExistsError, match=f"{results}: what is between its report lines is "
+                                              "not the report the workbench put there"):
+        report.publish("# Report\n\n## A\n\nthird\n", results, "From a test.")
+    assert results.read_text() == edited
+    unsigned = tmp_path / "old.md"  # as an older version published it
+    unsigned.write_text(f"{report.BEGIN}\n_From make reproduce._\n\nold\n{report.END}\n")
+    with pytest.raises(FileExistsError, match="put there unsigned by an older version"):
+        report.publish("# Report\n\n## A\n\nnew\n", unsigned, "From a test.")
+    report.publish("# Report\n\n## A\n\nnew\n", unsigned, "From a test.", force=True)
+    assert "old" not in unsigned.read_text() and "new" in unsigned.read_text()
+
+
+def test_a_users_file_in_out_is_kept_unless_forced(tmp_path, capsys):
+    """`drivers --out DIR` overwrote the user's own DIR/drivers.md (bench --out, devices --out
+    the same); now refused in one line before any work, naming it."""
+    (tmp_path / "drivers.md").write_text("my notes")
+    (tmp_path / "peers.md").write_text("my notes")
+    assert main(["drivers", "--target", "vc4", "--out", str(tmp_path)]) == 2
+    assert _one_line(capsys) == (f"error: {tmp_path}: drivers.md was not written by the "
+                                 f"workbench (no .workbench-folder); move it away, or use "
+                                 f"--force to replace drivers.md, drivers.json, "
+                                 f"drivers_instructions.png, drivers_instructions.svg")
+    assert main(["bench", "web", "--out", str(tmp_path)]) == 2
+    assert "peers.md was not written by the workbench" in _one_line(capsys)
+    (tmp_path / "devices.json").write_text("{}")
+    assert main(["devices", "--out", str(tmp_path)]) == 2
+    assert "devices.json was not written by the workbench" in _one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["devices.json", "drivers.md",
+                                                          "peers.md"]

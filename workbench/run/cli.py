@@ -83,9 +83,25 @@ def _export_web(args):
     return 0
 
 
+def _owned_out(args, names):
+    """The command's writes of ``names`` into its ``--out``, a folder the user may own:
+    :func:`workbench.files.owned_files` (a user's file of one of those names is refused before
+    the work, unless ``--force``); the default, the figures folder, is the workbench's."""
+    import contextlib
+
+    from workbench.files import owned_files
+    return owned_files(args.out, names, args.force) if args.out else contextlib.nullcontext()
+
+
+def _figure(name) -> list[str]:
+    return [f"{name}.png", f"{name}.svg"]
+
+
 def _devices(args):
     from workbench.studies import devices
-    devices.run(args.reports, args.out, args.moderngl)
+    names = [devices.TABLE, devices.RESULT, *_figure(devices.FIGURE)]
+    with _owned_out(args, names + (["device-moderngl.json"] if args.moderngl else [])):
+        devices.run(args.reports, args.out, args.moderngl)
     return 0
 
 
@@ -116,7 +132,7 @@ def _report(args):
     print(directory / "report.md")
     if args.publish is not None:
         print(report.publish(text, args.publish, args.source or
-                             f"From `make reproduce PROFILE={args.profile}`."))
+                             f"From `make reproduce PROFILE={args.profile}`.", args.force))
     return 0
 
 
@@ -130,18 +146,20 @@ def _drivers(args):
         raise ValueError(f"--target {args.target!r} names no target; e.g. --target vc4,gc2000")
     for name in targets:
         target(name)  # an unknown name: one line before any work
-    models, sizes = {}, {}
-    for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
-        if name in ("sr", "sr-mrt4"):
-            models[name] = (load_model(reference_sr()), {"draw_buffers": 4} if name != "sr" else {})
-            sizes[name] = ("sr", 256)
-        elif name in ("cifar10", "dogs120"):
-            models[name] = (compilers.classifier(name), {})
-            if name == "dogs120":
-                sizes[name] = ("dogs120", 385)
-        else:
-            models[Path(name).stem] = (load_model(name), {})
-    compilers.run(models, targets, args.out, sizes)
+    with _owned_out(args, [compilers.TABLE, compilers.RESULT, *_figure(compilers.FIGURE)]):
+        models, sizes = {}, {}
+        for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
+            if name in ("sr", "sr-mrt4"):
+                models[name] = (load_model(reference_sr()),
+                                {"draw_buffers": 4} if name != "sr" else {})
+                sizes[name] = ("sr", 256)
+            elif name in ("cifar10", "dogs120"):
+                models[name] = (compilers.classifier(name), {})
+                if name == "dogs120":
+                    sizes[name] = ("dogs120", 385)
+            else:
+                models[Path(name).stem] = (load_model(name), {})
+        compilers.run(models, targets, args.out, sizes)
     return 0
 
 
@@ -177,8 +195,9 @@ def _bench(args):
     elif args.what == "web":
         from workbench.studies import peers
         backends = ",".join(peers.PEERS) if args.backends is None else args.backends
-        peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
-                  gls=_names(args.gl))
+        with _owned_out(args, [peers.TABLE, peers.RESULT]):
+            peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
+                      gls=_names(args.gl))
     elif args.what == "es31":
         bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
     elif args.what == "train":
@@ -189,7 +208,8 @@ def _bench(args):
                                 backends=_names(backends))
     elif args.what == "beatmup":
         from workbench.studies import beatmup
-        beatmup.run(args.model, args.images, rounds=args.repeat, out=args.out)
+        with _owned_out(args, [beatmup.TABLE, beatmup.RESULT]):
+            beatmup.run(args.model, args.images, rounds=args.repeat, out=args.out)
     elif args.what == "activation":
         bench.bench_activation(args.preset, args.batch, args.steps)
         bench.bench_batchnorm(args.preset, args.batch, args.steps)
@@ -206,6 +226,12 @@ def _add_device_options(p):
                    "convolution's program may write (GL_EXT_draw_buffers / WEBGL_draw_buffers; "
                    "default: the device's, 1 for ES 2.0; an exported page splits them where the "
                    "browser lacks the extension)")
+
+
+def _add_force(p):
+    p.add_argument("--force", action="store_true", help="replace files of the names this "
+                   "command writes in --out even where the workbench did not write them (its "
+                   "files there are replaced without it)")
 
 
 def _size(text) -> tuple[int, int]:
@@ -299,6 +325,7 @@ def parser() -> argparse.ArgumentParser:
                    "exported in PAGE_DIR on this machine's GL (moderngl) and add its report")
     p.add_argument("--out", help="folder for devices.md, devices.json and the figure (default: "
                    "the figures folder, figures/ or figures/<profile>)")
+    _add_force(p)
     p.set_defaults(func=_devices)
 
     p = commands.add_parser("drivers", help="compile every program of a net through the "
@@ -315,6 +342,7 @@ def parser() -> argparse.ArgumentParser:
                    "a305, gc3000)")
     p.add_argument("--out", help="folder for drivers.md, drivers.json and the figure (default: "
                    "the figures folder)")
+    _add_force(p)
     p.set_defaults(func=_drivers)
 
     p = commands.add_parser("report", help="gather a profile's results into figures/<profile>/"
@@ -325,6 +353,8 @@ def parser() -> argparse.ArgumentParser:
                    "(docs/results.md)")
     p.add_argument("--source", help="the line saying where the results come from (commit, "
                    "machine, minutes)")
+    p.add_argument("--force", action="store_true", help="--publish: replace what is between "
+                   "FILE's report lines even where it is not the report the workbench put there")
     p.set_defaults(func=_report)
     p = commands.add_parser("bundle", help="write a folder that replays the net on an OpenGL "
                             "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
@@ -360,6 +390,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
     p.add_argument("--out", help="web, beatmup: folder for the tables (default: the figures "
                    "folder)")
+    _add_force(p)
     p.add_argument("--images", choices=("val", "all"), default="val", help="beatmup: the "
                    "Imagewoof photos: its 145 ImageNet validation images of the classes among the "
                    "120 (default), or all 3,929 (about 2 hours on 2 cores)")

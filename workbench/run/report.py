@@ -11,7 +11,7 @@ import os
 import platform
 from pathlib import Path
 
-from workbench.files import PROFILE_ENV, figures_dir, write_text
+from workbench.files import PROFILE_ENV, FolderNotReplaceable, figures_dir, write_text
 from workbench.nets import superres
 from workbench.studies import (
     activation_study,
@@ -79,13 +79,15 @@ def build(directory=None, profile=None) -> str:
 BEGIN, END = "<!-- report: begin -->", "<!-- report: end -->"
 
 
-def publish(report_text: str, path, source: str) -> Path:
+def publish(report_text: str, path, source: str, force=False) -> Path:
     """Put a run's report into the Markdown file ``path`` (``docs/results.md``), between its
     ``BEGIN`` and ``END`` lines: the report's sections one heading level down, its figure
     list left out (the figures folder is not committed), led by ``source`` (the commit and
-    the command that made it).  The rest of the file is kept; ValueError naming the file
-    when it lacks the two lines.  A symbolic link is written through (its target is the
-    file); an empty path is refused."""
+    the command that made it) and signed with its sha256 (:data:`SIGNED`).  The rest of the
+    file is kept; ValueError naming the file when it lacks the two lines.  What is between
+    them is replaced only when empty or signed and unchanged (else
+    :class:`~workbench.files.FolderNotReplaceable` naming the file, unless ``force``).  A
+    symbolic link is written through (its target is the file); an empty path is refused."""
     if not str(path):
         raise ValueError("--publish '': give the Markdown file to publish into")
     path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
@@ -93,12 +95,34 @@ def publish(report_text: str, path, source: str) -> Path:
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise ValueError(f"{path}: needs one {BEGIN!r} line and, after it, one {END!r} line "
                          "to put the report between")
+    head, rest = text.split(BEGIN)
+    old, tail = rest.split(END, 1)
+    if not force and old.strip() and _signed(old) is None:
+        raise FolderNotReplaceable(
+            f"{path}: what is between its report lines is not the report the workbench put "
+            "there (edited since, or put there unsigned by an older version)",
+            replaced="it")
     body = report_text.split("\n## Figures\n")[0].strip()
     body = "\n".join("#" + line if line.startswith("#") else line
                       for line in body.splitlines()[1:]).strip()  # no title, one level down
-    head, rest = text.split(BEGIN)
-    write_text(path, f"{head}{BEGIN}\n_{source}_\n\n{body}\n{END}{rest.split(END, 1)[1]}")
+    region = f"_{source}_\n\n{body}\n"
+    write_text(path, f"{head}{BEGIN}\n{SIGNED.format(_sha256(region))}\n{region}{END}{tail}")
     return path
+
+
+SIGNED = "<!-- the report, sha256 {} (report --publish replaces it while unchanged) -->"
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _signed(region: str) -> str | None:
+    """The report in ``region`` (what lies between the report lines) when it is signed and
+    unchanged, else None."""
+    first, _, report = region.removeprefix("\n").partition("\n")
+    return report if first == SIGNED.format(_sha256(report)) else None
 
 
 def machine() -> str:
