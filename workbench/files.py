@@ -313,32 +313,66 @@ def owned_files(folder, names, force=False):
                                              folders if files is not None else ()))
 def write_folder(path, contents: dict, force=False) -> Path:
     """Write a folder of files at once (:func:`atomic_dir`): ``contents`` maps each file name
-    (``"sub/name"`` in a subfolder) to its content, text (``str``), ``bytes``, or by the
-    name's extension a JSON-able object (``.json``), a numpy array (``.npy``) or a dict of
-    arrays (``.npz``).
+    (``"sub/name"`` in a subfolder) to its content (see :func:`content_bytes`).
 
     An existing ``path`` is replaced as :func:`atomic_dir` says.
     """
-    import numpy as np  # only the writers of nets need it
-
     path = Path(path)
     with atomic_dir(path, force=force) as stage:
         for name, content in contents.items():
             target = stage / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, str):
-                target.write_text(content)
-            elif isinstance(content, bytes):
-                target.write_bytes(content)
-            elif target.suffix == ".json":
-                target.write_text(json_text(content))
-            elif target.suffix == ".npy":
-                np.save(target, content)
-            elif target.suffix == ".npz":
-                np.savez(target, **content)
-            else:
-                raise TypeError(f"{name}: cannot write {type(content).__name__}")
+            target.write_bytes(content_bytes(name, content))
     return path
+
+
+def content_bytes(name, content) -> bytes:
+    """The bytes of a file ``name`` of :func:`write_folder`'s ``contents``: text (``str``,
+    UTF-8), ``bytes``, or by the name's extension a JSON-able object (``.json``), a numpy
+    array (``.npy``) or a dict of arrays (``.npz``)."""
+    import io
+
+    import numpy as np  # only the writers of nets need it
+
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, bytes):
+        return content
+    suffix, buffer = Path(name).suffix, io.BytesIO()
+    if suffix == ".json":
+        return json_text(content).encode()
+    if suffix == ".npy":
+        np.save(buffer, content)
+    elif suffix == ".npz":
+        np.savez(buffer, **content)
+    else:
+        raise TypeError(f"{name}: cannot write {type(content).__name__}")
+    return buffer.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def checked_file(folder, name, digests: dict, manifest) -> bytes:
+    """The bytes of the file ``name`` that the manifest ``manifest`` of ``folder`` names,
+    where ``digests`` (the manifest's ``{file: sha256}``) lists it with its sha256 and the
+    file, inside ``folder``, has it; else ValueError in one line naming the file."""
+    folder = Path(folder)
+    path = (folder / str(name)).resolve()
+    if not path.is_relative_to(folder.resolve()):
+        raise ValueError(f"{manifest}: names a file outside its folder ({name})")
+    if not isinstance(digests, dict) or not isinstance(digests.get(name), str):
+        raise ValueError(f"{manifest}: lists no sha256 of {name} (written by an older version, "
+                         "or edited): write the folder again")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"{folder / name}: cannot be read ({err.strerror or err})") from None
+    if sha256(data) != digests[name]:
+        raise ValueError(f"{folder / name}: not the file {manifest} lists (sha256 differs); "
+                         "write the folder again")
+    return data
 
 
 def write_json(path, obj):

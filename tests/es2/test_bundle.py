@@ -6,6 +6,7 @@ run.py and the moderngl worker both run the ``highp`` shaders on llvmpipe with t
 textures, uniforms and viewports, so their bytes must be identical (and the emulator's).
 """
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -111,10 +112,48 @@ def test_run_py_fails_below_the_threshold(tmp_path):
     expected = np.load(directory / first)
     expected[0, 0, 0] ^= 1
     np.save(directory / first, expected)
+    spec = json.loads((directory / "bundle.json").read_text())
+    spec["files"][first] = hashlib.sha256((directory / first).read_bytes()).hexdigest()
+    (directory / "bundle.json").write_text(json.dumps(spec))
     result = run_bundle(directory, "--threshold", "1")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "BELOW" in result.stdout
     assert run_bundle(directory, "--threshold", "0.99").returncode == 0
+
+
+def test_run_py_reads_only_the_files_its_manifests_list_with_their_hashes(tmp_path):
+    """run.py read the manifest's vertex_shader, pass shaders and arrays by the paths it
+    named, unconfined and unchecked: each is now refused in one line naming it, exit 2."""
+    keras.utils.set_random_seed(4)
+    model = sr_x2(widths=(4, 4), kernels=(3, 3), groups=(1, 1))
+    directory = bundle.bundle(es2.compile(model), model, tmp_path / "b")
+    manifest, spec = (json.loads((directory / f).read_text())
+                      for f in ("manifest.json", "bundle.json"))
+
+    def refused(file, change):
+        data = json.loads(json.dumps(manifest if file == "manifest.json" else spec))
+        change(data)
+        (directory / file).write_text(json.dumps(data))
+        result = run_bundle(directory)
+        (directory / file).write_text(json.dumps(manifest if file == "manifest.json" else spec))
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        return result.stderr.strip()
+
+    assert refused("manifest.json", lambda m: m.update(vertex_shader="../../../etc/hostname")) \
+        == f"error: {directory / 'manifest.json'}: names a file outside the bundle " \
+           "(../../../etc/hostname)"
+    assert refused("manifest.json", lambda m: [p.pop("sha256") for p in m["passes"]] and m[
+        "passes"][0].update(shader=m["passes"][1]["shader"])).endswith(
+        f"lists no sha256 of {manifest['passes'][1]['shader']}; write the bundle again")
+    assert "lists no sha256 of vertex.glsl" in refused("manifest.json", lambda m: m.pop("files"))
+    assert f"lists no sha256 of {spec['inputs'][0]['input']}" in refused(
+        "bundle.json", lambda b: b.pop("files"))
+    first = spec["inputs"][0]["tf"]
+    np.save(directory / first, np.array([object()], dtype=object), allow_pickle=True)
+    assert f"{directory / first}: not the file bundle.json lists (sha256 differs)" in refused(
+        "bundle.json", lambda b: None)
+    assert f"{directory / first}: not an array of numbers" in refused("bundle.json", lambda b: b[
+        "files"].update({first: hashlib.sha256((directory / first).read_bytes()).hexdigest()}))
 
 
 def test_mediump_bundle_passes_its_own_check(tmp_path):

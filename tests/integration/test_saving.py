@@ -1,5 +1,6 @@
 """Saving a net (es2, es31) and exporting its page: the folder is written whole or not at all,
 and a folder the user made is never replaced without ``force`` (issue 18)."""
+import hashlib
 import json
 import os
 
@@ -175,13 +176,72 @@ def test_a_tampered_shader_folder_is_refused_in_one_line(tmp_path):
         assert "\n" not in str(err.value)
         return str(err.value)
 
-    assert "is not the one saved" in broken(lambda m: m["passes"][0].update(
+    assert "sha256 differs" in broken(lambda m: m["passes"][0].update(
         shader=m["passes"][1]["shader"]))
-    assert "outside the folder" in broken(lambda m: m["passes"][0].update(
-        shader="../../../../etc/hostname"))
+    assert "names a file outside its folder (../../../../etc/hostname)" in broken(
+        lambda m: m["passes"][0].update(shader="../../../../etc/hostname"))
     assert "key 'ops' is missing" in broken(lambda m: m.pop("ops"))
     assert "op type this workbench does not know" in broken(
         lambda m: m["ops"][0].update(type="Softmax"))
     (folder / manifest["passes"][0]["shader"]).write_text("void main() {}\n")
     with pytest.raises(ValueError, match="sha256 differs"):
         es2.load(folder)
+
+
+def test_a_saved_net_without_a_hash_of_each_file_is_refused(tmp_path):
+    """Deleting the manifest's hashes disabled the check (a pass pointing at another pass's
+    shader loaded); weights.npz had no hash; a manifest saying lowp loaded; a pickled array
+    in weights.npz was a line naming no file."""
+    from workbench import es2
+
+    folder = tmp_path / "net"
+    es2.compile(_sr(1)).save(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    shader = manifest["passes"][0]["shader"]
+    assert {shader, "weights.npz", "vertex.glsl"} <= set(manifest["files"])
+
+    def refused(change):
+        m = json.loads(json.dumps(manifest))
+        change(m)
+        (folder / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(ValueError) as err:
+            es2.load(folder)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    assert refused(lambda m: m.pop("files")) == (
+        f"{folder / 'manifest.json'}: lists no sha256 of vertex.glsl (written by an older "
+        "version, or edited): write the folder again")
+    assert (f"(pass {manifest['passes'][0]['name']!r}): lists no sha256 of "
+            f"{manifest['passes'][1]['shader']}") in refused(  # the sha256 keys deleted
+        lambda m: [p.pop("sha256") for p in m["passes"]]
+        and m["passes"][0].update(shader=m["passes"][1]["shader"]))
+    assert "lists no sha256 of weights.npz" in refused(lambda m: m["files"].pop("weights.npz"))
+    assert "precision 'lowp' unknown; highp or mediump" in refused(
+        lambda m: m.update(precision="lowp"))
+    es2.load(folder)  # as saved
+    pickled = {"w": np.array([object()], dtype=object)}
+    np.savez(folder / "weights.npz", **pickled)
+    m = json.loads(json.dumps(manifest))
+    m["files"]["weights.npz"] = hashlib.sha256((folder / "weights.npz").read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError, match=f"{folder / 'weights.npz'}: not arrays of numbers .*"
+                                         "pickled objects are refused"):
+        es2.load(folder)
+
+
+def test_an_exported_pages_manifest_lists_every_file_of_the_page(tmp_path):
+    """The page's own files (webgl.json, the scripts, the fallback programs) had no hash: an
+    edited page loaded for `devices --moderngl`; now every file but the self-check's (which
+    check.json ties to the manifest's bytes) is listed and checked, naming the file."""
+    site = tmp_path / "site"
+    web.export(es2.compile(_sr(1), draw_buffers=4), site)
+    listed = set(json.loads((site / "manifest.json").read_text())["files"])
+    on_disk = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    assert any(f.startswith("fallback/") for f in listed)
+    assert listed == on_disk - {"manifest.json", MARKER}
+    es2.load(site)
+    (site / "webgl.json").write_text((site / "webgl.json").read_text() + " ")
+    with pytest.raises(ValueError, match=f"{site / 'webgl.json'}: not the file .* lists"):
+        es2.load(site)

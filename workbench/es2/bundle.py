@@ -5,7 +5,8 @@ standalone runner, to check a GPU where the workbench is not installed (a Raspbe
 
 * what :meth:`workbench.es2.Net.save` writes (``manifest.json``, ``<pass>.glsl``, ...);
 * ``bundle.json``: the run plan for the test inputs' size (every RGBA8 texture's size, each
-  pass's uniform values), the output tensor and its kind, the check threshold, the inputs;
+  pass's uniform values), the output tensor and its kind, the check threshold, the inputs
+  and (``files``) the sha256 of each of their files;
 * ``checks/<name>.input.npy``: a test input as uploaded (uint8 HxWx(4*packs), see
   :mod:`workbench.es2.runner`); ``checks/<name>.expected.npy``: the emulator's bytes of the
   output texture (uint8, the same layout; for a ``mediump`` net its float16 prediction, and
@@ -28,7 +29,7 @@ from workbench.es2 import emulate, plan
 from workbench.es2.samples import test_images
 from workbench.es2.net import output_spec
 from workbench.es2.shaders import uniform_values
-from workbench.files import write_folder
+from workbench.files import content_bytes, sha256, write_folder
 from workbench.nets import superres
 
 RUNNER = "bundle_run.py"  # shipped beside this module, written as run.py
@@ -83,19 +84,21 @@ def files(net, model, inputs=None, threshold=None) -> dict:
         image = graph.input_image(image)
         entry = {"name": name, **{k: f"checks/{name}.{k}.npy"
                                   for k in ("input", "expected", "tf")}}
-        contents[entry["input"]] = emulate.to_packs(image, opaque=graph.input.rgb)
+        arrays = {"input": emulate.to_packs(image, opaque=graph.input.rgb)}
         arithmetic = "float16" if net.precision == "mediump" else "float32"
         expected = net.emulate(image, keep=True, arithmetic=arithmetic)[graph.output]
         if net.precision == "mediump":  # a GPU may compute mediump in float16 or float32
             highp = net.emulate(image, keep=True)[graph.output]
             levels = max(levels, int(np.abs(highp.astype(np.int16) - expected).max()))
-        contents[entry["expected"]] = expected
-        contents[entry["tf"]] = tf_output(model, graph, image)
+        arrays.update(expected=expected, tf=tf_output(model, graph, image))
+        contents.update({entry[k]: content_bytes(entry[k], a) for k, a in arrays.items()})
         entries.append(entry)
     contents["bundle.json"] = {"format": "workbench-bundle/1", "name": graph.name,
                                "precision": net.precision, "levels": levels,
                                "threshold": threshold, "output": output_spec(graph),
-                               "plan": run_plan(net, sizes.pop()), "inputs": entries}
+                               "plan": run_plan(net, sizes.pop()), "inputs": entries,
+                               "files": {e[k]: sha256(contents[e[k]]) for e in entries
+                                         for k in ("input", "expected", "tf")}}
     return contents
 
 

@@ -26,7 +26,8 @@ or float32, the share within the bundle's ``levels`` of the float16 prediction) 
 output (PSNR, or the logits of a classifier).  Writes a device report
 (``workbench-device-report/1``, source ``bundle``) for ``python -m workbench devices``.
 Exit status 1 when an input's share of bytes equal to the emulator (within ``levels``) is
-below ``--threshold``.
+below ``--threshold``.  Every file ``manifest.json`` or ``bundle.json`` names must lie in the
+bundle's folder with the sha256 their ``files`` list; else one line naming it, exit status 2.
 
 ``first_draw_ms`` includes the driver's own shader translation, which Mesa does at the first
 draw and keeps in its on-disk cache: a second run is much faster (set
@@ -39,6 +40,7 @@ import argparse
 import base64
 import ctypes
 import hashlib
+import io
 import json
 import os
 import sys
@@ -124,6 +126,37 @@ def device_info():
                        for k in LIMITS}}
 
 
+def refuse(message):
+    """A bundle that is not as written: ``error: <message>`` and exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read(name, digests, listing):
+    """The bytes of the file ``name`` that ``listing`` (manifest.json or bundle.json) names:
+    inside this folder, with the sha256 its ``digests`` give; else exit in one line."""
+    path = (HERE / str(name)).resolve()
+    if not path.is_relative_to(HERE):
+        refuse(f"{HERE / listing}: names a file outside the bundle ({name})")
+    if not isinstance(digests, dict) or not isinstance(digests.get(name), str):
+        refuse(f"{HERE / listing}: lists no sha256 of {name}; write the bundle again")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        refuse(f"{path}: cannot be read ({err.strerror or err})")
+    if hashlib.sha256(data).hexdigest() != digests[name]:
+        refuse(f"{path}: not the file {listing} lists (sha256 differs); write the bundle again")
+    return data
+
+
+def array(name, digests, listing):
+    """A numpy array file of the bundle (:func:`read`); pickled objects are refused."""
+    try:
+        return np.load(io.BytesIO(read(name, digests, listing)), allow_pickle=False)
+    except (ValueError, OSError) as err:
+        refuse(f"{HERE / name}: not an array of numbers ({err})")
+
+
 def shader(kind, source, name):
     s = gl.glCreateShader(kind)
     gl.glShaderSource(s, source)
@@ -149,11 +182,13 @@ class Net:
 
     def __init__(self, manifest, plan):
         start = time.perf_counter()
-        vertex = shader(gl.GL_VERTEX_SHADER, (HERE / manifest["vertex_shader"]).read_text(),
-                        "vertex shader")
+        digests = manifest.get("files")
+        vertex = shader(gl.GL_VERTEX_SHADER, read(manifest["vertex_shader"], digests,
+                                                  "manifest.json").decode(), "vertex shader")
         self.input, self.passes = manifest["input"]["name"], []
         for p in manifest["passes"]:
-            prog = program(vertex, (HERE / p["shader"]).read_text(), p["shader"])
+            source = read(p["shader"], {p["shader"]: p.get("sha256")}, "manifest.json")
+            prog = program(vertex, source.decode(), p["shader"])
             units = [(gl.glGetUniformLocation(prog, b["uniform"]), (b["tensor"], b["pack"]),
                       gl.GL_LINEAR if b["filter"] == "linear" else gl.GL_NEAREST)
                      for b in p["inputs"]]
@@ -187,7 +222,7 @@ class Net:
                          f"{t['height']} RGBA8) cannot be rendered to on this GPU")
             self.textures[t["tensor"], t["index"]] = (tex, fbo, t["width"], t["height"])
         for name, file in manifest["constant_textures"].items():  # e.g. dense weights
-            self.upload((name, 0), np.load(HERE / file))
+            self.upload((name, 0), array(file, digests, "manifest.json"))
 
     def upload(self, key, data):
         tex, _, w, h = self.textures[key]
@@ -280,8 +315,8 @@ def main(argv=None):
     egl = egl_context()
     device = device_info()
     net = Net(manifest, bundle["plan"])
-    checks = [(c["name"], *(np.load(HERE / c[k]) for k in ("input", "expected", "tf")))
-              for c in bundle["inputs"]]
+    checks = [(c["name"], *(array(c[k], bundle.get("files"), "bundle.json")
+                            for k in ("input", "expected", "tf"))) for c in bundle["inputs"]]
     start = time.perf_counter()
     net.run(output["tensor"], output["packs"], checks[0][1])
     first_draw_ms = 1000 * (time.perf_counter() - start)

@@ -8,7 +8,6 @@ predicts the GPU's bytes, ``net.save(dir)`` writes the shaders and a JSON manife
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -27,7 +26,7 @@ from workbench.es2.shaders import (
     generate,
     programs,
 )
-from workbench.files import write_folder
+from workbench.files import checked_file, content_bytes, sha256, write_folder
 
 CONVENTIONS = (
     "One RGBA8 texture per 4 channels (channel c = component c % 4 of pack c // 4); texture row "
@@ -116,7 +115,8 @@ class Net:
 
     def files(self) -> dict:
         """The saved net, ``{file name: content}``: ``<pass>.glsl``, ``vertex.glsl``,
-        ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``."""
+        ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``, whose
+        ``files`` lists the sha256 of every other one."""
         files = {f"{p.name}.glsl": p.source for p in self.passes}
         files["vertex.glsl"] = VERTEX_SHADER
         weights, ops = {}, []
@@ -128,11 +128,11 @@ class Net:
                 else:
                     desc[key] = value
             ops.append(desc)
-        files["weights.npz"] = weights
+        files["weights.npz"] = content_bytes("weights.npz", weights)  # the bytes hashed
         constants = {}
         for key, data in constant_textures(self.graph).items():  # as uploaded (HxWx4)
             constants[key] = f"{key.replace('/', '.')}.npy"
-            files[constants[key]] = data
+            files[constants[key]] = content_bytes(constants[key], data)
         hw = self.graph.input_size or (256, 256)
         files["manifest.json"] = {
             "format": "workbench-es2/1",
@@ -152,11 +152,12 @@ class Net:
             "constant_textures": constants,
             "ops": ops,
             "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",
-                        "sha256": hashlib.sha256(p.source.encode()).hexdigest(),
+                        "sha256": sha256(p.source.encode()),  # ties the pass to its shader
                         "inputs": [asdict(b) for b in p.inputs],
                         "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
                         "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
                         "viewport": p.viewport, "channels": p.channels} for p in self.passes],
+            "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
         }
         return files
 
@@ -181,8 +182,8 @@ def output_spec(graph: ir.Graph) -> dict:
 
 
 def compile(model, target: limits.Target | None = None, *, luma_input=None, dense="fixed16",
-            mediump_warn_db=None, check_driver=False, fit=False, device=None, precision=None,
-            draw_buffers=None) -> Net:
+            mediump_warn_db=None, check_driver=False, fit=False, tune=False, device=None,
+            precision=None, draw_buffers=None) -> Net:
     """Keras or ONNX model -> IR -> limits check -> passes.
 
     ``target``: what to compile for (:class:`workbench.es2.limits.Target`: the device's
@@ -200,7 +201,9 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     program with the device's own compiler (its Mesa driver on a drm-shim,
     :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a target name) and
     refuse, naming program, target and message, what it refuses; ``fit``: instead split the
-    refused layers' programs until it takes them (``net.changes`` says what changed)."""
+    refused layers' programs until it takes them (``net.changes`` says what changed);
+    ``tune``: fit, then keep the form of each layer's programs that the driver runs fastest
+    by its own numbers (:func:`workbench.es2.drivers.tune`)."""
     target = _target(target, device, precision, draw_buffers)
     table = target.limits
     graph = prepared(ir.from_model(model, luma_input=luma_input, dense=dense), table)
@@ -214,13 +217,18 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
         return passes
 
     changes = []
+    fit = fit or tune
     gpu = (check_driver if isinstance(check_driver, str) else table.driver) \
         if (check_driver or fit) else None
     if (check_driver or fit) and gpu is None:
         raise ValueError(f"device {table.name!r} names no driver target to check with; name "
                          "one (check_driver='vc4') or a device profile that has one")
     if fit:
-        passes, _, changes = drivers.fit(graph, passes_with, gpu)
+        passes, _, changes, options = drivers.fit(graph, passes_with, gpu)
+        if tune:
+            passes, _, tuned, options = drivers.tune(graph, passes_with, gpu, options)
+            changes += tuned
+            graph = drivers.ordered(graph, options)
     else:
         passes = passes_with()
         if gpu:
@@ -283,10 +291,14 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     return net, model
 
 
+PRECISIONS = ("highp", "mediump")
+
+
 def load(directory) -> Net:
     """Read a net written by :meth:`Net.save` (shaders as saved, graph for shapes/emulator).
-    A manifest that lacks a key, names an unknown op, points a shader outside the folder or
-    at a file whose sha256 differs from the one saved is refused in one line."""
+    Refused in one line naming the file: a manifest that lacks a key, names an unknown op or
+    precision, or a file outside the folder or one its ``files`` does not list with the sha256
+    it has (every listed file is checked); a ``weights.npz`` holding pickled objects."""
     directory = Path(directory)
     manifest_path = directory / "manifest.json"
     if not manifest_path.exists():
@@ -296,28 +308,44 @@ def load(directory) -> Net:
     except KeyError as err:
         raise ValueError(f"{manifest_path}: not a saved ES 2.0 net: key {err.args[0]!r} is "
                          "missing") from None
-    except (TypeError, json.JSONDecodeError) as err:
+    except (TypeError, AttributeError, json.JSONDecodeError) as err:
         raise ValueError(f"{manifest_path}: not a saved ES 2.0 net ({err})") from None
 
 
-def _shader_text(directory: Path, entry: dict) -> str:
-    """The shader file of a manifest's pass, confined to ``directory`` and checked against
-    its saved sha256 (manifests from before the hash have none)."""
-    path = (directory / entry["shader"]).resolve()
-    if not path.is_relative_to(directory.resolve()):
-        raise ValueError(f"{directory / 'manifest.json'}: pass {entry['name']!r} points its "
-                         f"shader outside the folder ({entry['shader']})")
-    text = path.read_text()
-    digest = entry.get("sha256")
-    if digest and hashlib.sha256(text.encode()).hexdigest() != digest:
-        raise ValueError(f"{path}: the shader of pass {entry['name']!r} is not the one saved "
-                         "(sha256 differs); export the net again")
-    return text
+def _verified(directory: Path, manifest: dict) -> dict[str, bytes]:
+    """Every file the manifest lists and every one a net needs (shaders, weights, constant
+    textures), checked against its sha256 (:func:`workbench.files.checked_file`); a pass's
+    shader against the pass's own sha256 too (a pass pointing at another's shader fails)."""
+    digests, path = manifest.get("files"), directory / "manifest.json"
+    needed = [manifest["vertex_shader"], "weights.npz", *manifest["constant_textures"].values()]
+    listed = list(digests) if isinstance(digests, dict) else []
+    data = {name: checked_file(directory, name, digests, path)
+            for name in dict.fromkeys(needed + listed)}
+    for p in manifest["passes"]:
+        data[p["shader"]] = checked_file(directory, p["shader"], {p["shader"]: p.get("sha256")},
+                                         f"{path} (pass {p['name']!r})")
+    return data
+
+
+def _weights(data: bytes, path: Path) -> dict:
+    """The arrays of a ``weights.npz``; pickled objects are refused, naming the file."""
+    import io
+    import zipfile
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return dict(npz)
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+        raise ValueError(f"{path}: not arrays of numbers the workbench loads ({err}); "
+                         "pickled objects are refused") from None
 
 
 def _load(directory: Path, manifest: dict) -> Net:
-    with np.load(directory / "weights.npz") as npz:
-        weights = dict(npz)
+    if manifest["precision"] not in PRECISIONS:
+        raise ValueError(f"{directory / 'manifest.json'}: precision {manifest['precision']!r} "
+                         f"unknown; {' or '.join(PRECISIONS)}")
+    data = _verified(directory, manifest)
+    weights = _weights(data["weights.npz"], directory / "weights.npz")
     ops = []
     for desc in manifest["ops"]:
         kind = ir.OP_TYPES.get(desc.pop("type"))
@@ -336,7 +364,7 @@ def _load(directory: Path, manifest: dict) -> Net:
     size = manifest.get("input_size")
     graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],
                      tuple(size) if size else None)
-    passes = [Pass(p["name"], p["op"], _shader_text(directory, p),
+    passes = [Pass(p["name"], p["op"], data[p["shader"]].decode(),
                    [Binding(**b) for b in p["inputs"]],
                    [(o["tensor"], o["pack"]) for o in p.get("outputs") or [p["output"]]],
                    {k: tuple(v) for k, v in p["uniform_values"].items()},

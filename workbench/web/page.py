@@ -62,7 +62,7 @@ from workbench.data.images import to_uint8
 from workbench.es2 import plan, shaders, tiling
 from workbench.es2.limits import Target
 from workbench.es2.net import output_spec
-from workbench.files import json_text, write_folder
+from workbench.files import content_bytes, json_text, sha256, write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js", "net.js", "gl.js", "tiles.js", "outputs.js",
@@ -277,17 +277,19 @@ def export(net, directory, labels=None, force=False, check_model=None) -> Path:
     TF's outputs, the emulator's bytes; :mod:`workbench.web.check`).  A folder the workbench
     did not write is replaced only with ``force`` (see :func:`workbench.files.write_folder`)."""
     web = resources.files("workbench") / "web"
-    page = {name: (web / name).read_bytes() for name in PAGE_FILES}
     files = net.files()
-    spec, sources = _page(net, labels, files["manifest.json"])
-    files["manifest.json"] = json_text(files["manifest.json"])  # the bytes check.json hashes
-    files.update(sources)
+    manifest = files["manifest.json"]
+    spec, sources = _page(net, labels, manifest)
+    if check_model is not None:
+        spec["check"] = "check.json"
+    page = {"webgl.json": json_text(spec), **sources,
+            **{name: (web / name).read_bytes() for name in PAGE_FILES}}
+    manifest["files"].update({name: sha256(content_bytes(name, c)) for name, c in page.items()})
+    files.update({**page, "manifest.json": json_text(manifest)})  # the bytes check.json hashes
     if check_model is not None:
         from workbench.web.check import check_files
 
         files.update(check_files(net, check_model, files["manifest.json"]))
-        spec["check"] = "check.json"
-    files.update({"webgl.json": spec, **page})
     return write_folder(directory, files, force) / "index.html"
 
 
