@@ -11,8 +11,11 @@ stay those of the whole-pack programs: the cost is passes and texel fetches, not
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from workbench import ir
 from workbench.es2.limits import LimitError
+from workbench.es2.ops.conv import ORDERS, with_order
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
@@ -65,9 +68,9 @@ def fit(graph, generate, target: str):
        computes its padding masks per tap (fewer live registers), kept only when the
        driver's estimated cycles of that layer drop.
 
-    Returns ``(passes, reports, changes)``: ``changes`` says per layer what changed and what
-    it measured; a program still refused at 1 channel, or one of another op, raises
-    :class:`DriverRejected`."""
+    Returns ``(passes, reports, changes, options)``: ``changes`` says per layer what changed
+    and what it measured, ``options`` what ``generate`` was asked; a program still refused at
+    1 channel, or one of another op, raises :class:`DriverRejected`."""
     options: dict[str, dict] = {}
     changes = []
     gpu = drivers.target(target).gpu
@@ -99,7 +102,63 @@ def fit(graph, generate, target: str):
                           if p.op == layer)
             changes.append(f"layer {layer!r}: padding masks computed per tap, {threads} threads "
                            f"instead of 1 on {gpu}: estimated cycles {before:,} -> {after:,}")
-    return passes, reports, changes
+    return passes, reports, changes, options
+
+
+def tune(graph, generate, target: str, options=None):
+    """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
+    ``target``'s compiler runs fastest by its own numbers: each convolution whose programs
+    write whole packs is compiled in every summation order (:data:`ORDERS`) and keeps the one
+    with the fewest spills, then the most threads, then the fewest estimated cycles (vc4) or
+    instructions (the others).  The order changes the float rounding, not the arithmetic;
+    the emulator follows it (:func:`ordered`).
+
+    Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
+    options = {layer: dict(o) for layer, o in (options or {}).items()}
+    passes, reports = _compiled(generate, options, target)
+    layers = [op.name for op in graph.ops
+              if "order" in _options(op) and _channels(passes, op.name) == ir.PACK]
+    tried = {"chain": (passes, reports)}  # fit's forms add their products in a chain
+    for order in ORDERS:
+        if order != "chain":
+            trial = {**options, **{layer: {**options.get(layer, {}), "order": order}
+                                   for layer in layers}}
+            tried[order] = _compiled(generate, trial, target)
+    metric = "estimated_cycles" if any("estimated_cycles" in r.stats for r in reports) \
+        else "instructions"
+    changes = []
+    for layer in layers:
+        before = "chain"
+        keys = {order: _form_key(*tried[order], layer, metric) for order in tried}
+        best = min(keys, key=keys.get)
+        if keys[best] < keys[before]:
+            options.setdefault(layer, {})["order"] = best
+            changes.append(f"layer {layer!r}: products added {best!r} ({ORDERS[best]}) on "
+                           f"{drivers.target(target).gpu}: {metric.replace('_', ' ')} "
+                           f"{keys[before][-1]:,} -> {keys[best][-1]:,}")
+    if not changes:
+        return passes, reports, changes, options
+    passes, reports = _compiled(generate, options, target)
+    return passes, reports, changes, options
+
+
+def _form_key(passes, reports, layer, metric):
+    """How a layer's programs compare: refused last, then the most spills, the fewest
+    threads, and the sum of ``metric``."""
+    mine = [r for p, r in zip(passes, reports) if p.op == layer]
+    if not all(r.ok for r in mine):
+        return (1, 0, 0, float("inf"))
+    return (0, max(r.stats.get("spills", r.stats.get("spill", 0)) for r in mine),
+            -min(r.stats.get("threads", 1) for r in mine),
+            sum(r.stats.get(metric, 0) for r in mine))
+
+
+def ordered(graph, options):
+    """``graph`` with the summation order ``options`` chose recorded on its convolutions
+    (:class:`~workbench.es2.ops.conv.SummedConv`), for the emulator and a saved net."""
+    ops = [with_order(op, options[op.name]["order"]) if "order" in options.get(op.name, {})
+           else op for op in graph.ops]
+    return replace(graph, ops=ops)
 
 
 def _padded(op) -> bool:

@@ -3,12 +3,16 @@ activation, one program per output pack of 4 channels (or, with draw buffers, pe
 that read the same inputs; or, for a compiler with a small constant file, per 2 or 1 output
 channels under a colour mask), its emulator, limits, cost and tiling.
 
-The shader sums as :func:`emulate` does: the bias, then per tap (row by row) and per input
-pack the ``mat4 * vec4`` product; a padded tap is multiplied by a 0/1 mask.
+The shader sums as :func:`emulate` does, in one of :data:`ORDERS` (the arithmetic is the
+same, the float rounding follows the order; a compiler schedules each differently, so
+:func:`workbench.es2.drivers.tune` keeps the one the target's compiler runs fastest).  A tap
+in the zero padding is multiplied by 0/1 masks (exact: the padding adds 0).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from dataclasses import dataclass
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma, quantize
@@ -28,7 +32,31 @@ from workbench.ir.cost import Cost
 from workbench.nets import activations, storage
 
 
-def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False) -> Pass:
+# How a program adds its products (``mat4 * vec4``, one an input pack and tap; a tap's group is
+# the sum of its packs' products, left to right):
+ORDERS = {
+    "chain": "the bias, then every product in turn (tap by tap, row by row; pack by pack)",
+    "taps": "the bias, then each tap's group in turn",
+    "rows": "the bias, then each row of taps: its groups summed left to right",
+    "columns": "the bias, then each column of taps: its groups summed top to bottom",
+}
+
+
+@dataclass
+class SummedConv(ir.Conv):
+    """A :class:`workbench.ir.Conv` whose programs add their products in ``order``
+    (:data:`ORDERS`), as :func:`workbench.es2.drivers.tune` chose for a target's compiler."""
+    order: str = "chain"
+
+
+def with_order(op: ir.Conv, order) -> SummedConv:
+    """``op`` whose programs add their products in ``order`` (:data:`ORDERS`)."""
+    fields = {k: v for k, v in vars(op).items() if k != "order"}
+    return SummedConv(**fields, order=order)
+
+
+def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
+            order="chain") -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
@@ -36,11 +64,15 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     compiler that keeps literals in a small constant file takes it then); the runtime masks
     the rest, so a component's arithmetic, and its bytes, are those of the whole program.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
-    the same bytes)."""
+    the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
+    writes part of a pack adds them in a chain)."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     if channels is not None and many:
         raise ValueError("a program that writes part of a pack writes one pack")
+    if order not in ORDERS or (order != "chain" and channels is not None):
+        raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
+                         "program that writes part of a pack)")
     in_packs = op.input_packs(packs[0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
@@ -59,45 +91,47 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks)
     body += [f"    vec4 {s} = {glsl_vec(_kept(op.bias[o], kept))};" for s, o in zip(sums, outs)]
     part = "".join("xyzw"[k] for k in kept)
-    if many or (channels is not None and not op.luma_input):  # a texel fetched once
+    if order != "chain":
+        body += _grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
+                         inline_masks)
+    elif many or (channels is not None and not op.luma_input):  # a texel fetched once
         body.append("    float y;" if op.luma_input else "    vec4 t;")
-    for dy in range(op.size):
-        for dx in range(op.size):
-            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
-            if padded:
-                mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
-                          else (f"mx{dx}", f"my{dy}"))
-                body.append(f"    float m{dx}_{dy} = {mx} * {my};")
-            if op.luma_input:
-                y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
-                if many:
-                    body.append(f"    y = {y};")
-                    y = "y"
-                if channels is not None:
-                    body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
-                                f" * {y};")
-                    continue
-                body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
-                         for s, o in zip(sums, outs)]
+    for dy, dx in (_taps(op.size) if order == "chain" else ()):
+        where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
+        if padded:
+            mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
+                      else (f"mx{dx}", f"my{dy}"))
+            body.append(f"    float m{dx}_{dy} = {mx} * {my};")
+        if op.luma_input:
+            y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
+            if many:
+                body.append(f"    y = {y};")
+                y = "y"
+            if channels is not None:
+                body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
+                            f" * {y};")
                 continue
-            for j, sampler in enumerate(samplers[:len(in_packs)]):
-                # m[i, o]: input component i -> output component o
-                products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights) if np.any(w[dy, dx, j])]
-                texel = f"(texture2D({sampler}, {where}){mask})"
-                if channels is not None:  # the kept rows of mat4 * t, summed in its order
-                    if products:
-                        m = products[0][1]
-                        body.append(f"    t = {texel};")
-                        terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
-                                 if np.any(m[i, kept])]
-                        body.append(f"    sum.{part} += {' + '.join(terms)};")
-                    continue
-                if len(products) > 1:
+            body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
+                     for s, o in zip(sums, outs)]
+            continue
+        for j, sampler in enumerate(samplers[:len(in_packs)]):
+            # m[i, o]: input component i -> output component o
+            products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights) if np.any(w[dy, dx, j])]
+            texel = f"(texture2D({sampler}, {where}){mask})"
+            if channels is not None:  # the kept rows of mat4 * t, summed in its order
+                if products:
+                    m = products[0][1]
                     body.append(f"    t = {texel};")
-                    texel = "t"
-                # GLSL mat4(...) is column-major: column i holds input component i.
-                body += [f"    {s} += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * {texel};"
-                         for s, m in products]
+                    terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
+                             if np.any(m[i, kept])]
+                    body.append(f"    sum.{part} += {' + '.join(terms)};")
+                continue
+            if len(products) > 1:
+                body.append(f"    t = {texel};")
+                texel = "t"
+            # GLSL mat4(...) is column-major: column i holds input component i.
+            body += [f"    {s} += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * {texel};"
+                     for s, m in products]
     for k, s in enumerate(sums):
         if op.residual:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
@@ -116,6 +150,46 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                 channels=tuple(channels) if channels is not None else None)
 
 
+def _taps(size):
+    """The window's taps ``(dy, dx)``, row by row."""
+    return [(dy, dx) for dy in range(size) for dx in range(size)]
+
+
+def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks) -> list[str]:
+    """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
+    group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
+    padding."""
+    def mask(axis, d):
+        if not padded:
+            return ""
+        return f" * ({inside_mask(axis, d)})" if inline_masks else f" * m{axis}{d}"
+
+    lines = []
+    for s, o, w in zip(sums, outs, weights):
+        def group(dy, dx):
+            where = f"vec2(x{dx}, y{dy})"
+            if op.luma_input:
+                return (f"{glsl_vec(op.kernel[dy, dx, 0, o])} * dot(texture2D({samplers[0]}, "
+                        f"{where}).rgb, {glsl_vec(ir.LUMA, 3)})")
+            terms = [f"mat4({', '.join(glsl_float(v) for v in w[dy, dx, j].ravel())}) * "
+                     f"texture2D({sampler}, {where})" for j, sampler in enumerate(samplers)
+                     if np.any(w[dy, dx, j])]
+            return " + ".join(terms) or "vec4(0.0)"
+
+        if order == "taps":
+            lines += [f"    {s} += ({group(dy, dx)}){mask('x', dx)}{mask('y', dy)};"
+                      for dy, dx in _taps(op.size)]
+            continue
+        for line in range(op.size):
+            if order == "rows":
+                terms = [f"({group(line, dx)}){mask('x', dx)}" for dx in range(op.size)]
+                lines.append(f"    {s} += ({' + '.join(terms)}){mask('y', line)};")
+            else:
+                terms = [f"({group(dy, line)}){mask('y', dy)}" for dy in range(op.size)]
+                lines.append(f"    {s} += ({' + '.join(terms)}){mask('x', line)};")
+    return lines
+
+
 def _kept(values, kept):
     """``values`` (one per output component) with the components not in ``kept`` zeroed."""
     values = np.array(values, np.float32)
@@ -129,19 +203,22 @@ def _vec(values, kept):
     return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
 
 
-def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False) -> list[Pass]:
+def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
+           order=None) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
     pack is drawn by several programs of that many components each, one target each.
-    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`."""
+    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`.  ``order``: how they add
+    their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain)."""
     precision, limits = target.precision, target.limits
+    order = order or getattr(op, "order", "chain")
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if channels < ir.PACK:
-        return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks)
+        return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order)
                 for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
                 if k < op.cout - pack * ir.PACK]
-    return [program(op, packs, precision, inline_masks=inline_masks)
+    return [program(op, packs, precision, inline_masks=inline_masks, order=order)
             for packs in programs(op, target.draw_buffers, limits.texture_units,
                                   limits.fetches_per_fragment)]
 
@@ -151,9 +228,10 @@ def emulate(op: ir.Conv, x, residual=None):
     mediump: the arithmetic follows ``x``'s type), companded by its ``storage`` law, before
     the 8-bit store.
 
-    Summed as the shader sums: the bias, then per tap (row by row) and per input pack of 4
-    channels the ``mat4 * vec4`` product (its 4 terms in channel order; a weight 0 where
-    the channel is outside the output's group adds exactly 0) added to the sum.
+    Summed as the shader sums, in the op's ``order`` (:data:`ORDERS`; a plain Conv: the
+    chain): the products are per tap and input pack of 4 channels ``mat4 * vec4`` (its 4
+    terms in channel order; a weight 0 where the channel is outside the output's group adds
+    exactly 0); a tap in the padding reads zeros, as the shader's masks make it.
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
     x = np.asarray(x, F)
@@ -169,18 +247,39 @@ def emulate(op: ir.Conv, x, residual=None):
     padded[pt:pt + h, pl:pl + w] = x
     index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
     weight = weight.astype(F)
+
+    def products(dy, dx):  # of the tap's input packs, each output's j-th: mat4 * vec4
+        window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
+        for j in range(index.shape[0]):
+            product = window[..., index[j, 0]] * weight[dy, dx, j, 0]
+            for i in range(1, ir.PACK):
+                product += window[..., index[j, i]] * weight[dy, dx, j, i]
+            yield product
+
+    order = getattr(op, "order", "chain")
+    if order == "chain":
+        terms = (p for dy, dx in _taps(k) for p in products(dy, dx))
+    elif order == "taps":
+        terms = (_added(products(dy, dx)) for dy, dx in _taps(k))
+    elif order == "rows":
+        terms = (_added(_added(products(dy, dx)) for dx in range(k)) for dy in range(k))
+    else:
+        terms = (_added(_added(products(dy, dx)) for dy in range(k)) for dx in range(k))
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
-    for dy in range(k):
-        for dx in range(k):
-            window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
-            for j in range(index.shape[0]):  # the j-th input pack of each output: mat4 * vec4
-                product = window[..., index[j, 0]] * weight[dy, dx, j, 0]
-                for i in range(1, ir.PACK):
-                    product += window[..., index[j, i]] * weight[dy, dx, j, i]
-                out += product
+    for term in terms:
+        out += term
     if residual is not None:
         out += residual[..., :op.cout]
     return np.asarray(storage.encode(activations.get(op.activation).np_fn(out), op.storage), F)
+
+
+def _added(values):
+    """The sum of ``values`` left to right, in their float type."""
+    values = iter(values)
+    total = next(values).copy()
+    for v in values:
+        total += v
+    return total
 
 
 def _gathers(op: ir.Conv):
@@ -302,9 +401,10 @@ def tile(op: ir.Conv, step, reach):
 
 def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
-    return ("channels", "inline_masks") if masked(op.size, op.padding) else ("channels",)
+    masks = ("inline_masks",) if masked(op.size, op.padding) else ()
+    return ("channels", *masks, "order")
 
 
 RECORD = register(ir.Conv, OpRecord(
     "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile,
-    check_program=check_program, layer_options=layer_options))
+    check_program=check_program, layer_options=layer_options, prepared=SummedConv))
