@@ -205,3 +205,24 @@ def test_tiled_upscale_equals_untiled_byte_for_byte():
     emulated = tiling.run_tiled(net, image, 64, run=net.emulate)
     assert np.array_equal(emulated.output, net.emulate(image))
     assert np.array_equal(_levels(emulated.output), _levels(untiled))  # llvmpipe = emulator
+
+
+def test_an_image_over_the_memory_available_runs_in_tiles_that_fit(monkeypatch):
+    """A 10000x10000 upscale grew past 14 GB: the run is now refused in one line before any
+    allocation where its textures would not fit, and run_tiled (upscale) picks tiles that fit
+    the memory available, with the same bytes."""
+    from workbench.es2 import plan
+
+    keras.utils.set_random_seed(5)
+    net = es2.compile(sr_x2())
+    image = _image(150, 160, seed=7)
+    per_pixel = plan.memory_bytes(net.graph, (100, 100), ("GL textures",))["GL textures"] / 1e4
+    room = int(4 * 300 * 320 * 3 + 2 * per_pixel * 80 ** 2)  # the output and 80-pixel tiles
+    monkeypatch.setattr(plan, "available_memory", lambda: room)
+    with pytest.raises(plan.OutOfMemory, match=r"^a 160x150 input to '.*' needs about 0.0 GB "
+                       r"\(GL textures 0.0\); 0.0 GB available; run it in tiles"):
+        net.run(image)
+    tiled = tiling.run_tiled(net, image, max_size=4096)
+    assert tiled.tiles > 1
+    monkeypatch.undo()
+    assert np.array_equal(tiled.output, net.run(image))

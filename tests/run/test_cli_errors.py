@@ -1,5 +1,7 @@
 """One line and exit status 2 for what a user can get wrong on the command line, checked before
 any work (issue 29: these were tracebacks, some only after the GPU work)."""
+import re
+
 import pytest
 
 from workbench.__main__ import main
@@ -195,3 +197,25 @@ def test_a_users_file_in_out_is_kept_unless_forced(tmp_path, capsys):
     assert "devices.json was not written by the workbench" in _one_line(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["devices.json", "drivers.md",
                                                           "peers.md"]
+
+
+def test_a_size_over_the_memory_available_is_refused_before_any_work(tmp_path, capsys):
+    """`export-web --model dynamic.onnx --input-size 100000x100000` grew to 19.5 GB until the
+    OOM killer took it; `bench sr|web --size 100000` was a MemoryError traceback."""
+    import onnx
+
+    from tests.ir.onnx_graphs import NEWEST
+    from workbench import ir
+    from workbench.ir.to_onnx import to_onnx
+    from workbench.nets.models import load_model, reference_sr
+
+    model = tmp_path / "dynamic.onnx"
+    onnx.save(to_onnx(ir.from_keras(load_model(reference_sr())), NEWEST), model)
+    assert main(["export-web", "--model", str(model), "--input-size", "100000x100000",
+                 "--out", str(tmp_path / "page")]) == 2
+    assert re.fullmatch(r"error: a 100000x100000 input to 'dynamic' needs about \d+\.\d GB "
+                        r"\(GL textures [\d.]+, emulator [\d.]+, reference [\d.]+\); [\d.]+ GB "
+                        r"available; give a smaller --input-size", _one_line(capsys))
+    assert not (tmp_path / "page").exists()
+    assert main(["bench", "sr", "--size", "100000"]) == 2
+    assert _one_line(capsys).endswith("GB available; give a smaller --size")

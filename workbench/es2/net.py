@@ -66,7 +66,12 @@ class Net:
         """Run on the GPU: the output as float32 (an image in 8-bit levels, or the logits of a
         dense layer), or with ``keep`` every texture as stored, ``{tensor: HxWx(4*packs)}``
         (uint8 for RGBA8, float32 for RGBA32F).  A dense layer's fixed-point overflow raises
-        :class:`workbench.es2.fixed16.FixedPointOverflow`."""
+        :class:`workbench.es2.fixed16.FixedPointOverflow`.  An input whose textures would not fit
+        the memory available is refused first (:func:`plan.require_memory`)."""
+        image = self.graph.input_image(image)
+        plan.require_memory(self.graph, image.shape[:2], "run it in tiles "
+                            "(es2.tiling.run_tiled, as upscale does) or on a smaller image",
+                            ("GL textures",))
         arrays = self.runner.run(image, keep=keep)
         tensors = {}
         for (name, pack) in sorted(arrays, key=lambda k: k[1]):
@@ -89,7 +94,11 @@ class Net:
     def emulate(self, image, keep=False, arithmetic="float32"):
         """The numpy emulator's prediction of :meth:`run` on llvmpipe (a highp GPU: float32),
         or with ``arithmetic="float16"`` on a GPU whose mediump is float16 (:mod:`.emulate`).
-        (Not the shaders' ``precision``, which :attr:`precision` is.)"""
+        (Not the shaders' ``precision``, which :attr:`precision` is.)  Refused first where its
+        tensors would not fit the memory available."""
+        image = self.graph.input_image(image)
+        plan.require_memory(self.graph, image.shape[:2], "emulate a smaller image",
+                            ("emulator",))
         return emulate.run(self.graph, image, keep=keep, arithmetic=arithmetic)
 
     @property
@@ -286,6 +295,8 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
                                 "shader folder)")
     model = load_model(path, input_size)
     net = compile(model, _target(target, device, precision, draw_buffers))
+    if net.graph.input_size:  # the checks below run it at that size
+        plan.require_memory(net.graph, net.graph.input_size, "give a smaller --input-size")
     if ir.is_onnx(model):
         onnx_check.require(model, net, [x for _, x in samples.test_images(net.graph)])
     return net, model

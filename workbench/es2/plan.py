@@ -59,3 +59,41 @@ def peak_texture_bytes(graph: ir.Graph, hw) -> int:
     born = {graph.input.name: -1, **{op.name: i for i, op in enumerate(graph.ops)}}
     return max(sum(b for name, b in nbytes.items() if born[name] <= i <= last.get(name, born[name]))
                for i in range(len(graph.ops)))
+
+
+class OutOfMemory(ValueError):
+    """A run that would need more memory than the machine has available (one line)."""
+
+
+def memory_bytes(graph: ir.Graph, hw, parts=("GL textures", "emulator", "reference")) -> dict:
+    """The bytes a run at input size ``hw`` needs, estimated from the IR's shapes, for each
+    of ``parts``: ``"GL textures"`` every texture (the runner keeps them all), ``"emulator"``
+    and ``"reference"`` (TensorFlow / ONNX Runtime) every tensor as float32."""
+    tensors = 4 * sum(h * w * c for h, w, c in graph.shapes(hw).values())
+    sizes = {"GL textures": sum(texture_bytes(*t) for t in textures(graph, hw).values()),
+             "emulator": tensors, "reference": tensors}
+    return {part: sizes[part] for part in parts}
+
+
+def available_memory() -> int | None:
+    """The bytes the kernel says a process may still take (MemAvailable), None unknown."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def require_memory(graph: ir.Graph, hw, helps: str, parts=("GL textures", "emulator",
+                                                            "reference")):
+    """Refuse, before anything is allocated, a run at input size ``hw`` whose
+    :func:`memory_bytes` exceed the memory available: :class:`OutOfMemory` in one line with
+    the need, what is available and ``helps`` (the option that helps)."""
+    need, free = memory_bytes(graph, hw, parts), available_memory()
+    if free is not None and sum(need.values()) > free:
+        each = ", ".join(f"{part} {b / 1e9:.1f}" for part, b in need.items())
+        raise OutOfMemory(f"a {hw[1]}x{hw[0]} input to {graph.name!r} needs about "
+                          f"{sum(need.values()) / 1e9:.1f} GB ({each}); {free / 1e9:.1f} GB "
+                          f"available; {helps}")

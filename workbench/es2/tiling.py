@@ -85,6 +85,16 @@ def run_tiled(net, image, max_size: int, run=None) -> Tiled:
     side = largest_tile(graph, max_size)
     if side < 1:
         raise ValueError(f"no input fits textures of {max_size} pixels")
+    free = plan.available_memory()
+    if free is not None:  # the output whole, and tiles whose textures fit beside it
+        out_bytes = 4 * math.prod(graph.shapes((h, w))[graph.output])
+        if out_bytes > free // 2:
+            raise plan.OutOfMemory(f"the {w}x{h} image's output alone needs "
+                                   f"{out_bytes / 1e9:.1f} GB, {free / 1e9:.1f} GB available; "
+                                   "use a smaller image")
+        while side > 64 and sum(plan.memory_bytes(graph, (side, side), ("GL textures",))
+                                .values()) > (free - out_bytes) // 2:
+            side = side * 3 // 4
 
     def gpu_seconds():
         return sum(net.timings.values()) if run == net.run else 0.0

@@ -163,6 +163,19 @@ def _drivers(args):
     return 0
 
 
+def _require_memory(args):
+    """``bench --size``: refuse in one line a size whose run would not fit the memory
+    available (a MemoryError traceback, or the OOM killer, before), from the net's IR."""
+    from workbench import ir
+    from workbench.es2 import plan
+    from workbench.nets.models import load_model, reference_sr, sr_x2
+    if args.model and Path(args.model).suffix.lower() not in (".keras", ".onnx"):
+        return  # a classifier preset: its fixed size, not --size
+    model = (load_model(args.model) if args.model else
+             load_model(reference_sr()) if args.what == "web" else sr_x2())
+    plan.require_memory(ir.from_model(model), (args.size, args.size), "give a smaller --size")
+
+
 def _positive(text) -> int:
     """An argparse type: a whole number >= 1."""
     try:
@@ -186,6 +199,8 @@ def _bench(args):
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise NotADirectoryError(f"{args.out}: is a file; give a folder")
         check_writable(args.out, folder=True)
+    if args.what in ("sr", "draw-buffers", "web"):
+        _require_memory(args)
     if args.what == "sr":
         from workbench.nets.models import load_model
         model = load_model(args.model) if args.model else None
