@@ -6,6 +6,7 @@ drivers answer (GL_MAX_* against the device profiles); the emulator and TensorFl
 bytes of the nets planned for a driver; the time model against a hand computation.  The
 tests that need the build skip, saying why, where it is absent.
 """
+import json
 from dataclasses import replace
 
 import keras
@@ -222,9 +223,19 @@ def test_cli_prints_the_drivers_table(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| sr | gc2000 | Vivante GC2000 | ES 2.0 | 20 / 32 |" in out
-    assert "| sr | gc2000 (fit) | Vivante GC2000 | profile gc2000, fit=True | 44 / 44 |" in out
+    assert "| sr | gc2000 (tuned) | Vivante GC2000 | profile gc2000, tune=True | 44 / 44 |" in out
     assert "Raspberry Pi Zero W" in out
     assert (tmp_path / "drivers.json").exists() and (tmp_path / "drivers_instructions.png").exists()
+    # the budget per layer: L2's estimated cycles a pixel over its multiply-adds a pixel
+    saved = json.loads((tmp_path / "drivers.json").read_text())
+    tuned = saved["nets"]["sr"]["targets"]["vc4 (tuned)"]
+    cycles = sum(r["stats"]["estimated_cycles"]
+                 for p, r in zip(tuned["passes"], tuned["reports"]) if p["op"] == "L2")
+    kernel = next(layer for layer in load_model(reference_sr()).layers if layer.name == "L2")
+    row = next(r for r in saved["layers"] if r["net"] == "sr" and r["layer"] == "L2")
+    per_madd = float(row["vc4 (tuned): cycles"].split(" / ")[0])
+    assert per_madd == pytest.approx(cycles / kernel.get_weights()[0].size, abs=0.006)
+    assert 1 < per_madd < 3 and "| sr | L2 |" in out
     assert main(["drivers", "--target", "vc5"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown driver target 'vc5'")
 

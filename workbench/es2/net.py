@@ -42,7 +42,7 @@ class Net:
 
     def __init__(self, graph: ir.Graph, passes: list[Pass], precision="highp"):
         self.graph, self.passes, self.precision = graph, passes, precision
-        self.changes: list[str] = []  # what compile(fit=True) changed for a driver
+        self.changes: list[str] = []  # what compile(fit=True or tune=True) changed for a driver
         self._runner = None
 
     @property

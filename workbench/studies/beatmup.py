@@ -229,7 +229,7 @@ def implementations(model_path) -> dict:
     classifier (one photo): ``check(target)`` compiles that side's programs through the
     target's driver once (a report each; asked again, the same reports), ``draws`` ``[(program index, fragments)]`` of one
     inference.  Beatmup's side is what its apps handed to GL; ours is the reference checkpoint
-    as compiled by default and for ``device="videocore4", fit=True``, and the imported
+    as compiled by default and for ``device="videocore4", tune=True``, and the imported
     classifier."""
     from workbench import es2
     from workbench.es2 import drivers as es2_drivers
@@ -238,7 +238,7 @@ def implementations(model_path) -> dict:
     picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
     sr = load_model(reference_sr())
     ours = {"x2": {"workbench": es2.compile(sr),
-                   "workbench (videocore4, fit)": es2.compile(sr, device="videocore4", fit=True)},
+                   "workbench (videocore4, tuned)": es2.compile(sr, device="videocore4", tune=True)},
             "classifier": {"workbench": es2.compile(beatmup_model.load(model_path))}}
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
@@ -296,7 +296,7 @@ def compile_all(found, targets=TARGETS) -> list[dict]:
             continue
         for side, (check, draw_list, programs) in sides.items():
             for target in targets:
-                if side.endswith("fit)") and target != "vc4":
+                if side.endswith("tuned)") and target != "vc4":
                     continue
                 reports = [asdict(r) for r in check(target)]
                 ok = all(r["ok"] for r in reports)

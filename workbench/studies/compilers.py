@@ -4,8 +4,9 @@ predicted for the Raspberry Pi from VideoCore IV's compiler (``python -m workben
 Every program of each net goes through each target's Mesa driver (:mod:`workbench.es2.drivers`):
 the table says per target and net how many programs it takes, how large the largest is, the
 fewest threads, the most spills, and why it refused what it refused.  Each net is also
-compiled as ``es2.compile(..., device=<the target's profile>, fit=True)`` plans it where a
-profile names that target, so the table shows the refusal and its cure side by side.
+compiled as ``es2.compile(..., device=<the target's profile>, tune=True)`` plans it where
+a profile names that target (refusals cured, then each layer's programs in the form that
+compiler runs fastest), so the table shows the refusal and its cure side by side.
 
 Pi time model (:func:`predict_pi`): VideoCore IV has 12 QPUs (3 slices of 4); a QPU runs one
 instruction for 16 fragments in 4 clock cycles (4-wide ALUs, 16-wide vectors).  vc4's
@@ -57,7 +58,7 @@ def compile_nets(models: dict, targets=DEFAULT_TARGETS) -> dict:
     target: ``{label:
     {target: {"passes": [...], "reports": [...], "changes": [...], "compiled_for": ...}}}``.
     A net is compiled for the ES 2.0 limits, and where a profile names the target also
-    for that profile with ``fit=True``: the row of the fitted net is ``"<target> (fit)"``."""
+    for that profile with ``tune=True``: the row of that net is ``"<target> (tuned)"``."""
     from workbench import es2
 
     results = {}
@@ -69,12 +70,12 @@ def compile_nets(models: dict, targets=DEFAULT_TARGETS) -> dict:
             device = profile_for(target)
             if device:
                 table = limits.profile(device)
-                fitted = es2.compile(model, **{
-                    **options, "device": device, "fit": True,
+                tuned = es2.compile(model, **{
+                    **options, "device": device, "tune": True,
                     "precision": limits.check_precision(None, table),
                     "draw_buffers": min(options.get("draw_buffers", 1), table.draw_buffers)})
-                rows[f"{target} (fit)"] = _row(fitted, es2_drivers.check(fitted, target),
-                                               f"profile {device}, fit=True", fitted.changes)
+                rows[f"{target} (tuned)"] = _row(tuned, es2_drivers.check(tuned, target),
+                                                 f"profile {device}, tune=True", tuned.changes)
         results[label] = {"programs": len(plain.passes), "targets": rows,
                           "net": plain, "input_size": plain.graph.input_size}
     return results
@@ -161,7 +162,7 @@ def pi_rows(results, sizes) -> list[dict]:
     times."""
     rows = []
     for label, (_, side) in sizes.items():
-        for key in ("vc4", "vc4 (fit)"):
+        for key in ("vc4", "vc4 (tuned)"):
             row = results[label]["targets"].get(key)
             if not row or not all(r["ok"] for r in row["reports"]):
                 continue
@@ -173,6 +174,44 @@ def pi_rows(results, sizes) -> list[dict]:
     return rows
 
 
+def layer_rows(results, sizes=None) -> list[dict]:
+    """The budget per layer: one row per (net, layer), a column per target row of the table
+    (where its compiler took every program): ``"a / b"``, the driver's estimated cycles
+    (vc4) or instructions per multiply-add (a) and per texel fetch (b), each program
+    weighted by its fragments, at the net's size in ``sizes`` (``{label: (kind, side)}``)
+    or its own input size (else 64x64).  The floor per multiply-add: 1 on VideoCore IV (its
+    QPU issues a multiply and an add together, one lane each), 1/4 where an instruction is
+    a vec4 one (Mali-400)."""
+    rows = []
+    for label, result in results.items():
+        side = (sizes or {}).get(label, (None, None))[1]
+        hw = (side, side) if side else (result["input_size"] or (64, 64))
+        columns = {}
+        for key, row in result["targets"].items():
+            if not all(r["ok"] for r in row["reports"]):
+                continue
+            net, reports = row["net"], row["reports"]
+            stat = "estimated_cycles" if "estimated_cycles" in reports[0]["stats"] else \
+                "instructions"
+            costs, paid = net.cost(hw), {}
+            for i, fragments in draws(net, hw):
+                paid[net.passes[i].op] = (paid.get(net.passes[i].op, 0)
+                                          + fragments * reports[i]["stats"].get(stat, 0))
+            columns[f"{key}: {'cycles' if stat == 'estimated_cycles' else stat}"] = {
+                layer: f"{_per(total, costs[layer].multiply_adds)} / "
+                       f"{_per(total, costs[layer].texel_fetches)}"
+                for layer, total in paid.items()}
+        layers = dict.fromkeys(layer for values in columns.values() for layer in values)
+        rows += [{"net": label, "layer": layer,
+                  **{name: values.get(layer, "") for name, values in columns.items()}}
+                 for layer in layers]
+    return rows
+
+
+def _per(total, count) -> str:
+    return f"{total / count:.2f}" if count else "-"
+
+
 def figure(results, label):
     """Instructions per program of net ``label`` on each target (ES 2.0 plan)."""
     import matplotlib.pyplot as plt
@@ -180,7 +219,7 @@ def figure(results, label):
     result = results[label]
     fig, ax = plt.subplots(figsize=(9, 4))
     for key, row in result["targets"].items():
-        if "(fit)" in key:
+        if "(tuned)" in key:
             continue
         values = [r["stats"].get("instructions", float("nan")) for r in row["reports"]]
         ok = [r["ok"] for r in row["reports"]]
@@ -212,6 +251,7 @@ def save_results(directory, results, pi_sizes=None, name="drivers") -> dict:
                                           for k, row in r["targets"].items()}}
                       for label, r in results.items()},
              "summary": summary_rows(results),
+             "layers": layer_rows(results, pi_sizes),
              "pi": pi_rows(results, pi_sizes or {})}
     write_json(directory / f"{name}.json", saved)
     write_text(directory / f"{name}.md", f"# The target GPUs' compilers\n\n{section(saved)}\n")
@@ -227,7 +267,12 @@ def section(saved) -> str:
             "draw, also where GL_COMPILE_STATUS and GL_LINK_STATUS said success).\n\n"
             + tables.markdown(saved["summary"]))
     if changes:
-        text += "\n\nWhat `fit=True` changed:\n" + "\n".join(changes)
+        text += "\n\nWhat `tune=True` changed:\n" + "\n".join(changes)
+    if saved.get("layers"):
+        text += ("\n\nThe budget per layer: the driver's estimated cycles (vc4) or instructions "
+                 "per multiply-add / per texel fetch, each program weighted by the fragments it "
+                 "draws; the floor per multiply-add: 1 on VideoCore IV, whose QPU issues a multiply and "
+                 "an add together, 1/4 where an instruction is a vec4 one, as Mali-400's):\n\n" + tables.markdown(saved["layers"]))
     if saved["pi"]:
         text += ("\n\nPredicted from vc4's estimated cycles (12 QPUs, 16 fragments per "
                  "instruction in 4 clocks, the board's default V3D clock; uncalibrated: "
