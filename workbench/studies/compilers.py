@@ -271,8 +271,9 @@ def section(saved) -> str:
     if saved.get("layers"):
         text += ("\n\nThe budget per layer: the driver's estimated cycles (vc4) or instructions "
                  "per multiply-add / per texel fetch, each program weighted by the fragments it "
-                 "draws; the floor per multiply-add: 1 on VideoCore IV, whose QPU issues a multiply and "
-                 "an add together, 1/4 where an instruction is a vec4 one, as Mali-400's):\n\n" + tables.markdown(saved["layers"]))
+                 "draws; the floor per multiply-add: 1 on VideoCore IV, whose QPU issues a "
+                 "multiply and an add together, 1/4 where an instruction is a vec4 one, as "
+                 "Mali-400's:\n\n" + tables.markdown(saved["layers"]))
     if saved["pi"]:
         text += ("\n\nPredicted from vc4's estimated cycles (12 QPUs, 16 fragments per "
                  "instruction in 4 clocks, the board's default V3D clock; uncalibrated: "

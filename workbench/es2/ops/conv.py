@@ -94,44 +94,44 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if order != "chain":
         body += _grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
                          inline_masks)
-    elif many or (channels is not None and not op.luma_input):  # a texel fetched once
-        body.append("    float y;" if op.luma_input else "    vec4 t;")
-    for dy, dx in (_taps(op.size) if order == "chain" else ()):
-        where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
-        if padded:
-            mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
-                      else (f"mx{dx}", f"my{dy}"))
-            body.append(f"    float m{dx}_{dy} = {mx} * {my};")
-        if op.luma_input:
-            y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
-            if many:
-                body.append(f"    y = {y};")
-                y = "y"
-            if channels is not None:
-                body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
-                            f" * {y};")
+    else:
+        if many or (channels is not None and not op.luma_input):  # a texel fetched once
+            body.append("    float y;" if op.luma_input else "    vec4 t;")
+        for dy, dx in _taps(op.size):
+            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
+            if padded:
+                mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
+                          else (f"mx{dx}", f"my{dy}"))
+                body.append(f"    float m{dx}_{dy} = {mx} * {my};")
+            if op.luma_input:
+                y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
+                if many:
+                    body.append(f"    y = {y};")
+                    y = "y"
+                if channels is not None:
+                    body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
+                                f" * {y};")
+                    continue
+                body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
+                         for s, o in zip(sums, outs)]
                 continue
-            body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
-                     for s, o in zip(sums, outs)]
-            continue
-        for j, sampler in enumerate(samplers[:len(in_packs)]):
-            # m[i, o]: input component i -> output component o
-            products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights) if np.any(w[dy, dx, j])]
-            texel = f"(texture2D({sampler}, {where}){mask})"
-            if channels is not None:  # the kept rows of mat4 * t, summed in its order
-                if products:
-                    m = products[0][1]
+            for j, sampler in enumerate(samplers[:len(in_packs)]):
+                # m[i, o]: input component i -> output component o
+                products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
+                            if np.any(w[dy, dx, j])]
+                texel = f"(texture2D({sampler}, {where}){mask})"
+                if channels is not None:  # the kept rows of mat4 * t, summed in its order
+                    if products:
+                        m = products[0][1]
+                        body.append(f"    t = {texel};")
+                        terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
+                                 if np.any(m[i, kept])]
+                        body.append(f"    sum.{part} += {' + '.join(terms)};")
+                    continue
+                if len(products) > 1:
                     body.append(f"    t = {texel};")
-                    terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
-                             if np.any(m[i, kept])]
-                    body.append(f"    sum.{part} += {' + '.join(terms)};")
-                continue
-            if len(products) > 1:
-                body.append(f"    t = {texel};")
-                texel = "t"
-            # GLSL mat4(...) is column-major: column i holds input component i.
-            body += [f"    {s} += mat4({', '.join(glsl_float(v) for v in m.ravel())}) * {texel};"
-                     for s, m in products]
+                    texel = "t"
+                body += [f"    {s} += {_mat4(m)} * {texel};" for s, m in products]
     for k, s in enumerate(sums):
         if op.residual:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
@@ -171,9 +171,8 @@ def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks) -> 
             if op.luma_input:
                 return (f"{glsl_vec(op.kernel[dy, dx, 0, o])} * dot(texture2D({samplers[0]}, "
                         f"{where}).rgb, {glsl_vec(ir.LUMA, 3)})")
-            terms = [f"mat4({', '.join(glsl_float(v) for v in w[dy, dx, j].ravel())}) * "
-                     f"texture2D({sampler}, {where})" for j, sampler in enumerate(samplers)
-                     if np.any(w[dy, dx, j])]
+            terms = [f"{_mat4(w[dy, dx, j])} * texture2D({sampler}, {where})"
+                     for j, sampler in enumerate(samplers) if np.any(w[dy, dx, j])]
             return " + ".join(terms) or "vec4(0.0)"
 
         if order == "taps":
@@ -188,6 +187,12 @@ def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks) -> 
                 terms = [f"({group(dy, line)}){mask('y', dy)}" for dy in range(op.size)]
                 lines.append(f"    {s} += ({' + '.join(terms)}){mask('x', line)};")
     return lines
+
+
+def _mat4(m) -> str:
+    """``m[i, o]`` (input component i -> output component o) as a GLSL ``mat4`` literal: GLSL
+    is column-major, so column i holds input component i."""
+    return f"mat4({', '.join(glsl_float(v) for v in np.asarray(m).ravel())})"
 
 
 def _kept(values, kept):
