@@ -151,6 +151,21 @@ def test_write_folder_writes_each_kind(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
+def _refused_with(folder, manifest, change) -> str:
+    """The one line es2.load refuses ``folder`` with once ``change`` edits its manifest (the
+    manifest is written back after)."""
+    from workbench import es2
+
+    m = json.loads(json.dumps(manifest))
+    change(m)
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError) as err:
+        es2.load(folder)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
 def test_a_tampered_shader_folder_is_refused_in_one_line(tmp_path):
     """A pass pointing at another pass's shader, a shader edited after saving, a shader path
     outside the folder, a missing key and an unknown op type: one line each, naming the
@@ -167,14 +182,7 @@ def test_a_tampered_shader_folder_is_refused_in_one_line(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
 
     def broken(change):
-        m = json.loads(json.dumps(manifest))
-        change(m)
-        (folder / "manifest.json").write_text(json.dumps(m))
-        with pytest.raises(ValueError) as err:
-            es2.load(folder)
-        (folder / "manifest.json").write_text(json.dumps(manifest))
-        assert "\n" not in str(err.value)
-        return str(err.value)
+        return _refused_with(folder, manifest, change)
 
     assert "sha256 differs" in broken(lambda m: m["passes"][0].update(
         shader=m["passes"][1]["shader"]))
@@ -201,14 +209,7 @@ def test_a_saved_net_without_a_hash_of_each_file_is_refused(tmp_path):
     assert {shader, "weights.npz", "vertex.glsl"} <= set(manifest["files"])
 
     def refused(change):
-        m = json.loads(json.dumps(manifest))
-        change(m)
-        (folder / "manifest.json").write_text(json.dumps(m))
-        with pytest.raises(ValueError) as err:
-            es2.load(folder)
-        (folder / "manifest.json").write_text(json.dumps(manifest))
-        assert "\n" not in str(err.value)
-        return str(err.value)
+        return _refused_with(folder, manifest, change)
 
     assert refused(lambda m: m.pop("files")) == (
         f"{folder / 'manifest.json'}: lists no sha256 of vertex.glsl (written by an older "
