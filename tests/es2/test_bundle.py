@@ -40,9 +40,10 @@ def run_bundle(directory, *args):
                           env=env, capture_output=True, text=True, timeout=600)
 
 
-def bundled(model, directory, *args):
-    """Bundle ``model``, run run.py; returns (net, report, the bundle's checks)."""
-    net = es2.compile(model)
+def bundled(model, directory, *args, **options):
+    """Bundle ``model`` (compiled with ``options``), run run.py; returns (net, report, the
+    bundle's checks)."""
+    net = es2.compile(model, **options)
     bundle.bundle(net, model, directory)
     result = run_bundle(directory, *args)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -63,10 +64,14 @@ def outputs(entry, expected):
     return np.frombuffer(base64.b64decode(entry["output"]), np.uint8).reshape(expected.shape)
 
 
-def test_sr_bundle_replays_the_moderngl_bytes(tmp_path):
+@pytest.mark.parametrize("options", [{}, {"device": "videocore4", "shared": True}])
+def test_sr_bundle_replays_the_moderngl_bytes(tmp_path, options):
+    """Also with the weights as uniform arrays (shared=True): run.py compiles each distinct
+    program once and sets each pass's arrays."""
     keras.utils.set_random_seed(3)
     model = sr_x2(widths=(8, 8), kernels=(3, 3), groups=(1, 2))
-    net, report, checks = bundled(model, tmp_path / "sr")
+    net, report, checks = bundled(model, tmp_path / "sr", **options)
+    assert all(p.arrays for p in net.passes if p.op != "subpixels") == bool(options)
     assert report["egl"]["platform"] == "surfaceless" and report["output_channels"] == 3
     for entry, check in zip(report["inputs"], checks):
         out = outputs(entry, check["expected"])

@@ -259,7 +259,7 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
         pytest.skip("the exact order is llvmpipe's")
     from workbench.es2 import drivers
     from workbench.es2.ops import conv
-    from workbench.es2.ops.conv import SummedConv
+    from workbench.es2.ops.conv import ConvForm
 
     keras.utils.set_random_seed(7)
     image = _image(40, 36, 3, seed=8)
@@ -270,7 +270,7 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
         net = es2.compile(model, draw_buffers=buffers)
         graph = drivers.ordered(net.graph, {op.name: {"order": order} for op in net.graph.ops
                                             if isinstance(op, ir.Conv)})
-        assert all(isinstance(op, SummedConv) and op.order == order
+        assert all(isinstance(op, ConvForm) and op.order == order
                    for op in graph.ops if isinstance(op, ir.Conv))
         ordered = es2.Net(graph, es2.generate(graph, es2.Target.of(draw_buffers=buffers)),
                           "highp")
@@ -281,6 +281,40 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
             op = next(op for op in net.graph.ops if isinstance(op, ir.Conv) and op.cin > 4)
             x = np.random.default_rng(9).random((9, 7, op.cin)).astype(np.float32)
             assert not np.array_equal(conv.emulate(op, x), conv.emulate(graph.op(op.name), x))
+
+
+def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):
+    """shared=True: each layer's weights as a uniform array set at each draw, so passes of
+    one shape share a program (the SR net's 32 passes: 5 programs); the same float32 values
+    as the literals, so every tensor's bytes are those of the literal net; saved and loaded
+    with each array's file and its sha256."""
+    keras.utils.set_random_seed(11)
+    sr = sr_x2()
+    residual = _model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid_like"), residual=True)
+    for model, image in ((sr, _image(40, 36, 3, seed=12)), (residual, _image(15, 13, 8))):
+        plain = es2.compile(model)
+        shared = es2.compile(model, device="videocore4", shared=True)
+        assert [p.name for p in shared.passes] == [p.name for p in plain.passes]
+        assert all(p.arrays["u_w"].dtype == np.float32 for p in shared.passes if p.arrays)
+        assert {p.op for p in shared.passes if p.arrays} == {
+            op.name for op in shared.graph.ops if isinstance(op, ir.Conv)}
+        stored, literal = shared.run(image, keep=True), plain.run(image, keep=True)
+        for name in literal:
+            np.testing.assert_array_equal(stored[name], literal[name], err_msg=name)
+    assert len({p.source for p in shared.passes}) < len(shared.passes)
+    sr_shared = es2.compile(sr, device="videocore4", shared=True)
+    assert len(sr_shared.passes) == 32 and len({p.source for p in sr_shared.passes}) == 5
+    with pytest.raises(limits.LimitError, match="fragment uniform vectors"):
+        limits.check_passes(sr_shared.passes)  # the ES 2.0 minimum: 16 vec4s
+    sr_shared.save(tmp_path / "net")
+    manifest = json.loads((tmp_path / "net" / "manifest.json").read_text())
+    assert manifest["passes"][12]["arrays"] == {"u_w": "L2.0.u_w.npy"}
+    assert "L2.0.u_w.npy" in manifest["files"]
+    loaded = es2.load(tmp_path / "net")
+    np.testing.assert_array_equal(loaded.passes[12].arrays["u_w"],
+                                  sr_shared.passes[12].arrays["u_w"])
+    image = _image(20, 18, 3, seed=13)
+    np.testing.assert_array_equal(loaded.run(image), sr_shared.run(image))
 
 
 def test_sr_x2_cost_at_256():

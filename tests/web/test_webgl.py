@@ -284,12 +284,14 @@ def test_float_dense_needs_float_textures(classifier, tmp_path):
             "OES_texture_float and WEBGL_color_buffer_float" in page.message
 
 
-@pytest.mark.parametrize("gl", ["swiftshader", "llvmpipe"])
-def test_pooling_net_page_writes_the_emulators_bytes(gl, tmp_path):
+@pytest.mark.parametrize("gl, shared", [("swiftshader", False), ("llvmpipe", False),
+                                        ("llvmpipe", True)])
+def test_pooling_net_page_writes_the_emulators_bytes(gl, shared, tmp_path):
     """A net with max and average pooling (a stride-2 'valid' window and a stride-1 'same'
     one) runs on the page with no page code for pooling: its shapes, textures and uniforms
     from webgl.json, its output bytes those of the emulator (SwiftShader: but for values
-    rounded on the other side of a half level, as for the SR net)."""
+    rounded on the other side of a half level, as for the SR net).  ``shared``: the convs'
+    weights as uniform arrays the page sets at each draw."""
     from workbench.web import browser
 
     keras.utils.set_random_seed(5)
@@ -299,7 +301,9 @@ def test_pooling_net_page_writes_the_emulators_bytes(gl, tmp_path):
                   keras.layers.AveragePooling2D(3, 1, padding="same"), GroupConv2D(4, 1),
                   Act("sigmoid_like")):
         x = layer(x)
-    net = es2.compile(keras.Model(inputs, x))
+    net = es2.compile(keras.Model(inputs, x), **({"device": "videocore4", "shared": True}
+                                                 if shared else {}))
+    assert any(p.arrays for p in net.passes) == shared
     web.export(net, tmp_path)
     image = _image_for_page(27, 22)
     try:

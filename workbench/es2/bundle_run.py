@@ -185,15 +185,20 @@ class Net:
         digests = manifest.get("files")
         vertex = shader(gl.GL_VERTEX_SHADER, read(manifest["vertex_shader"], digests,
                                                   "manifest.json").decode(), "vertex shader")
-        self.input, self.passes = manifest["input"]["name"], []
+        self.input, self.passes, programs = manifest["input"]["name"], [], {}
         for p in manifest["passes"]:
             source = read(p["shader"], {p["shader"]: p.get("sha256")}, "manifest.json")
-            prog = program(vertex, source.decode(), p["shader"])
+            if source not in programs:  # passes of one shape share a program (weights as
+                programs[source] = program(vertex, source.decode(), p["shader"])  # uniforms)
+            prog = programs[source]
             units = [(gl.glGetUniformLocation(prog, b["uniform"]), (b["tensor"], b["pack"]),
                       gl.GL_LINEAR if b["filter"] == "linear" else gl.GL_NEAREST)
                      for b in p["inputs"]]
             uniforms = [(gl.glGetUniformLocation(prog, k), v)
                         for k, v in plan["uniforms"][p["name"]].items()]
+            uniforms += [(gl.glGetUniformLocation(prog, k),
+                          np.ascontiguousarray(array(file, digests, "manifest.json"), np.float32))
+                         for k, file in p.get("arrays", {}).items()]  # vec4 arrays
             output = (p.get("outputs") or [p["output"]])[0]  # bundles are one-target nets
             mask = tuple(p.get("channels") is None or k in p["channels"] for k in range(4))
             self.passes.append((p["name"], prog, units, uniforms,
@@ -246,9 +251,11 @@ class Net:
                 gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_MAG_FILTER, filt)
                 if location >= 0:
                     gl.glUniform1i(location, unit)
-            for location, (x, y) in uniforms:
-                if location >= 0:
-                    gl.glUniform2f(location, x, y)
+            for location, value in uniforms:
+                if location >= 0 and isinstance(value, np.ndarray):
+                    gl.glUniform4fv(location, len(value), value)
+                elif location >= 0:
+                    gl.glUniform2f(location, *value)
             _, fbo, w, h = self.textures[output]
             gl.glBindFramebuffer(gl.GL_FRAMEBUFFER, fbo)
             gl.glViewport(*(viewport or (0, 0, w, h)))

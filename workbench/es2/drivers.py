@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from workbench import ir
 from workbench.es2.limits import LimitError
-from workbench.es2.ops.conv import ORDERS, with_order
+from workbench.es2.ops.conv import ORDERS, formed
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
@@ -82,7 +82,7 @@ def fit(graph, generate, target: str):
         for layer in dict.fromkeys(p.op for p, _ in failed):
             now = _channels(passes, layer)
             smaller = [c for c in CHANNELS if c < now]
-            if "channels" not in _options(graph.op(layer)) or not smaller:
+            if "channels" not in layer_options(graph.op(layer)) or not smaller:
                 raise DriverRejected(rejection(target, failed) + "; nothing left to split")
             options.setdefault(layer, {})["channels"] = smaller[0]
             changes.append(f"layer {layer!r}: {smaller[0]} output channel"
@@ -117,7 +117,7 @@ def tune(graph, generate, target: str, options=None):
     options = {layer: dict(o) for layer, o in (options or {}).items()}
     passes, reports = _compiled(generate, options, target)
     layers = [op.name for op in graph.ops
-              if "order" in _options(op) and _channels(passes, op.name) == ir.PACK]
+              if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
     tried = {"chain": (passes, reports)}  # fit's forms add their products in a chain
     for order in ORDERS:
         if order != "chain":
@@ -155,8 +155,8 @@ def _form_key(passes, reports, layer, metric):
 
 def ordered(graph, options):
     """``graph`` with the summation order ``options`` chose recorded on its convolutions
-    (:class:`~workbench.es2.ops.conv.SummedConv`), for the emulator and a saved net."""
-    ops = [with_order(op, options[op.name]["order"]) if "order" in options.get(op.name, {})
+    (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a saved net."""
+    ops = [formed(op, options[op.name]["order"]) if "order" in options.get(op.name, {})
            else op for op in graph.ops]
     return replace(graph, ops=ops)
 
@@ -164,17 +164,25 @@ def ordered(graph, options):
 def _padded(op) -> bool:
     """A layer whose padding masks may move into its taps (``inline_masks``, see
     :func:`workbench.es2.shaders.coordinates`)."""
-    return "inline_masks" in _options(op)
+    return "inline_masks" in layer_options(op)
 
 
-def _options(op) -> tuple[str, ...]:
+def layer_options(op) -> tuple[str, ...]:
     """The layer options a driver may set for ``op`` (its record's ``layer_options``)."""
     return record(op).layer_options(op) if record(op).layer_options else ()
 
 
 def _reports(passes, target) -> list[drivers.ProgramReport]:
-    return drivers.compile_programs(target, VERTEX_SHADER,
-                                    [(p.name, p.source, len(p.outputs)) for p in passes])
+    """A report a pass; passes that share a program (weights as uniforms) share its one
+    compile."""
+    programs = {}
+    for p in passes:
+        programs.setdefault((p.source, len(p.outputs)), p.name)
+    reports = drivers.compile_programs(target, VERTEX_SHADER,
+                                       [(name, source, targets)
+                                        for (source, targets), name in programs.items()])
+    by_program = dict(zip(programs, reports))
+    return [by_program[p.source, len(p.outputs)] for p in passes]
 
 
 def _compiled(generate, options, target):

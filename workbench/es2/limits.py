@@ -69,7 +69,10 @@ ES2 = Limits()
 #        QPUs compute in 32-bit float only (VideoCore IV 3D Architecture Reference Guide, Broadcom
 #        2013, section "QPU"), so highp is full float32.  sampled_channels (128, 96): Beatmup's
 #        practical numbers ("under 100" taken as 96, whole packs); with 8 units a program reads at
-#        most 32 channels, so the units bind first.
+#        most 32 channels, so the units bind first.  Fragment uniform vectors: 4095, what Mesa
+#        vc4 (Raspberry Pi OS's driver) answers for GL_MAX_FRAGMENT_UNIFORM_VECTORS (`python -m
+#        workbench drivers`' GL_MAX_* check); the QPUs read uniforms from a stream, as they
+#        read literals, so weights passed as uniforms cost what literals cost.
 # [MALI] Arm, "Understanding numerical precision", section "Shader precision"
 #        (developer.arm.com/solutions/graphics-and-gaming/developer-guides/learn-the-basics/
 #        understanding-numerical-precision/shader-precision): "Mali-400 series GPUs ... do not
@@ -111,7 +114,8 @@ _ES2_MINIMUM = replace(ES2, name="es2-minimum", max_texture_size=64, float_preci
 PROFILES = {p.name: p for p in (
     _ES2_MINIMUM,                                                              # [ES2]
     replace(_ES2_MINIMUM, name="videocore4", max_texture_size=2048,            # [VC4] [MRT]
-            float_precision="highp", sampled_channels=(128, 96), driver="vc4"),
+            float_precision="highp", sampled_channels=(128, 96), fragment_uniform_vectors=4095,
+            driver="vc4"),
     replace(_ES2_MINIMUM, name="mali400", max_texture_size=4096,               # [MALI] [MRT]
             driver="mali400"),
     replace(_ES2_MINIMUM, name="adreno3xx", max_texture_size=4096,             # [A3XX]
@@ -202,13 +206,14 @@ class Target:
 
 
 def check_passes(passes, limits: Limits = ES2, graph=None):
-    """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot), its render
+    """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot, an array
+    one a row), its render
     targets and texture units, and, given the ``graph``, what the op's record checks of one
     program (a convolution program's fetches per fragment: one with several targets reads
     the union of their inputs)."""
     for p in passes:
-        fits(p.op, "fragment uniform vectors", len(p.uniforms), limits.fragment_uniform_vectors,
-             limits)
+        vectors = len(p.uniforms) + sum(len(rows) for rows in p.arrays.values())
+        fits(p.op, "fragment uniform vectors", vectors, limits.fragment_uniform_vectors, limits)
         fits(p.op, "render targets per program", len(p.outputs), limits.draw_buffers, limits)
         fits(p.op, "texture units", len(p.inputs), limits.texture_units, limits)
         op = graph.op(p.op) if graph else None

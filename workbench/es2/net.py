@@ -127,6 +127,9 @@ class Net:
         ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``, whose
         ``files`` lists the sha256 of every other one."""
         files = {f"{p.name}.glsl": p.source for p in self.passes}
+        arrays = {f"{p.name}.{name}.npy": rows for p in self.passes
+                  for name, rows in p.arrays.items()}  # vec4 uniform arrays
+        files.update({name: content_bytes(name, rows) for name, rows in arrays.items()})
         files["vertex.glsl"] = VERTEX_SHADER
         weights, ops = {}, []
         for op in self.graph.ops:
@@ -165,7 +168,9 @@ class Net:
                         "inputs": [asdict(b) for b in p.inputs],
                         "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
                         "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
-                        "viewport": p.viewport, "channels": p.channels} for p in self.passes],
+                        "viewport": p.viewport, "channels": p.channels,
+                        "arrays": {name: f"{p.name}.{name}.npy" for name in p.arrays}}
+                       for p in self.passes],
             "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
         }
         return files
@@ -191,8 +196,8 @@ def output_spec(graph: ir.Graph) -> dict:
 
 
 def compile(model, target: limits.Target | None = None, *, luma_input=None, dense="fixed16",
-            mediump_warn_db=None, check_driver=False, fit=False, tune=False, device=None,
-            precision=None, draw_buffers=None) -> Net:
+            mediump_warn_db=None, check_driver=False, fit=False, tune=False, shared=False,
+            device=None, precision=None, draw_buffers=None) -> Net:
     """Keras or ONNX model -> IR -> limits check -> passes.
 
     ``target``: what to compile for (:class:`workbench.es2.limits.Target`: the device's
@@ -212,7 +217,9 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     refuse, naming program, target and message, what it refuses; ``fit``: instead split the
     refused layers' programs until it takes them (``net.changes`` says what changed);
     ``tune``: fit, then keep the form of each layer's programs that the driver runs fastest
-    by its own numbers (:func:`workbench.es2.drivers.tune`)."""
+    by its own numbers (:func:`workbench.es2.drivers.tune`).  ``shared``: the weights of
+    each layer whose programs can hold them as uniform arrays set at each draw, so that one
+    program serves every layer of its shape (fewer programs to compile; the same bytes)."""
     target = _target(target, device, precision, draw_buffers)
     table = target.limits
     graph = prepared(ir.from_model(model, luma_input=luma_input, dense=dense), table)
@@ -220,8 +227,13 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
 
+    base = {op.name: {"weights": "uniforms"} for op in graph.ops
+            if shared and "weights" in drivers.layer_options(op)}
+
     def passes_with(layer_options=None):
-        passes = generate(graph, target, layer_options)
+        options = {name: {**base.get(name, {}), **(layer_options or {}).get(name, {})}
+                   for name in {*base, *(layer_options or {})}}
+        passes = generate(graph, target, options)
         limits.check_passes(passes, table, graph)
         return passes
 
@@ -328,7 +340,8 @@ def _verified(directory: Path, manifest: dict) -> dict[str, bytes]:
     textures), checked against its sha256 (:func:`workbench.files.checked_file`); a pass's
     shader against the pass's own sha256 too (a pass pointing at another's shader fails)."""
     digests, path = manifest.get("files"), directory / "manifest.json"
-    needed = [manifest["vertex_shader"], "weights.npz", *manifest["constant_textures"].values()]
+    needed = [manifest["vertex_shader"], "weights.npz", *manifest["constant_textures"].values(),
+              *(file for p in manifest["passes"] for file in p.get("arrays", {}).values())]
     listed = list(digests) if isinstance(digests, dict) else []
     data = {name: checked_file(directory, name, digests, path)
             for name in dict.fromkeys(needed + listed)}
@@ -338,12 +351,15 @@ def _verified(directory: Path, manifest: dict) -> dict[str, bytes]:
     return data
 
 
-def _weights(data: bytes, path: Path) -> dict:
-    """The arrays of a ``weights.npz``; pickled objects are refused, naming the file."""
+def _weights(data: bytes, path: Path):
+    """The arrays of a ``weights.npz`` (a dict), or the array of a ``.npy``; pickled objects
+    are refused, naming the file."""
     import io
     import zipfile
 
     try:
+        if path.suffix == ".npy":
+            return np.load(io.BytesIO(data), allow_pickle=False)
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return dict(npz)
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
@@ -380,6 +396,8 @@ def _load(directory: Path, manifest: dict) -> Net:
                    [(o["tensor"], o["pack"]) for o in p.get("outputs") or [p["output"]]],
                    {k: tuple(v) for k, v in p["uniform_values"].items()},
                    tuple(p["viewport"]) if p.get("viewport") else None,
-                   tuple(p["channels"]) if p.get("channels") is not None else None)
+                   tuple(p["channels"]) if p.get("channels") is not None else None,
+                   {name: _weights(data[file], directory / file)
+                    for name, file in p.get("arrays", {}).items()})
               for p in manifest["passes"]]
     return Net(graph, passes, manifest["precision"])

@@ -51,7 +51,7 @@ class Runner:
         """What the worker needs for pass ``p``: program, bindings, uniform values, outputs."""
         return {"program": program,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
-                "uniforms": uniform_values(p, self.shapes),
+                "uniforms": uniform_values(p, self.shapes), "arrays": p.arrays,
                 "outputs": p.outputs, "viewport": p.viewport, "channels": p.channels}
 
     def run(self, image, keep=False):

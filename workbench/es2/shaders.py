@@ -37,7 +37,8 @@ class Binding:
 class Pass:
     """One program: draws ``outputs`` (texture keys; ``gl_FragData[i]`` is ``outputs[i]``, one
     output: ``gl_FragColor``) from ``inputs``.  ``uniforms``: the ``vec2`` uniforms and how to
-    get their values (:func:`uniform_values`)."""
+    get their values (:func:`uniform_values`); ``arrays``: ``vec4`` uniform arrays and their
+    values."""
     name: str
     op: str
     source: str
@@ -47,6 +48,8 @@ class Pass:
     viewport: tuple[int, int, int, int] | None = None  # (x, y, width, height); None: all
     channels: tuple[int, ...] | None = None  # components of its one output it writes (the
     #   runtime's colour mask; the others are another program's); None: all four
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # vec4 uniform arrays set at
+    #   each draw, float32 (rows, 4): the weights of a program shared by layers of one shape
 
 
 # --- GLSL text ------------------------------------------------------------------------------

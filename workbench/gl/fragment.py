@@ -99,7 +99,7 @@ class Worker:
         (timings, arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
-        "outputs": [key, ...], "viewport": (x, y, width, height) or None, "channels": the
+        "arrays": {name: float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...], "viewport": (x, y, width, height) or None, "channels": the
         components written (a colour mask) or None}``; several outputs are drawn as draw
         buffers 0, 1, ... of one framebuffer.
         """
@@ -119,6 +119,9 @@ class Worker:
             for name, value in p["uniforms"].items():
                 if name in prog:
                     prog[name].value = value
+            for name, rows in p.get("arrays", {}).items():
+                if name in prog:
+                    prog[name].write(np.ascontiguousarray(rows, np.float32).tobytes())
             fbo = self._framebuffer(tuple(p["outputs"]))
             channels = p.get("channels")  # the colour mask (of a one-target pass); moderngl
             if len(p["outputs"]) == 1:   # applies it at use()

@@ -120,10 +120,13 @@ export class Runner {
         programs.set(source, { program, locations: new Map(), targets: pass.outputs.length });
       }
       const entry = programs.get(source);
-      for (const name of [...Object.keys(pass.uniforms), ...pass.inputs.map((b) => b.uniform)]) {
+      const arrays = Object.keys(pass.arrays || {});
+      for (const name of [...Object.keys(pass.uniforms), ...pass.inputs.map((b) => b.uniform), ...arrays]) {
         if (!entry.locations.has(name)) entry.locations.set(name, gl.getUniformLocation(entry.program, name));
       }
-      return { ...pass, ...entry };
+      // vec4 uniform arrays (a layer's weights where passes of one shape share a program)
+      const arrayValues = arrays.map((name) => [name, new Float32Array(pass.arrays[name])]);
+      return { ...pass, ...entry, arrayValues };
     });
     gl.bindBuffer(gl.ARRAY_BUFFER, gl.createBuffer());
     gl.bufferData(gl.ARRAY_BUFFER, new Float32Array([-1, -1, 1, -1, -1, 1, 1, 1]), gl.STATIC_DRAW);
@@ -234,6 +237,7 @@ export class Runner {
       gl.uniform1i(pass.locations.get(binding.uniform), unit);
     });
     for (const [name, value] of Object.entries(pass.values)) gl.uniform2f(pass.locations.get(name), ...value);
+    for (const [name, data] of pass.arrayValues) gl.uniform4fv(pass.locations.get(name), data);
     const target = this.textures.get(textureKey(pass.outputs[0].tensor, pass.outputs[0].pack));
     gl.bindFramebuffer(gl.FRAMEBUFFER, pass.fbo || target.fbo);
     gl.viewport(...(pass.viewport || [0, 0, target.width, target.height]));

@@ -228,6 +228,8 @@ def pass_spec(p, shader, name=None) -> dict:
             "inputs": [asdict(b) for b in p.inputs],
             "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
             "uniforms": {u: uniform_formula(s) for u, s in p.uniforms.items()},
+            "arrays": {u: np.asarray(rows, np.float32).ravel().tolist()  # vec4 arrays
+                       for u, rows in p.arrays.items()},
             "viewport": p.viewport, "channels": p.channels}
 
 

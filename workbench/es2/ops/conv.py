@@ -43,20 +43,74 @@ ORDERS = {
 
 
 @dataclass
-class SummedConv(ir.Conv):
+class ConvForm(ir.Conv):
     """A :class:`workbench.ir.Conv` whose programs add their products in ``order``
-    (:data:`ORDERS`), as :func:`workbench.es2.drivers.tune` chose for a target's compiler."""
+    (:data:`ORDERS`), as :func:`workbench.es2.drivers.tune` chose for a target's compiler;
+    the emulator follows it.  (How a program holds its weights changes no arithmetic: a
+    layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
 
 
-def with_order(op: ir.Conv, order) -> SummedConv:
+def formed(op: ir.Conv, order) -> ConvForm:
     """``op`` whose programs add their products in ``order`` (:data:`ORDERS`)."""
     fields = {k: v for k, v in vars(op).items() if k != "order"}
-    return SummedConv(**fields, order=order)
+    return ConvForm(**fields, order=order)
+
+
+def uniform_rows(op: ir.Conv) -> int:
+    """The rows of ``u_w`` of one of its programs with weights as uniforms: the bias, and a
+    vec4 a tap (luma input) or four a tap and input pack."""
+    packs = 1 if op.luma_input else len(op.input_packs(0))
+    return 1 + op.size ** 2 * (1 if op.luma_input else ir.PACK * packs)
+
+
+def _uniforms_fit(op: ir.Conv, limits) -> bool:
+    """Whether a program with its weights as uniforms fits the fragment uniform vectors (its
+    vec2 uniforms too) and, where literals share that file, the constant budget."""
+    rows = uniform_rows(op) + 2 + bool(op.residual)
+    return rows <= min(limits.fragment_uniform_vectors, limits.constant_vectors or rows)
+
+
+WEIGHTS = ("literals", "uniforms")  # how a program holds its weights (:class:`_Weights`)
+
+
+class _Weights:
+    """How a program spells its weights and bias: as literals, or as rows of the ``vec4``
+    uniform array ``u_w`` set at each draw (:attr:`Pass.arrays`), so that one program serves
+    every layer of its shape (the same float32 values: the same bytes).  With uniforms every
+    product is written, a zero weight's too: the program text depends on the shape alone."""
+
+    def __init__(self, kind):
+        if kind not in WEIGHTS:
+            raise ValueError(f"weights {kind!r}: one of {', '.join(WEIGHTS)}")
+        self.rows = [] if kind == "uniforms" else None
+
+    def vec4(self, values) -> str:
+        if self.rows is None:
+            return glsl_vec(values)
+        self.rows.append(np.pad(np.asarray(values, np.float32), (0, ir.PACK - len(values))))
+        return f"u_w[{len(self.rows) - 1}]"
+
+    def mat4(self, m) -> str:
+        """``m[i, o]`` (input component i -> output component o): GLSL's ``mat4`` is
+        column-major, so column i holds input component i."""
+        if self.rows is None:
+            return f"mat4({', '.join(glsl_float(v) for v in np.asarray(m).ravel())})"
+        return f"mat4({', '.join(self.vec4(column) for column in m)})"
+
+    def kept(self, m) -> bool:
+        """Whether a product with the weights ``m`` is written (a literal 0 is left out)."""
+        return self.rows is not None or bool(np.any(m))
+
+    def declaration(self) -> str:
+        return f"uniform vec4 u_w[{len(self.rows)}];\n" if self.rows else ""
+
+    def arrays(self) -> dict:
+        return {"u_w": np.stack(self.rows)} if self.rows else {}
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
-            order="chain") -> Pass:
+            order="chain", weights="literals") -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
@@ -65,7 +119,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     the rest, so a component's arithmetic, and its bytes, are those of the whole program.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
-    writes part of a pack adds them in a chain)."""
+    writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
+    (:data:`WEIGHTS`, :class:`_Weights`; uniforms for a program that writes one whole pack)."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     if channels is not None and many:
@@ -73,6 +128,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if order not in ORDERS or (order != "chain" and channels is not None):
         raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
                          "program that writes part of a pack)")
+    constants = _Weights(weights)
+    if weights == "uniforms" and (many or channels is not None):
+        raise ValueError("weights as uniforms: for a program that writes one whole pack")
     in_packs = op.input_packs(packs[0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
@@ -89,11 +147,12 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks)
-    body += [f"    vec4 {s} = {glsl_vec(_kept(op.bias[o], kept))};" for s, o in zip(sums, outs)]
+    body += [f"    vec4 {s} = {constants.vec4(_kept(op.bias[o], kept))};"
+             for s, o in zip(sums, outs)]
     part = "".join("xyzw"[k] for k in kept)
     if order != "chain":
         body += _grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
-                         inline_masks)
+                         inline_masks, constants)
     else:
         if many or (channels is not None and not op.luma_input):  # a texel fetched once
             body.append("    float y;" if op.luma_input else "    vec4 t;")
@@ -112,13 +171,13 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                     body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
                                 f" * {y};")
                     continue
-                body += [f"    {s} += {glsl_vec(op.kernel[dy, dx, 0, o])} * {y};"
+                body += [f"    {s} += {constants.vec4(op.kernel[dy, dx, 0, o])} * {y};"
                          for s, o in zip(sums, outs)]
                 continue
             for j, sampler in enumerate(samplers[:len(in_packs)]):
                 # m[i, o]: input component i -> output component o
                 products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
-                            if np.any(w[dy, dx, j])]
+                            if constants.kept(w[dy, dx, j])]
                 texel = f"(texture2D({sampler}, {where}){mask})"
                 if channels is not None:  # the kept rows of mat4 * t, summed in its order
                     if products:
@@ -131,7 +190,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                 if len(products) > 1:
                     body.append(f"    t = {texel};")
                     texel = "t"
-                body += [f"    {s} += {_mat4(m)} * {texel};" for s, m in products]
+                body += [f"    {s} += {constants.mat4(m)} * {texel};" for s, m in products]
     for k, s in enumerate(sums):
         if op.residual:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
@@ -142,12 +201,13 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
         body.append(f"    {target} = {out};")
     source = (header(precision, many) + uniform_declarations(samplers, vectors)
-              + "void main() {\n" + "\n".join(body) + "\n}\n")
+              + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
     return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors,
-                channels=tuple(channels) if channels is not None else None)
+                channels=tuple(channels) if channels is not None else None,
+                arrays=constants.arrays())
 
 
 def _taps(size):
@@ -155,7 +215,8 @@ def _taps(size):
     return [(dy, dx) for dy in range(size) for dx in range(size)]
 
 
-def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks) -> list[str]:
+def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
+             constants) -> list[str]:
     """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
     group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
     padding."""
@@ -169,10 +230,10 @@ def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks) -> 
         def group(dy, dx):
             where = f"vec2(x{dx}, y{dy})"
             if op.luma_input:
-                return (f"{glsl_vec(op.kernel[dy, dx, 0, o])} * dot(texture2D({samplers[0]}, "
-                        f"{where}).rgb, {glsl_vec(ir.LUMA, 3)})")
-            terms = [f"{_mat4(w[dy, dx, j])} * texture2D({sampler}, {where})"
-                     for j, sampler in enumerate(samplers) if np.any(w[dy, dx, j])]
+                return (f"{constants.vec4(op.kernel[dy, dx, 0, o])} * dot(texture2D("
+                        f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)})")
+            terms = [f"{constants.mat4(w[dy, dx, j])} * texture2D({sampler}, {where})"
+                     for j, sampler in enumerate(samplers) if constants.kept(w[dy, dx, j])]
             return " + ".join(terms) or "vec4(0.0)"
 
         if order == "taps":
@@ -189,12 +250,6 @@ def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks) -> 
     return lines
 
 
-def _mat4(m) -> str:
-    """``m[i, o]`` (input component i -> output component o) as a GLSL ``mat4`` literal: GLSL
-    is column-major, so column i holds input component i."""
-    return f"mat4({', '.join(glsl_float(v) for v in np.asarray(m).ravel())})"
-
-
 def _kept(values, kept):
     """``values`` (one per output component) with the components not in ``kept`` zeroed."""
     values = np.array(values, np.float32)
@@ -209,22 +264,28 @@ def _vec(values, kept):
 
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
-           order=None) -> list[Pass]:
+           order=None, weights="literals") -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
     pack is drawn by several programs of that many components each, one target each.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`.  ``order``: how they add
-    their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain)."""
+    their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
+    ``weights="uniforms"``: weights set at each draw (:class:`_Weights`), one pack a
+    program, where they fit the limits' uniform vectors (else literals)."""
     precision, limits = target.precision, target.limits
     order = order or getattr(op, "order", "chain")
     channels = channels or channels_per_program(op, limits.constant_vectors)
+    if weights != "uniforms" or channels < ir.PACK or not _uniforms_fit(op, limits):
+        weights = "literals"
     if channels < ir.PACK:
         return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order)
                 for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
                 if k < op.cout - pack * ir.PACK]
-    return [program(op, packs, precision, inline_masks=inline_masks, order=order)
-            for packs in programs(op, target.draw_buffers, limits.texture_units,
+    draw_buffers = target.draw_buffers if weights == "literals" else 1
+    return [program(op, packs, precision, inline_masks=inline_masks, order=order,
+                    weights=weights)
+            for packs in programs(op, draw_buffers, limits.texture_units,
                                   limits.fetches_per_fragment)]
 
 
@@ -407,9 +468,9 @@ def tile(op: ir.Conv, step, reach):
 def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
-    return ("channels", *masks, "order")
+    return ("channels", *masks, "order", "weights")
 
 
 RECORD = register(ir.Conv, OpRecord(
     "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile,
-    check_program=check_program, layer_options=layer_options, prepared=SummedConv))
+    check_program=check_program, layer_options=layer_options, prepared=ConvForm))
