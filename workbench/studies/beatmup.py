@@ -152,7 +152,8 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
     """Beatmup's Classify, TensorFlow and our ES 2.0 shaders on the Imagewoof photos
     ``which`` (:func:`woof_files`; ``limit``: that many, evenly spaced over them), on the same
     decoded pixels (Beatmup gets them as BMP and applies its input step; ours is
-    :func:`workbench.nets.beatmup_model.sample`)."""
+    :func:`workbench.nets.beatmup_model.sample`).  Ours compiled with weights as uniforms
+    (``shared=True``): a program a layer shape, as Beatmup's."""
     from tqdm import tqdm
 
     from workbench import es2
@@ -167,7 +168,7 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
     cold = beatmup.classify_timed(first)
     their_start_s = time.perf_counter() - start - sum(cold.times_ms) / 1e3
     start = time.perf_counter()
-    net = es2.compile(model)
+    net = es2.compile(model, device="videocore4", shared=True)  # a program a layer shape
     net.run(beatmup_model.sample(first, step).astype(np.float32) / 255)
     ours_compile_s = time.perf_counter() - start
     their_probs, tf_probs, gpu_probs = [], [], []
@@ -184,7 +185,7 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
                       np.stack(gpu_probs)),
             "timing": classifier_timing(net, [f for f, _ in files[:rounds]], step),
             "programs": {"Beatmup": len(beatmup.capture("Classify", first).programs),
-                         "workbench": len(net.passes)},
+                         "workbench": len({p.source for p in net.passes})},
             "compile s": {"Beatmup": their_start_s, "workbench": ours_compile_s}}
 
 
@@ -230,7 +231,8 @@ def implementations(model_path) -> dict:
     target's driver once (a report each; asked again, the same reports), ``draws`` ``[(program index, fragments)]`` of one
     inference.  Beatmup's side is what its apps handed to GL; ours is the reference checkpoint
     as compiled by default and for ``device="videocore4", tune=True``, and the imported
-    classifier."""
+    classifier by default and with weights as uniforms (``shared=True``); ``programs``:
+    distinct programs (passes of one shape share one)."""
     from workbench import es2
     from workbench.es2 import drivers as es2_drivers
     from workbench.nets.models import load_model, reference_sr
@@ -239,7 +241,10 @@ def implementations(model_path) -> dict:
     sr = load_model(reference_sr())
     ours = {"x2": {"workbench": es2.compile(sr),
                    "workbench (videocore4, tuned)": es2.compile(sr, device="videocore4", tune=True)},
-            "classifier": {"workbench": es2.compile(beatmup_model.load(model_path))}}
+            "classifier": {"workbench": es2.compile(beatmup_model.load(model_path)),
+                           "workbench (videocore4, shared)": es2.compile(
+                               beatmup_model.load(model_path), device="videocore4",
+                               shared=True)}}
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
         captured = beatmup.capture(app, picture)
@@ -249,7 +254,7 @@ def implementations(model_path) -> dict:
         for side, net in ours[name].items():
             found[name][side] = (cache(lambda t, n=net: es2_drivers.check(n, t)),
                                  compilers.draws(net, hw or net.graph.input_size),
-                                 len(net.passes))
+                                 len({p.source for p in net.passes}))
     found["x2 layers"] = ours["x2"]
     return found
 
