@@ -166,10 +166,16 @@ def test_the_dog_classifier_as_beatmup_describes_it(dogs):
 
 
 @needs_dogs
-def test_the_dog_classifier_on_the_gpu_is_the_emulator_op_by_op_and_tf_top1(dogs):
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_dog_classifier_on_the_gpu_is_the_emulator_op_by_op_and_tf_top1(dogs, shared):
+    """Also with the weights as uniforms (``shared=True``): fewer programs than Beatmup's
+    own 27, one a layer shape."""
     from skimage import data
 
     model, net = dogs
+    if shared:
+        net = es2.compile(model, device="videocore4", shared=True)
+        assert len(net.passes) == 1134 and len({p.source for p in net.passes}) <= 27
     images = np.stack([bm.sample(picture, model.beatmup_input)  # a cat, a dog
                        for picture in (data.chelsea(), data.coffee())]).astype(np.float32) / 255
     tf_top1 = model.predict(images, verbose=0).argmax(1)
