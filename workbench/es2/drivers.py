@@ -108,34 +108,40 @@ def fit(graph, generate, target: str):
 def tune(graph, generate, target: str, options=None):
     """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
     ``target``'s compiler runs fastest by its own numbers: each convolution whose programs
-    write whole packs is compiled in every summation order (:data:`ORDERS`) and keeps the one
-    with the fewest spills, then the most threads, then the fewest estimated cycles (vc4) or
-    instructions (the others).  The order changes the float rounding, not the arithmetic;
-    the emulator follows it (:func:`ordered`).
+    write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
+    masks computed once or per tap where it has them, and keeps the form with the fewest
+    spills, then the most threads, then the fewest estimated cycles (vc4) or instructions
+    (the others); a tie keeps what fit chose.  The order changes the float rounding, not the
+    arithmetic; the emulator follows it (:func:`ordered`).
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
     passes, reports = _compiled(generate, options, target)
     layers = [op.name for op in graph.ops
               if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
-    tried = {"chain": (passes, reports)}  # fit's forms add their products in a chain
-    for order in ORDERS:
-        if order != "chain":
-            trial = {**options, **{layer: {**options.get(layer, {}), "order": order}
-                                   for layer in layers}}
-            tried[order] = _compiled(generate, trial, target)
+
+    def form_of(layer, form):  # the layer's options under ``form``, as far as it has them
+        allowed = layer_options(graph.op(layer))
+        return {**options.get(layer, {}), **{k: v for k, v in form.items() if k in allowed}}
+
+    tried = [(options, passes, reports)]
+    for form in ({"order": o, "inline_masks": m} for o in ORDERS for m in (False, True)):
+        trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
+        tried.append((trial, *_compiled(generate, trial, target)))
     metric = "estimated_cycles" if any("estimated_cycles" in r.stats for r in reports) \
         else "instructions"
     changes = []
     for layer in layers:
-        before = "chain"
-        keys = {order: _form_key(*tried[order], layer, metric) for order in tried}
-        best = min(keys, key=keys.get)
-        if keys[best] < keys[before]:
-            options.setdefault(layer, {})["order"] = best
-            changes.append(f"layer {layer!r}: products added {best!r} ({ORDERS[best]}) on "
-                           f"{drivers.target(target).gpu}: {metric.replace('_', ' ')} "
-                           f"{keys[before][-1]:,} -> {keys[best][-1]:,}")
+        keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}))
+                for trial, ps, rs in tried]
+        (best, chosen), before = min(keys, key=lambda k: k[0]), keys[0][0]
+        if best < before:
+            options[layer] = chosen
+            order = chosen.get("order", "chain")
+            masks = ", padding masks computed per tap" if chosen.get("inline_masks") else ""
+            changes.append(f"layer {layer!r}: products added {order!r} ({ORDERS[order]})"
+                           f"{masks} on {drivers.target(target).gpu}: "
+                           f"{metric.replace('_', ' ')} {before[-1]:,} -> {best[-1]:,}")
     if not changes:
         return passes, reports, changes, options
     passes, reports = _compiled(generate, options, target)
