@@ -10,9 +10,9 @@ in the zero padding is multiplied by 0/1 masks (exact: the padding adds 0).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
+
+import numpy as np
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma, quantize
