@@ -46,6 +46,10 @@ needs_build = pytest.mark.skipif(drivers.available() is not None,
      {"instructions": 403, "tuples": 351, "clauses": 53, "cycles": 0.833333, "texture": 0.5}),
     ("FRAG shader: 744 inst, 13 nops, 731 non-nops, 16 full, 6 waves, 0 loops\n",
      {"instructions": 744, "nops": 13, "non_nops": 731, "full": 16, "waves": 6, "loops": 0}),
+    ("CL shader: 716 inst, 142 nops, 48 full, 2 waves, 3 loops\n",  # freedreno, compute
+     {"instructions": 716, "nops": 142, "full": 48, "waves": 2, "loops": 3}),
+    ("MESA_SHADER_COMPUTE shader: 1386 inst, 16 registers, 1 threads, 56:340 spills:fills",
+     {"instructions": 1386, "registers": 16, "threads": 1, "spills": 56, "fills": 340}),
     ("MESA_SHADER_VERTEX shader: 19 inst, 1 threads, 3 uniforms", None),
     ("VERT shader: 8 instructions, 1 temps, 4 immediates, 0 loops", None),
     ("Falling back to strategy 'lower thread count' for MESA_SHADER_FRAGMENT prog 1/1", None),
@@ -215,6 +219,25 @@ def test_tune_keeps_the_summation_order_vc4_runs_fastest_and_the_emulator_follow
     loaded = es2.load(tmp_path / "tuned")
     assert {op.name: op.order for op in loaded.graph.ops if hasattr(op, "order")} == orders
     np.testing.assert_array_equal(loaded.emulate(image), net.emulate(image))
+
+
+@needs_build
+def test_the_compute_kernels_through_the_es31_drivers():
+    """The ES 3.1 back end's kernels of the SR net through the drivers that give an ES 3.1
+    context: Adreno 530's compiler fails the register allocation of the two grouped 3x3
+    kernels (L2, L4) where GL's compile and link statuses say success; Mali-G52 takes all 6
+    (statistics read from its shader-db lines); v3d's shim offers no ES 3.1 context."""
+    from workbench import es31
+
+    kernels = [(k.name, k.source) for k in es31.compile(load_model(reference_sr())).kernels]
+    a530 = drivers.compile_compute("a530", kernels)
+    assert [r.name for r in a530 if not r.ok] == ["L2", "L4"]
+    assert all("ir3_ra() failed" in r.errors[0] for r in a530 if not r.ok)
+    g52 = drivers.compile_compute("g52", kernels)
+    assert all(r.ok and r.stats["instructions"] > 100 for r in g52[:5])
+    assert {"clauses", "threads", "spills"} <= set(g52[0].stats)
+    with pytest.raises(drivers.GLError, match="eglCreateContext failed for OpenGL ES 3.1"):
+        drivers.compile_compute("v3d", kernels[:1])
 
 
 @needs_build

@@ -92,6 +92,9 @@ TARGETS = {t.name: t for t in (
 # The drivers table's targets: the Pi 0-3 and Pi 4, Adreno 3xx/5xx, Vivante, Mali Midgard,
 # Bifrost and Utgard.
 TABLE_TARGETS = ("vc4", "v3d", "a320", "a530", "gc2000", "t720", "t860", "g52", "mali400")
+# The targets whose driver gives an ES 3.1 context here (compute shaders; Mesa 22.3's v3d on
+# its shim offers none)
+ES31_TARGETS = ("a530", "t860", "g52")
 
 
 def target(name) -> Target:
@@ -146,6 +149,16 @@ class ProgramReport:
     messages: list = field(default_factory=list)
 
 
+def compile_compute(target_name, programs, timeout=600):
+    """Compile and link ES 3.1 compute ``programs`` (``[(name, source)]``) through the driver
+    of ``target_name`` (an ES 3.1 context: :data:`ES31_TARGETS`); a :class:`ProgramReport`
+    each."""
+    t = target(target_name)
+    raw = _ask(t, {"compute": True, "vertex": "",
+                   "programs": [(name, source, 1) for name, source in programs]}, timeout)
+    return [report(r, raw["info"]) for r in raw["records"]]
+
+
 def compile_programs(target_name, vertex, programs, timeout=600):
     """Compile ``programs`` (``[(name, fragment source, render targets)]``, or with a vertex
     source of its own as a 4th element) with the vertex shader ``vertex`` through the driver
@@ -185,7 +198,8 @@ def _ask(t: Target, request: dict, timeout) -> dict:
 
 # "MESA_SHADER_FRAGMENT shader: 492 inst, 1 threads, ..." (vc4, v3d, panfrost, lima), "FRAG
 # shader: 744 inst, ..." (freedreno, etnaviv): one "<number> <name>" item a comma.
-_FRAGMENT = ("FRAG", "MESA_SHADER_FRAGMENT")
+_STAGES = ("FRAG", "MESA_SHADER_FRAGMENT",
+             "CL", "MESA_SHADER_COMPUTE")  # compute (ES 3.1): freedreno "CL", the others
 _ITEM = re.compile(r"(-?\d+(?:\.\d+)?)(?::(\d+))? (\S.*)")
 _NAMES = {"inst": "instructions", "max-temps": "max_temps", "estimated-cycles": "estimated_cycles"}
 _ERRORS = ("not okay", "failed", "exceeds", "error", "out of memory", "unsupported")
@@ -194,10 +208,10 @@ _SHIM_NOISE = ("export failed", "create syncobj failed")
 
 
 def parse_stats(message: str) -> dict | None:
-    """The numbers of one ``shaderdb`` line of a fragment shader, ``{name: number}``
+    """The numbers of one ``shaderdb`` line of a fragment or compute shader, ``{name: number}``
     (``spills:fills`` as ``spills`` and ``fills``), or None for another stage or message."""
     stage, _, rest = message.partition(" shader: ")
-    if stage.strip() not in _FRAGMENT or not rest:
+    if stage.strip() not in _STAGES or not rest:
         return None
     stats = {}
     for item in rest.strip().rstrip(".").split(", "):
@@ -236,7 +250,7 @@ def report(raw: dict, gl_info=None) -> ProgramReport:
     if raw["gl_error"]:
         errors.append(f"GL error 0x{raw['gl_error']:04x} at the draw")
     if raw["compile"] and raw["link"] and not errors and not stats:
-        errors.append("the driver compiled no fragment shader (no statistics at the draw)")
+        errors.append("the driver reported no statistics for the program (nothing compiled)")
     return ProgramReport(raw["name"], not errors, stats, errors, lines)
 
 
@@ -245,6 +259,7 @@ def report(raw: dict, gl_info=None) -> ProgramReport:
 LIMITS = {"MAX_TEXTURE_SIZE": 0x0D33, "MAX_TEXTURE_IMAGE_UNITS": 0x8872,
           "MAX_FRAGMENT_UNIFORM_VECTORS": 0x8DFD, "MAX_VARYING_VECTORS": 0x8DFC,
           "MAX_DRAW_BUFFERS": 0x8824}
+GL_COMPUTE_SHADER = 0x91B9
 GL_DEBUG_OUTPUT = 0x92E0
 GL_DEBUG_OUTPUT_SYNCHRONOUS = 0x8242
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
@@ -267,13 +282,15 @@ class _Stderr:
 
 
 def _serve(request):
-    """Compile, link and draw every program of ``request``; a raw record each."""
+    """Compile, link and draw every program of ``request`` (``"compute"``: compile and link
+    ES 3.1 compute programs); a raw record each."""
     from OpenGL import EGL  # noqa: F401  (PYOPENGL_PLATFORM=egl: EGL before GLES2)
-    from OpenGL import GLES2 as gl
+    from OpenGL import GLES3 as gl
 
-    from workbench.gl.egl import es2_context, gl_function
+    from workbench.gl.egl import es_context, gl_function
 
-    es2_context()
+    compute = request.get("compute", False)
+    es_context((3, 1) if compute else (2, 0))
     gl_info = {"renderer": _string(gl, gl.GL_RENDERER),
                "extensions": _string(gl, gl.GL_EXTENSIONS).split(),
                **{k: int(gl.glGetIntegerv(enum)) for k, enum in LIMITS.items()}}
@@ -301,21 +318,24 @@ def _serve(request):
                                missing_ok=True)
     records = []
     for name, source, targets, *vertex_source in request["programs"]:
-        vertex = vertex_shader(vertex_source[0] if vertex_source else request["vertex"])
+        vertex = None if compute else vertex_shader(vertex_source[0] if vertex_source
+                                                    else request["vertex"])
         messages.clear()
         stderr.take()
-        shader, compiled, compile_log = _shader(gl, gl.GL_FRAGMENT_SHADER, source)
+        kind = GL_COMPUTE_SHADER if compute else gl.GL_FRAGMENT_SHADER
+        shader, compiled, compile_log = _shader(gl, kind, source)
         record = {"name": name, "compile": compiled, "compile_log": compile_log, "link": False,
                   "link_log": "", "gl_error": 0, "targets": targets}
         if compiled:
             program = gl.glCreateProgram()
-            gl.glAttachShader(program, vertex)
+            if vertex:
+                gl.glAttachShader(program, vertex)
             gl.glAttachShader(program, shader)
             gl.glBindAttribLocation(program, 0, "a_pos")
             gl.glLinkProgram(program)
             record["link"] = bool(gl.glGetProgramiv(program, gl.GL_LINK_STATUS))
             record["link_log"] = _text(gl.glGetProgramInfoLog(program))
-            if record["link"]:
+            if record["link"] and not compute:  # a compute program is compiled at its link
                 record["gl_error"] = _draw(gl, program, quad, targets, draw_buffers)
             gl.glDeleteProgram(program)
         gl.glDeleteShader(shader)

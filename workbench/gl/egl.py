@@ -1,4 +1,4 @@
-"""A headless OpenGL ES 2.0 context through EGL (PyOpenGL), for the driver child process.
+"""A headless OpenGL ES context through EGL (PyOpenGL), for the driver child process.
 
 Mesa's surfaceless platform (``EGL_PLATFORM=surfaceless``), ``EGL_CONTEXT_CLIENT_VERSION 2``:
 a real ES 2.0 context, as the target GPUs' drivers offer (they refuse desktop GL contexts).
@@ -11,9 +11,14 @@ import ctypes.util
 import os
 
 
-def es2_context():
-    """Make an ES 2.0 context current (no surface where EGL_KHR_surfaceless_context is
-    offered, else a 1x1 pbuffer); returns the display."""
+EGL_OPENGL_ES3_BIT = 0x40
+EGL_CONTEXT_MINOR_VERSION = 0x30FB
+
+
+def es_context(version=(2, 0)):
+    """Make an OpenGL ES context of ``version`` current (ES 2.0, or ``(3, 1)`` for compute
+    shaders; no surface where EGL_KHR_surfaceless_context is offered, else a 1x1 pbuffer);
+    returns the display."""
     os.environ.setdefault("PYOPENGL_PLATFORM", "egl")  # before PyOpenGL is imported
     from OpenGL import EGL
 
@@ -21,17 +26,22 @@ def es2_context():
     major, minor = EGL.EGLint(), EGL.EGLint()
     if not display or not EGL.eglInitialize(display, ctypes.pointer(major), ctypes.pointer(minor)):
         raise RuntimeError("eglInitialize failed (no EGL display)")
-    attributes = (EGL.EGLint * 5)(EGL.EGL_RENDERABLE_TYPE, EGL.EGL_OPENGL_ES2_BIT,
+    renderable = EGL.EGL_OPENGL_ES2_BIT if version[0] == 2 else EGL_OPENGL_ES3_BIT
+    attributes = (EGL.EGLint * 5)(EGL.EGL_RENDERABLE_TYPE, renderable,
                                   EGL.EGL_SURFACE_TYPE, EGL.EGL_PBUFFER_BIT, EGL.EGL_NONE)
     config, count = EGL.EGLConfig(), EGL.EGLint()
     if not EGL.eglChooseConfig(display, attributes, ctypes.pointer(config), 1,
                                ctypes.pointer(count)) or count.value < 1:
-        raise RuntimeError("EGL offers no OpenGL ES 2.0 configuration")
+        raise RuntimeError(f"EGL offers no OpenGL ES {version[0]}.{version[1]} configuration")
     EGL.eglBindAPI(EGL.EGL_OPENGL_ES_API)
-    context = EGL.eglCreateContext(display, config, EGL.EGL_NO_CONTEXT, (EGL.EGLint * 3)(
-        EGL.EGL_CONTEXT_CLIENT_VERSION, 2, EGL.EGL_NONE))
+    try:
+        context = EGL.eglCreateContext(display, config, EGL.EGL_NO_CONTEXT, (EGL.EGLint * 5)(
+            EGL.EGL_CONTEXT_CLIENT_VERSION, version[0], EGL_CONTEXT_MINOR_VERSION, version[1],
+            EGL.EGL_NONE))
+    except EGL.EGLError:  # PyOpenGL raises where EGL returns no context
+        context = None
     if not context:
-        raise RuntimeError("eglCreateContext failed for OpenGL ES 2.0")
+        raise RuntimeError(f"eglCreateContext failed for OpenGL ES {version[0]}.{version[1]}")
     surface = EGL.EGL_NO_SURFACE
     if b"EGL_KHR_surfaceless_context" not in EGL.eglQueryString(display, EGL.EGL_EXTENSIONS):
         surface = EGL.eglCreatePbufferSurface(display, config, (EGL.EGLint * 5)(

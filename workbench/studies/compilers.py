@@ -76,9 +76,22 @@ def compile_nets(models: dict, targets=DEFAULT_TARGETS) -> dict:
                     "draw_buffers": min(options.get("draw_buffers", 1), table.draw_buffers)})
                 rows[f"{target} (tuned)"] = _row(tuned, es2_drivers.check(tuned, target),
                                                  f"profile {device}, tune=True", tuned.changes)
+            if target in drivers.ES31_TARGETS:
+                rows[f"{target} (ES 3.1)"] = _compute_row(model, target)
         results[label] = {"programs": len(plain.passes), "targets": rows,
                           "net": plain, "input_size": plain.graph.input_size}
     return results
+
+
+def _compute_row(model, target):
+    """The net's ES 3.1 compute kernels (:mod:`workbench.es31`) through ``target``'s driver."""
+    from workbench import es31
+
+    net = es31.compile(model)
+    reports = drivers.compile_compute(target, [(k.name, k.source) for k in net.kernels])
+    return {"compiled_for": "ES 3.1 compute", "changes": [],
+            "passes": [{"name": k.name, "op": k.op, "outputs": 1} for k in net.kernels],
+            "reports": [asdict(r) for r in reports], "net": net}
 
 
 def _row(net, reports, compiled_for, changes=()):
@@ -188,8 +201,8 @@ def layer_rows(results, sizes=None) -> list[dict]:
         hw = (side, side) if side else (result["input_size"] or (64, 64))
         columns = {}
         for key, row in result["targets"].items():
-            if not all(r["ok"] for r in row["reports"]):
-                continue
+            if not all(r["ok"] for r in row["reports"]) or "ES 3.1" in key:
+                continue  # (the compute kernels draw no fragments)
             net, reports = row["net"], row["reports"]
             stat = "estimated_cycles" if "estimated_cycles" in reports[0]["stats"] else \
                 "instructions"
@@ -219,7 +232,7 @@ def figure(results, label):
     result = results[label]
     fig, ax = plt.subplots(figsize=(9, 4))
     for key, row in result["targets"].items():
-        if "(tuned)" in key:
+        if "(" in key:  # the ES 2.0 plan only
             continue
         values = [r["stats"].get("instructions", float("nan")) for r in row["reports"]]
         ok = [r["ok"] for r in row["reports"]]
