@@ -253,8 +253,9 @@ def test_emulator_is_exact_on_llvmpipe():
 def test_every_summation_order_is_predicted_byte_for_byte(order):
     """Each order the tuner may choose (es2.drivers.tune) on llvmpipe: every tensor's bytes
     those of the emulator following the same order; a luma 5x5, grouped 3x3 convolutions
-    over several packs, a residual, a strided 'valid' one and draw buffers among them.  The
-    orders round differently: some bytes differ from the chain's."""
+    over several packs, a residual (added to the bias first, or last), a strided 'valid'
+    one and draw buffers among them.  The orders round differently: some bytes differ from
+    the chain's."""
     if "llvmpipe" not in gl.info()["GL_RENDERER"]:
         pytest.skip("the exact order is llvmpipe's")
     from workbench.es2 import drivers
@@ -265,11 +266,15 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
     image = _image(40, 36, 3, seed=8)
     strided = _model(8, GroupConv2D(8, 3, groups=2, strides=2, padding="valid"),
                      Act("sigmoid_like"))
+    residual = _model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid_like"), residual=True)
+    first = order in ("taps", "columns")  # the residual added to the bias first, or last
     sr = sr_x2()
-    for model, x, buffers in ((sr, image, 1), (strided, _image(17, 15, 8), 2)):
+    for model, x, buffers in ((sr, image, 1), (strided, _image(17, 15, 8), 2),
+                              (residual, _image(15, 13, 8), 1)):
         net = es2.compile(model, draw_buffers=buffers)
-        graph = drivers.ordered(net.graph, {op.name: {"order": order} for op in net.graph.ops
-                                            if isinstance(op, ir.Conv)})
+        graph = drivers.ordered(net.graph, {
+            op.name: {"order": order, "residual_first": first and bool(op.residual)}
+            for op in net.graph.ops if isinstance(op, ir.Conv)})
         assert all(isinstance(op, ConvForm) and op.order == order
                    for op in graph.ops if isinstance(op, ir.Conv))
         ordered = es2.Net(graph, es2.generate(graph, es2.Target.of(draw_buffers=buffers)),

@@ -11,11 +11,12 @@ stay those of the whole-pack programs: the cost is passes and texel fetches, not
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from workbench import ir
 from workbench.es2.limits import LimitError
-from workbench.es2.ops.conv import ORDERS, formed
+from workbench.es2.ops.conv import FORM, ORDERS, formed
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
@@ -109,27 +110,33 @@ def tune(graph, generate, target: str, options=None):
     """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
     ``target``'s compiler runs fastest by its own numbers: each convolution whose programs
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
-    masks computed once or per tap where it has them, and keeps the form with the fewest
-    spills, then the most threads, then the fewest estimated cycles (vc4) or instructions
-    (the others); a tie keeps what fit chose.  The order changes the float rounding, not the
-    arithmetic; the emulator follows it (:func:`ordered`).
+    masks computed once or per tap and its residual added last or first where it has them,
+    and keeps the form with the fewest spills, then the most threads, then the fewest
+    estimated cycles (vc4) or instructions (the others); a tie keeps what it had.  A form
+    changes the float rounding, not the arithmetic; the emulator follows it
+    (:func:`ordered`).
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
     passes, reports = _compiled(generate, options, target)
     layers = [op.name for op in graph.ops
               if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
+    metric = "estimated_cycles" if any("estimated_cycles" in r.stats for r in reports) \
+        else "instructions"
 
     def form_of(layer, form):  # the layer's options under ``form``, as far as it has them
         allowed = layer_options(graph.op(layer))
         return {**options.get(layer, {}), **{k: v for k, v in form.items() if k in allowed}}
 
+    choices = {"order": list(ORDERS), "inline_masks": [False, True],
+               "residual_first": [False, True]}  # each only where some layer has it
+    choices = {k: v for k, v in choices.items()
+               if any(k in layer_options(graph.op(layer)) for layer in layers)}
     tried = [(options, passes, reports)]
-    for form in ({"order": o, "inline_masks": m} for o in ORDERS for m in (False, True)):
+    for values in itertools.product(*choices.values()):
+        form = dict(zip(choices, values))
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         tried.append((trial, *_compiled(generate, trial, target)))
-    metric = "estimated_cycles" if any("estimated_cycles" in r.stats for r in reports) \
-        else "instructions"
     changes = []
     for layer in layers:
         keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}))
@@ -137,15 +144,19 @@ def tune(graph, generate, target: str, options=None):
         (best, chosen), before = min(keys, key=lambda k: k[0]), keys[0][0]
         if best < before:
             options[layer] = chosen
-            order = chosen.get("order", "chain")
-            masks = ", padding masks computed per tap" if chosen.get("inline_masks") else ""
-            changes.append(f"layer {layer!r}: products added {order!r} ({ORDERS[order]})"
-                           f"{masks} on {drivers.target(target).gpu}: "
-                           f"{metric.replace('_', ' ')} {before[-1]:,} -> {best[-1]:,}")
-    if not changes:
-        return passes, reports, changes, options
-    passes, reports = _compiled(generate, options, target)
+            changes.append(f"layer {layer!r}: {_described(chosen)} on "
+                           f"{drivers.target(target).gpu}: {metric.replace('_', ' ')} "
+                           f"{before[-1]:,} -> {best[-1]:,}")
+    if changes:
+        passes, reports = _compiled(generate, options, target)
     return passes, reports, changes, options
+
+
+def _described(form) -> str:
+    order = form.get("order", "chain")
+    return (f"products added {order!r} ({ORDERS[order]})"
+            + (", padding masks computed per tap" if form.get("inline_masks") else "")
+            + (", the residual added to the bias first" if form.get("residual_first") else ""))
 
 
 def _form_key(passes, reports, layer, metric):
@@ -160,11 +171,13 @@ def _form_key(passes, reports, layer, metric):
 
 
 def ordered(graph, options):
-    """``graph`` with the summation order ``options`` chose recorded on its convolutions
-    (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a saved net."""
-    ops = [formed(op, options[op.name]["order"]) if "order" in options.get(op.name, {})
-           else op for op in graph.ops]
-    return replace(graph, ops=ops)
+    """``graph`` with the summation order (and residual's place) ``options`` chose recorded
+    on its convolutions (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a
+    saved net."""
+    def form(op):
+        return {k: v for k, v in options.get(op.name, {}).items() if k in FORM}
+
+    return replace(graph, ops=[formed(op, **form(op)) if form(op) else op for op in graph.ops])
 
 
 def _padded(op) -> bool:

@@ -45,16 +45,21 @@ ORDERS = {
 @dataclass
 class ConvForm(ir.Conv):
     """A :class:`workbench.ir.Conv` whose programs add their products in ``order``
-    (:data:`ORDERS`), as :func:`workbench.es2.drivers.tune` chose for a target's compiler;
-    the emulator follows it.  (How a program holds its weights changes no arithmetic: a
-    layer option of :func:`passes`, not a field.)"""
+    (:data:`ORDERS`), its residual (if any) to the bias before them where
+    ``residual_first`` (else after them), as :func:`workbench.es2.drivers.tune` chose for a
+    target's compiler; the emulator follows both.  (How a program holds its weights changes
+    no arithmetic: a layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
+    residual_first: bool = False
 
 
-def formed(op: ir.Conv, order) -> ConvForm:
-    """``op`` whose programs add their products in ``order`` (:data:`ORDERS`)."""
-    fields = {k: v for k, v in vars(op).items() if k != "order"}
-    return ConvForm(**fields, order=order)
+FORM = ("order", "residual_first")  # the layer options a ConvForm records
+
+
+def formed(op: ir.Conv, **form) -> ConvForm:
+    """``op`` with the fields ``form`` (:data:`FORM`: ``order``, ``residual_first``)."""
+    fields = {k: v for k, v in vars(op).items() if k not in form}
+    return ConvForm(**fields, **form)
 
 
 def uniform_rows(op: ir.Conv) -> int:
@@ -110,7 +115,7 @@ class _Weights:
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
-            order="chain", weights="literals") -> Pass:
+            order="chain", weights="literals", residual_first=False) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
@@ -120,7 +125,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
-    (:data:`WEIGHTS`, :class:`_Weights`; uniforms for a program that writes one whole pack)."""
+    (:data:`WEIGHTS`, :class:`_Weights`; uniforms for a program that writes one whole pack).
+    ``residual_first``: the residual added to the bias, before the products (vc4 then fetches
+    it with the others instead of waiting for it at the end)."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     if channels is not None and many:
@@ -147,8 +154,11 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks)
-    body += [f"    vec4 {s} = {constants.vec4(_kept(op.bias[o], kept))};"
-             for s, o in zip(sums, outs)]
+    residual = "" if not (op.residual and residual_first) else \
+        " + texture2D({}, gl_FragCoord.xy / u_out_size)"
+    body += [f"    vec4 {s} = {constants.vec4(_kept(op.bias[o], kept))}"
+             f"{residual.format(residuals[k]) if residual else ''};"
+             for k, (s, o) in enumerate(zip(sums, outs))]
     part = "".join("xyzw"[k] for k in kept)
     if order != "chain":
         body += _grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
@@ -192,7 +202,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                     texel = "t"
                 body += [f"    {s} += {constants.mat4(m)} * {texel};" for s, m in products]
     for k, s in enumerate(sums):
-        if op.residual:
+        if op.residual and not residual_first:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
         target = f"gl_FragData[{k}]" if many else "gl_FragColor"
         out = activations.get(op.activation).glsl.format(x=s)
@@ -264,7 +274,7 @@ def _vec(values, kept):
 
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
-           order=None, weights="literals") -> list[Pass]:
+           order=None, weights="literals", residual_first=None) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
@@ -272,19 +282,23 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`.  ``order``: how they add
     their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
     ``weights="uniforms"``: weights set at each draw (:class:`_Weights`), one pack a
-    program, where they fit the limits' uniform vectors (else literals)."""
+    program, where they fit the limits' uniform vectors (else literals).
+    ``residual_first``: see :func:`program`, default the op's own."""
     precision, limits = target.precision, target.limits
     order = order or getattr(op, "order", "chain")
+    if residual_first is None:
+        residual_first = getattr(op, "residual_first", False)
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if weights != "uniforms" or channels < ir.PACK or not _uniforms_fit(op, limits):
         weights = "literals"
     if channels < ir.PACK:
-        return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order)
+        return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order,
+                        residual_first=residual_first)
                 for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
                 if k < op.cout - pack * ir.PACK]
     draw_buffers = target.draw_buffers if weights == "literals" else 1
     return [program(op, packs, precision, inline_masks=inline_masks, order=order,
-                    weights=weights)
+                    weights=weights, residual_first=residual_first)
             for packs in programs(op, draw_buffers, limits.texture_units,
                                   limits.fetches_per_fragment)]
 
@@ -297,7 +311,8 @@ def emulate(op: ir.Conv, x, residual=None):
     Summed as the shader sums, in the op's ``order`` (:data:`ORDERS`; a plain Conv: the
     chain): the products are per tap and input pack of 4 channels ``mat4 * vec4`` (its 4
     terms in channel order; a weight 0 where the channel is outside the output's group adds
-    exactly 0); a tap in the padding reads zeros, as the shader's masks make it.
+    exactly 0); a tap in the padding reads zeros, as the shader's masks make it.  The
+    residual is added last, or to the bias first (``residual_first``).
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
     x = np.asarray(x, F)
@@ -332,9 +347,12 @@ def emulate(op: ir.Conv, x, residual=None):
     else:
         terms = (_added(_added(products(dy, dx)) for dy in range(k)) for dx in range(k))
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
+    first = getattr(op, "residual_first", False)
+    if residual is not None and first:
+        out += residual[..., :op.cout]
     for term in terms:
         out += term
-    if residual is not None:
+    if residual is not None and not first:
         out += residual[..., :op.cout]
     return np.asarray(storage.encode(activations.get(op.activation).np_fn(out), op.storage), F)
 
@@ -468,7 +486,8 @@ def tile(op: ir.Conv, step, reach):
 def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
-    return ("channels", *masks, "order", "weights")
+    residual = ("residual_first",) if op.residual else ()
+    return ("channels", *masks, "order", *residual, "weights")
 
 
 RECORD = register(ir.Conv, OpRecord(
