@@ -231,7 +231,8 @@ def implementations(model_path) -> dict:
     target's driver once (a report each; asked again, the same reports), ``draws`` ``[(program index, fragments)]`` of one
     inference.  Beatmup's side is what its apps handed to GL; ours is the reference checkpoint
     as compiled by default and for ``device="videocore4", tune=True``, and the imported
-    classifier by default and with weights as uniforms (``shared=True``); ``programs``:
+    classifier by default and with weights as uniforms, tuned (``shared=True, tune=True``);
+    ``programs``:
     distinct programs (passes of one shape share one)."""
     from workbench import es2
     from workbench.es2 import drivers as es2_drivers
@@ -242,9 +243,9 @@ def implementations(model_path) -> dict:
     ours = {"x2": {"workbench": es2.compile(sr),
                    "workbench (videocore4, tuned)": es2.compile(sr, device="videocore4", tune=True)},
             "classifier": {"workbench": es2.compile(beatmup_model.load(model_path)),
-                           "workbench (videocore4, shared)": es2.compile(
+                           "workbench (videocore4, shared, tuned)": es2.compile(
                                beatmup_model.load(model_path), device="videocore4",
-                               shared=True)}}
+                               shared=True, tune=True)}}
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
         captured = beatmup.capture(app, picture)
@@ -301,7 +302,7 @@ def compile_all(found, targets=TARGETS) -> list[dict]:
             continue
         for side, (check, draw_list, programs) in sides.items():
             for target in targets:
-                if side.endswith("tuned)") and target != "vc4":
+                if side.endswith("tuned)") and target != "vc4":  # tuned for vc4
                     continue
                 reports = [asdict(r) for r in check(target)]
                 ok = all(r["ok"] for r in reports)
