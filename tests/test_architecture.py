@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench import ir
+
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 
 # Lowest first; a unit imports only from its own unit and from lower layers.  Units of one
@@ -118,7 +120,7 @@ def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
     assert not heavy, f"{module} loaded {heavy[:5]}"
 
 
-OP_TYPES = ("Conv", "DepthToSpace", "Dense", "Pool")
+OP_TYPES = tuple(ir.OP_TYPES)  # every IR op type (Conv ... Dense, Upsample, Add, Concat)
 # Where asking an op its type is the job: the lowering from Keras and each back end's records
 # (ES 2.0: a module per op; ES 3.1: the OPS table; the TF.js peer: its ENTRIES table).
 # The lowerings (Keras; ONNX, and its mirror that writes IR graphs as ONNX), the op records of

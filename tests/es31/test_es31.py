@@ -70,6 +70,20 @@ def test_sr_net_matches_tf_in_float_and_counts_its_loads(sr_model):
         assert c.multiply_adds == es2[name].multiply_adds, name
 
 
+def test_a_graph_whose_convs_carry_an_es2_form_compiles_as_convs(sr_model):
+    """An es2 net's graph after tune (ConvForm: a Conv with the ES 2.0 programs' summation
+    order) compiles to the same kernels: the ES 3.1 rules are found along the type's MRO,
+    as the es2 records are."""
+    from workbench.es2 import drivers
+
+    graph = ir.from_keras(sr_model)
+    formed = drivers.ordered(graph, {op.name: {"order": "columns"} for op in graph.ops
+                                     if op.name.startswith("L")})
+    assert type(formed.op("L2")).__name__ == "ConvForm"
+    assert ([k.source for k in es31.from_graph(formed).kernels]
+            == [k.source for k in es31.from_graph(graph).kernels])
+
+
 @pytest.mark.parametrize("anchor,law", [("nearest", "linear"), ("bilinear", "linear"),
                                         ("nearest", "sqrt")])
 def test_sr_net_with_an_anchor_matches_tf_in_float(anchor, law):

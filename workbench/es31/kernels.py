@@ -606,6 +606,9 @@ OPS = {
 
 
 def rules(op) -> OpRules:
-    if type(op) not in OPS:
+    """The rules of ``op``'s type, or of the IR type it extends (an es2 ``ConvForm`` is a
+    Conv: its order is the ES 2.0 programs' own), as the es2 records are found."""
+    found = next((OPS[t] for t in type(op).__mro__ if t in OPS), None)
+    if found is None:
         raise ir.LoweringError(f"layer {op.name!r}: no ES 3.1 kernel for {type(op).__name__}")
-    return OPS[type(op)]
+    return found
