@@ -191,17 +191,24 @@ def layer_options(op) -> tuple[str, ...]:
     return record(op).layer_options(op) if record(op).layer_options else ()
 
 
+_COMPILED: dict[tuple, drivers.ProgramReport] = {}  # (target, source, render targets) -> report
+
+
 def _reports(passes, target) -> list[drivers.ProgramReport]:
-    """A report a pass; passes that share a program (weights as uniforms) share its one
-    compile."""
-    programs = {}
+    """A report a pass; a program is compiled once a process and target (passes that share
+    a program, weights as uniforms, share it; :func:`tune`'s forms recompile only what
+    changed)."""
+    missing = {}
     for p in passes:
-        programs.setdefault((p.source, len(p.outputs)), p.name)
-    reports = drivers.compile_programs(target, VERTEX_SHADER,
-                                       [(name, source, targets)
-                                        for (source, targets), name in programs.items()])
-    by_program = dict(zip(programs, reports))
-    return [by_program[p.source, len(p.outputs)] for p in passes]
+        key = (target, p.source, len(p.outputs))
+        if key not in _COMPILED:
+            missing.setdefault(key, p.name)
+    if missing:
+        reports = drivers.compile_programs(target, VERTEX_SHADER,
+                                           [(name, source, targets)
+                                            for (_, source, targets), name in missing.items()])
+        _COMPILED.update(zip(missing, reports))
+    return [replace(_COMPILED[target, p.source, len(p.outputs)], name=p.name) for p in passes]
 
 
 def _compiled(generate, options, target):
