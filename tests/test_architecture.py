@@ -102,6 +102,25 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     assert LAYER_OF["es2"] > LAYER_OF["data"]
 
 
+@pytest.mark.gl
+def test_an_onnx_net_and_a_saved_net_run_without_tensorflow(tmp_path):
+    """Generating GLSL needs no TensorFlow: the shipped ONNX classifier compiled, run, saved
+    and loaded again in a fresh process loads neither TensorFlow nor Keras (~2.4 s of start-up
+    before, through the Keras front end and the activations' TF forms)."""
+    model = PACKAGE.parent / "models" / "cifar10_plain.onnx"
+    probe = ("import sys, numpy as np, onnx\n"
+             "from workbench import es2\n"
+             f"net = es2.compile(onnx.load({str(model)!r}))\n"
+             f"net.save({str(tmp_path / 'net')!r})\n"
+             "x = np.random.default_rng(0).random((32, 32, 3)).astype(np.float32)\n"
+             f"assert (es2.load({str(tmp_path / 'net')!r}).run(x) == net.run(x)).all()\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("module", ["workbench.gl.fragment", "workbench.gl.compute"])
 def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
     """The GL workers run as ``python -m`` children; TensorFlow and llvmpipe both carry LLVM
@@ -125,7 +144,8 @@ OP_TYPES = tuple(ir.OP_TYPES)  # every IR op type (Conv ... Dense, Upsample, Add
 # (ES 2.0: a module per op; ES 3.1: the OPS table; the TF.js peer: its ENTRIES table).
 # The lowerings (Keras; ONNX, and its mirror that writes IR graphs as ONNX), the op records of
 # each back end, the TF.js peer's table.
-OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/to_onnx.py",
+OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/lowering.py",
+                 "workbench/ir/to_onnx.py",
                  "workbench/es2/ops/", "workbench/es31/kernels.py", "workbench/web/tfjs.py")
 
 

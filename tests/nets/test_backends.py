@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench.nets import activations, layers, sr_recipes
+from workbench.nets import activation_forms, activations, layers, sr_recipes
 from workbench.studies import train_bench
 
 # exact breakpoints of the activations (ties of a clip) and points between them
@@ -46,7 +46,7 @@ def test_an_activation_without_ops_form_names_itself_off_tensorflow():
 
 def test_clip_ops_has_clip_by_value_gradient_at_the_bounds():
     x = np.array([-1, 0, 0.5, 1, 2], np.float32)
-    got = _value_and_grad(lambda v: activations.clip_ops(v, 0.0, 1.0), x)
+    got = _value_and_grad(lambda v: activation_forms.clip_ops(v, 0.0, 1.0), x)
     want = _value_and_grad(lambda v: tf.clip_by_value(v, 0.0, 1.0), x)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)

@@ -24,9 +24,9 @@ from workbench.ir.graph import (
                                 softmax,
                                 uniform_values,
 )
-from workbench.ir.front import from_beatmup, from_model
-from workbench.ir.lower import LoweringError, from_keras
+from workbench.ir.front import from_beatmup, from_keras, from_model
 from workbench.ir.lower_onnx import from_onnx, is_onnx
+from workbench.ir.lowering import LoweringError
 
 __all__ = ["Cost", "LUMA", "PACK", "OP_TYPES", "Add", "Concat", "Conv", "Dense", "DepthToSpace",
            "Graph", "Input", "Pool", "Upsample", "packs", "reads", "softmax", "conv_out_hw", "conv_pads",

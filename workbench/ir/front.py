@@ -4,9 +4,15 @@
 from __future__ import annotations
 
 from workbench.ir.graph import Graph
-from workbench.ir.lower import from_keras
 from workbench.ir.lower_onnx import from_onnx, is_onnx
-from workbench.nets import beatmup_model
+
+
+def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
+    """:func:`workbench.ir.lower.from_keras`, imported at the first call: Keras loads
+    TensorFlow, which an ONNX model or a saved net never needs."""
+    from workbench.ir.lower import from_keras as lower
+
+    return lower(model, luma_input=luma_input, dense=dense)
 
 
 def from_model(model, luma_input=None, dense="fixed16") -> Graph:
@@ -24,4 +30,6 @@ def from_model(model, luma_input=None, dense="fixed16") -> Graph:
 def from_beatmup(path, dense="fixed16") -> Graph:
     """The net of Beatmup's chunk file at ``path`` (its weights as they are; input: the RGB
     picture after its input step, :func:`workbench.nets.beatmup_model.sample`)."""
+    from workbench.nets import beatmup_model
+
     return from_keras(beatmup_model.load(path), dense=dense)

@@ -34,8 +34,8 @@ from workbench.ir.graph import (
     Upsample,
     input_hw,
 )
-from workbench.ir.lower import (LoweringError, check_demux_size, check_finite, fold_batchnorm,
-                                store_subpixels)
+from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
+                                   fold_batchnorm, store_subpixels)
 from workbench.nets import storage
 
 OPSET_MIN = 11

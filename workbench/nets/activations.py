@@ -10,16 +10,16 @@ the code generators, the emulator and the figures.
 
 The layers call :meth:`Activation.fn`: ``tf_fn`` under Keras' TensorFlow back end (TF's own
 kernels and the hand-written gradients tuned for its CPU training), ``ops_fn`` (written with
-``keras.ops``, the same values and gradients) under any other back end, e.g. JAX.
+``keras.ops``, the same values and gradients) under any other back end, e.g. JAX.  Those live
+in :mod:`workbench.nets.activation_forms`, imported at their first call: the GLSL and numpy
+forms, all that shaders and the emulator need, load no TensorFlow.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-import keras
 import numpy as np
-import tensorflow as tf
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Activation:
     ``ops_fn``: the ``keras.ops`` form for Keras' other back ends (None: TensorFlow only)."""
 
     name: str
-    tf_fn: Callable[[tf.Tensor], tf.Tensor]
+    tf_fn: Callable
     np_fn: Callable[[np.ndarray], np.ndarray]
     glsl: str
     description: str
@@ -40,6 +40,8 @@ class Activation:
         """The form for the running Keras back end (or, given ``tensorflow``, for TensorFlow or
         not): ``tf_fn`` under TensorFlow, else ``ops_fn`` (an activation without one names
         itself)."""
+        import keras
+
         if tensorflow is None:
             tensorflow = keras.backend.backend() == "tensorflow"
         if tensorflow:
@@ -52,6 +54,19 @@ class Activation:
 
     def __call__(self, x):
         return self.fn()(x)
+
+
+class _Form:
+    """A TF or keras.ops form of :mod:`workbench.nets.activation_forms`, by name, imported
+    at its first call."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, x):
+        from workbench.nets import activation_forms
+
+        return getattr(activation_forms, self.name)(x)
 
 
 _REGISTRY: dict[str, Activation] = {}
@@ -82,6 +97,8 @@ def names() -> list[str]:
 def gradient(name: str | Activation, x) -> np.ndarray:
     """d act(x) / dx at the points ``x`` (float32), by TensorFlow autodiff: the gradient the
     training uses (for ``sigmoid_like`` its hand-written one)."""
+    import tensorflow as tf
+
     x = tf.constant(np.asarray(x, np.float32))
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -109,125 +126,45 @@ def _sigmoid_like_np(x):
     return np.clip(inner + 0.5, 0.0, 1.0).astype(x.dtype)
 
 
-def _sigmoid_like_slope(x):
-    """Exact derivative of the sigmoid-like activation (0.2 / 0.1 / 0.05 / 0)."""
-    a = tf.abs(x)
-    return tf.where(a < 0.5, 0.2, tf.where(a < 2.5, 0.1, tf.where(a < 6.5, 0.05, 0.0)))
-
-
-@tf.function(jit_compile=True)
-def _sigmoid_like_forward(x):
-    inner = 0.05 * x + tf.clip_by_value(0.1 * x, -0.05, 0.05) + tf.clip_by_value(
-        0.05 * x, -0.125, 0.125
-    )
-    return tf.clip_by_value(inner + 0.5, 0.0, 1.0)
-
-
-@tf.function(jit_compile=True)
-def _sigmoid_like_grad(x, dy):
-    return dy * tf.cast(_sigmoid_like_slope(x), dy.dtype)
-
-
-@tf.custom_gradient
-def _sigmoid_like_tf(x):
-    # The clip form with a hand-written gradient, both XLA-compiled: the plain
-    # clip_by_value chain costs ~14x a ReLU in forward+backward here; this ~1.1x
-    # (one XLA compilation per tensor shape on first use).
-    return _sigmoid_like_forward(x), lambda dy: _sigmoid_like_grad(x, dy)
-
-
-@tf.custom_gradient
-def _bounded_relu_tf(x):
-    # clip_by_value's own gradient is 5 element-wise ops (~30 % of the SR net's training step
-    # here); Relu6Grad passes dy where 0 < 6y < 6, i.e. 0 < x < 1, in one fused op.
-    y = tf.clip_by_value(x, 0.0, 1.0)
-    return y, lambda dy: tf.raw_ops.Relu6Grad(gradients=dy, features=6.0 * y)
-
-
-# --- keras.ops forms (any Keras back end): the same values, and the gradients of the TF forms,
-# also at the breakpoints (JAX's own clip gives half the gradient where x equals a bound).
-
-def _upstream(args, upstream):
-    """The incoming gradient of a keras.ops.custom_gradient rule, on every back end."""
-    return args[0] if upstream is None else upstream
-
-
-def clip_ops(x, low, high):
-    """``clip(x, low, high)`` with ``tf.clip_by_value``'s gradient: dy where low <= x <= high."""
-    ops = keras.ops
-
-    @ops.custom_gradient
-    def clip(x):
-        def grad(*args, upstream=None):
-            dy = _upstream(args, upstream)
-            return dy * ops.cast(ops.logical_and(x >= low, x <= high), dy.dtype)
-        return ops.clip(x, low, high), grad
-
-    return clip(x)
-
-
-@keras.ops.custom_gradient
-def _bounded_relu_ops(x):
-    ops = keras.ops
-
-    def grad(*args, upstream=None):  # Relu6Grad's: dy where 0 < x < 1
-        dy = _upstream(args, upstream)
-        return dy * ops.cast(ops.logical_and(x > 0.0, x < 1.0), dy.dtype)
-    return ops.clip(x, 0.0, 1.0), grad
-
-
-@keras.ops.custom_gradient
-def _sigmoid_like_ops(x):
-    ops = keras.ops
-    inner = 0.05 * x + ops.clip(0.1 * x, -0.05, 0.05) + ops.clip(0.05 * x, -0.125, 0.125)
-
-    def grad(*args, upstream=None):  # _sigmoid_like_slope
-        dy = _upstream(args, upstream)
-        a = ops.abs(x)
-        slope = ops.where(a < 0.5, 0.2, ops.where(a < 2.5, 0.1, ops.where(a < 6.5, 0.05, 0.0)))
-        return dy * ops.cast(slope, dy.dtype)
-    return ops.clip(inner + 0.5, 0.0, 1.0), grad
-
-
 register(Activation(
     name="bounded_relu",
-    tf_fn=_bounded_relu_tf,
+    tf_fn=_Form("_bounded_relu_tf"),
     np_fn=lambda x: np.clip(_float(x), 0.0, 1.0),
     glsl="clamp({x}, 0.0, 1.0)",
     description="ReLU bounded to [0, 1] (an RGBA8 target clamps for free)",
-    ops_fn=_bounded_relu_ops,
+    ops_fn=_Form("_bounded_relu_ops"),
 ))
 register(Activation(
     name="relu6_scaled",
-    tf_fn=lambda x: tf.clip_by_value(x, 0.0, 6.0) / 6.0,
+    tf_fn=_Form("relu6_scaled_tf"),
     np_fn=lambda x: np.clip(_float(x), 0.0, 6.0) / 6.0,
     glsl="(clamp({x}, 0.0, 6.0) / 6.0)",
     description="ReLU6 rescaled to [0, 1]",
-    ops_fn=lambda x: clip_ops(x, 0.0, 6.0) / 6.0,
+    ops_fn=_Form("relu6_scaled_ops"),
 ))
 register(Activation(
     name="sigmoid_like",
-    tf_fn=_sigmoid_like_tf,
+    tf_fn=_Form("_sigmoid_like_tf"),
     np_fn=_sigmoid_like_np,
     glsl=("clamp(0.05 * {x} + clamp(0.1 * {x}, -0.05, 0.05)"
           " + clamp(0.05 * {x}, -0.125, 0.125) + 0.5, 0.0, 1.0)"),
     description="piecewise-linear sigmoid: slopes 0.2/0.1/0.05/0 with breaks at |x| = 0.5/2.5/6.5",
-    ops_fn=_sigmoid_like_ops,
+    ops_fn=_Form("_sigmoid_like_ops"),
 ))
 register(Activation(
     name="sigmoid",
-    tf_fn=tf.math.sigmoid,
+    tf_fn=_Form("sigmoid_tf"),
     np_fn=lambda x: 1.0 / (1.0 + np.exp(-_float(x))),
     glsl="(1.0 / (1.0 + exp(-{x})))",
     description="logistic sigmoid (reference, not piecewise linear)",
-    ops_fn=keras.ops.sigmoid,
+    ops_fn=_Form("sigmoid_ops"),
 ))
 register(Activation(
     name="linear",
-    tf_fn=tf.identity,
+    tf_fn=_Form("identity_tf"),
     np_fn=_float,
     glsl="{x}",
     description="identity (no activation); only for outputs that are not stored in RGBA8",
     output_range=None,
-    ops_fn=lambda x: x,
+    ops_fn=_Form("identity_ops"),
 ))

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from workbench.nets import activations
 from workbench.nets import storage as storage_laws
-from workbench.nets.activations import clip_ops
+from workbench.nets.activation_forms import clip_ops
 
 PACKAGE = "workbench"
 
