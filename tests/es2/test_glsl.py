@@ -379,6 +379,10 @@ def test_save_and_load_round_trip(tmp_path):
     image = _image(10, 12, 3, seed=6)
     np.testing.assert_array_equal(again.run(image), net.run(image))
     np.testing.assert_array_equal(again.emulate(image), net.emulate(image))
+    # a folder keeps its precision: asked for another, load_net says so (it ignored it)
+    assert es2.load_net(tmp_path, precision="highp")[0].precision == "highp"
+    with pytest.raises(ValueError, match="written for highp, not mediump; compile the model"):
+        es2.load_net(tmp_path, precision="mediump")
 
 
 def test_missing_gl_gives_a_clear_error(monkeypatch):

@@ -289,13 +289,16 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     limits with the folder's own precision and render targets).  An ONNX model's 8-bit
     storage is checked on sample images first (:func:`workbench.es2.onnx_check.require`:
     refused, or a warning, where its values leave [0, 1]).  Returns ``(net, model_or_None)``
-    (the model: Keras, or an :class:`~workbench.nets.onnx_model.OnnxModel`)."""
+    (the model: Keras, or an :class:`~workbench.nets.onnx_model.OnnxModel`).  A folder's
+    shaders keep their precision: another ``precision`` asked for is refused in one line."""
     from workbench.es2 import onnx_check, samples
-    from workbench.nets.models import load_model
 
     path = Path(path)
     if path.is_dir():
         net = load(path)
+        if precision is not None and precision != net.precision:
+            raise ValueError(f"{path}: its shaders were written for {net.precision}, not "
+                             f"{precision}; compile the model again for {precision}")
         given = _target(target, device, precision, None).limits if (target or device) else None
         table = limits.profile(given, net.draw_buffers)  # as saved: its programs name the layer
         limits.check_precision(net.precision, table)     # that has more targets than allowed
@@ -305,6 +308,8 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras or .onnx file, or a saved "
                                 "shader folder)")
+    from workbench.nets.models import load_model  # (Keras: only for a model file)
+
     model = load_model(path, input_size)
     net = compile(model, _target(target, device, precision, draw_buffers))
     if net.graph.input_size:  # the checks below run it at that size
