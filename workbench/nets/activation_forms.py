@@ -28,7 +28,7 @@ def _sigmoid_like_grad(x, dy):
 
 
 @tf.custom_gradient
-def _sigmoid_like_tf(x):
+def sigmoid_like_tf(x):
     # The clip form with a hand-written gradient, both XLA-compiled: the plain
     # clip_by_value chain costs ~14x a ReLU in forward+backward here; this ~1.1x
     # (one XLA compilation per tensor shape on first use).
@@ -36,7 +36,7 @@ def _sigmoid_like_tf(x):
 
 
 @tf.custom_gradient
-def _bounded_relu_tf(x):
+def bounded_relu_tf(x):
     # clip_by_value's own gradient is 5 element-wise ops (~30 % of the SR net's training step
     # here); Relu6Grad passes dy where 0 < 6y < 6, i.e. 0 < x < 1, in one fused op.
     y = tf.clip_by_value(x, 0.0, 1.0)
@@ -66,7 +66,7 @@ def clip_ops(x, low, high):
 
 
 @keras.ops.custom_gradient
-def _bounded_relu_ops(x):
+def bounded_relu_ops(x):
     ops = keras.ops
 
     def grad(*args, upstream=None):  # Relu6Grad's: dy where 0 < x < 1
@@ -76,7 +76,7 @@ def _bounded_relu_ops(x):
 
 
 @keras.ops.custom_gradient
-def _sigmoid_like_ops(x):
+def sigmoid_like_ops(x):
     ops = keras.ops
     inner = 0.05 * x + ops.clip(0.1 * x, -0.05, 0.05) + ops.clip(0.05 * x, -0.125, 0.125)
 

@@ -128,11 +128,11 @@ def _sigmoid_like_np(x):
 
 register(Activation(
     name="bounded_relu",
-    tf_fn=_Form("_bounded_relu_tf"),
+    tf_fn=_Form("bounded_relu_tf"),
     np_fn=lambda x: np.clip(_float(x), 0.0, 1.0),
     glsl="clamp({x}, 0.0, 1.0)",
     description="ReLU bounded to [0, 1] (an RGBA8 target clamps for free)",
-    ops_fn=_Form("_bounded_relu_ops"),
+    ops_fn=_Form("bounded_relu_ops"),
 ))
 register(Activation(
     name="relu6_scaled",
@@ -144,12 +144,12 @@ register(Activation(
 ))
 register(Activation(
     name="sigmoid_like",
-    tf_fn=_Form("_sigmoid_like_tf"),
+    tf_fn=_Form("sigmoid_like_tf"),
     np_fn=_sigmoid_like_np,
     glsl=("clamp(0.05 * {x} + clamp(0.1 * {x}, -0.05, 0.05)"
           " + clamp(0.05 * {x}, -0.125, 0.125) + 0.5, 0.0, 1.0)"),
     description="piecewise-linear sigmoid: slopes 0.2/0.1/0.05/0 with breaks at |x| = 0.5/2.5/6.5",
-    ops_fn=_Form("_sigmoid_like_ops"),
+    ops_fn=_Form("sigmoid_like_ops"),
 ))
 register(Activation(
     name="sigmoid",
