@@ -216,8 +216,7 @@ def _listing(folder: Path, names=None) -> dict[str, list]:
     """``{relative path: [size, sha256]}`` of every file under ``folder`` but the marker (of
     those of ``names`` that are files, when given)."""
     paths = sorted(folder.rglob("*")) if names is None else [folder / n for n in names]
-    return {p.relative_to(folder).as_posix(): [p.stat().st_size,
-                                               hashlib.sha256(p.read_bytes()).hexdigest()]
+    return {p.relative_to(folder).as_posix(): [p.stat().st_size, sha256(p.read_bytes())]
             for p in paths if p.is_file() and not p.is_symlink() and p != folder / MARKER}
 
 
@@ -311,6 +310,8 @@ def owned_files(folder, names, force=False):
     files, folders = _read_marker(folder)
     write_text(folder / MARKER, _marker_text({**(files or {}), **_listing(folder, names)},
                                              folders if files is not None else ()))
+
+
 def write_folder(path, contents: dict, force=False) -> Path:
     """Write a folder of files at once (:func:`atomic_dir`): ``contents`` maps each file name
     (``"sub/name"`` in a subfolder) to its content (see :func:`content_bytes`).

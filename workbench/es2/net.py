@@ -19,6 +19,7 @@ from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan
 from workbench.es2.record import record, record_of_type
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import (
+    PRECISIONS,
     VERTEX_SHADER,
     Binding,
     Pass,
@@ -67,11 +68,7 @@ class Net:
         dense layer), or with ``keep`` every texture as stored, ``{tensor: HxWx(4*packs)}``
         (uint8 for RGBA8, float32 for RGBA32F).  A dense layer's fixed-point overflow raises
         :class:`workbench.es2.fixed16.FixedPointOverflow`.  An input whose textures would not fit
-        the memory available is refused first (:func:`plan.require_memory`)."""
-        image = self.graph.input_image(image)
-        plan.require_memory(self.graph, image.shape[:2], "run it in tiles "
-                            "(es2.tiling.run_tiled, as upscale does) or on a smaller image",
-                            ("GL textures",))
+        the memory available is refused first (:meth:`Runner.run`)."""
         arrays = self.runner.run(image, keep=keep)
         tensors = {}
         for (name, pack) in sorted(arrays, key=lambda k: k[1]):
@@ -319,9 +316,6 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     return net, model
 
 
-PRECISIONS = ("highp", "mediump")
-
-
 def load(directory) -> Net:
     """Read a net written by :meth:`Net.save` (shaders as saved, graph for shapes/emulator).
     Refused in one line naming the file: a manifest that lacks a key, names an unknown op or
@@ -356,7 +350,7 @@ def _verified(directory: Path, manifest: dict) -> dict[str, bytes]:
     return data
 
 
-def _weights(data: bytes, path: Path):
+def _arrays(data: bytes, path: Path):
     """The arrays of a ``weights.npz`` (a dict), or the array of a ``.npy``; pickled objects
     are refused, naming the file."""
     import io
@@ -377,7 +371,7 @@ def _load(directory: Path, manifest: dict) -> Net:
         raise ValueError(f"{directory / 'manifest.json'}: precision {manifest['precision']!r} "
                          f"unknown; {' or '.join(PRECISIONS)}")
     data = _verified(directory, manifest)
-    weights = _weights(data["weights.npz"], directory / "weights.npz")
+    weights = _arrays(data["weights.npz"], directory / "weights.npz")
     ops = []
     for desc in manifest["ops"]:
         kind = ir.OP_TYPES.get(desc.pop("type"))
@@ -402,7 +396,7 @@ def _load(directory: Path, manifest: dict) -> Net:
                    {k: tuple(v) for k, v in p["uniform_values"].items()},
                    tuple(p["viewport"]) if p.get("viewport") else None,
                    tuple(p["channels"]) if p.get("channels") is not None else None,
-                   {name: _weights(data[file], directory / file)
+                   {name: _arrays(data[file], directory / file)
                     for name, file in p.get("arrays", {}).items()})
               for p in manifest["passes"]]
     return Net(graph, passes, manifest["precision"])

@@ -36,6 +36,8 @@ class Runner:
     def _allocate(self, hw):
         if self._hw == hw:
             return
+        plan.require_memory(self.graph, hw, "run it in tiles (es2.tiling.run_tiled, as "
+                            "upscale does) or on a smaller image", ("GL textures",))
         self.textures = plan.textures(self.graph, hw)
         limit = self.worker.info["GL_MAX_TEXTURE_SIZE"]
         for (name, _), (w, h, _) in self.textures.items():
@@ -56,7 +58,9 @@ class Runner:
 
     def run(self, image, keep=False):
         """Run every pass; returns ``{texture key: array}`` of the output textures (all of
-        them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F."""
+        them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F.  A new input size
+        whose textures would not fit the memory available is refused before they are made
+        (:func:`workbench.es2.plan.require_memory`)."""
         image = self.graph.input_image(image)
         c = image.shape[2]
         self._allocate(image.shape[:2])

@@ -199,7 +199,7 @@ def _ask(t: Target, request: dict, timeout) -> dict:
 # "MESA_SHADER_FRAGMENT shader: 492 inst, 1 threads, ..." (vc4, v3d, panfrost, lima), "FRAG
 # shader: 744 inst, ..." (freedreno, etnaviv): one "<number> <name>" item a comma.
 _STAGES = ("FRAG", "MESA_SHADER_FRAGMENT",
-             "CL", "MESA_SHADER_COMPUTE")  # compute (ES 3.1): freedreno "CL", the others
+           "CL", "MESA_SHADER_COMPUTE")  # compute (ES 3.1): freedreno "CL", the others
 _ITEM = re.compile(r"(-?\d+(?:\.\d+)?)(?::(\d+))? (\S.*)")
 _NAMES = {"inst": "instructions", "max-temps": "max_temps", "estimated-cycles": "estimated_cycles"}
 _ERRORS = ("not okay", "failed", "exceeds", "error", "out of memory", "unsupported")

@@ -11,7 +11,7 @@ import os
 import platform
 from pathlib import Path
 
-from workbench.files import PROFILE_ENV, FolderNotReplaceable, figures_dir, write_text
+from workbench.files import PROFILE_ENV, FolderNotReplaceable, figures_dir, sha256, write_text
 from workbench.nets import superres
 from workbench.studies import (
     activation_study,
@@ -106,23 +106,19 @@ def publish(report_text: str, path, source: str, force=False) -> Path:
     body = "\n".join("#" + line if line.startswith("#") else line
                       for line in body.splitlines()[1:]).strip()  # no title, one level down
     region = f"_{source}_\n\n{body}\n"
-    write_text(path, f"{head}{BEGIN}\n{SIGNED.format(_sha256(region))}\n{region}{END}{tail}")
+    signature = SIGNED.format(sha256(region.encode()))
+    write_text(path, f"{head}{BEGIN}\n{signature}\n{region}{END}{tail}")
     return path
 
 
 SIGNED = "<!-- the report, sha256 {} (report --publish replaces it while unchanged) -->"
 
 
-def _sha256(text: str) -> str:
-    import hashlib
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _signed(region: str) -> str | None:
     """The report in ``region`` (what lies between the report lines) when it is signed and
     unchanged, else None."""
     first, _, report = region.removeprefix("\n").partition("\n")
-    return report if first == SIGNED.format(_sha256(report)) else None
+    return report if first == SIGNED.format(sha256(report.encode())) else None
 
 
 def machine() -> str:

@@ -175,7 +175,8 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
     for i in tqdm(range(0, len(files), chunk), desc="Beatmup, TF and the ES 2.0 shaders",
                   unit="chunk", leave=False):  # each photo decoded once, for the three
         pictures = [_picture(f) for f, _ in files[i:i + chunk]]
-        their_probs.append(beatmup.classify(pictures, chunk=chunk, progress=lambda done: None).probs)
+        their_probs.append(beatmup.classify(pictures, chunk=chunk,
+                                            progress=lambda done: None).probs)
         batch = np.stack([beatmup_model.sample(p, step) for p in pictures]).astype(np.float32) / 255
         tf_probs.append(model.predict(batch, verbose=0))
         gpu_probs += [net.run(x) for x in batch]
@@ -228,12 +229,12 @@ def classifier_timing(net, paths, step) -> dict:
 def implementations(model_path) -> dict:
     """``{net: {implementation: (check, draws, programs)}}`` for x2 (a 256x256 photo) and the
     classifier (one photo): ``check(target)`` compiles that side's programs through the
-    target's driver once (a report each; asked again, the same reports), ``draws`` ``[(program index, fragments)]`` of one
-    inference.  Beatmup's side is what its apps handed to GL; ours is the reference checkpoint
-    as compiled by default and for ``device="videocore4", tune=True``, and the imported
-    classifier by default and with weights as uniforms, tuned (``shared=True, tune=True``);
-    ``programs``:
-    distinct programs (passes of one shape share one)."""
+    target's driver once (a report each; asked again, the same reports), ``draws``
+    ``[(program index, fragments)]`` of one inference.  Beatmup's side is what its apps handed
+    to GL; ours is the reference checkpoint as compiled by default and for
+    ``device="videocore4", tune=True``, and the imported classifier by default and with
+    weights as uniforms, tuned (``shared=True, tune=True``); ``programs``: distinct programs
+    (passes of one shape share one)."""
     from workbench import es2
     from workbench.es2 import drivers as es2_drivers
     from workbench.nets.models import load_model, reference_sr
@@ -241,7 +242,8 @@ def implementations(model_path) -> dict:
     picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
     sr = load_model(reference_sr())
     ours = {"x2": {"workbench": es2.compile(sr),
-                   "workbench (videocore4, tuned)": es2.compile(sr, device="videocore4", tune=True)},
+                   "workbench (videocore4, tuned)": es2.compile(sr, device="videocore4",
+                                                                tune=True)},
             "classifier": {"workbench": es2.compile(beatmup_model.load(model_path)),
                            "workbench (videocore4, shared, tuned)": es2.compile(
                                beatmup_model.load(model_path), device="videocore4",
@@ -278,9 +280,8 @@ def layer_budget(found) -> list[dict]:
             owners = [p.op for p in nets[side].passes]
         if len(owners) != len(reports):
             raise ValueError(f"{side}: {len(reports)} programs, the net has {len(owners)}")
-        sides[side] = {layer: sum(f * reports[i]["stats"]["estimated_cycles"]
-                                  for i, f in draw_list if owners[i] == layer) / pixels
-                       for layer in layers}
+        paid = compilers.by_layer(owners, reports, draw_list)
+        sides[side] = {layer: paid.get(layer, 0) / pixels for layer in layers}
     rows = []
     for layer in layers:
         madds = costs[layer].multiply_adds // pixels

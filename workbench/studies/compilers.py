@@ -146,6 +146,15 @@ def draws(net, hw) -> list[tuple[int, int]]:
     return found
 
 
+def by_layer(owners, reports, draw_list, stat="estimated_cycles") -> dict[str, float]:
+    """:func:`weighted` layer by layer: ``{layer: fragments times the program's stat, summed
+    over the draws of its programs}``, ``owners[i]`` the layer of program ``i``."""
+    paid = {}
+    for i, fragments in draw_list:
+        paid[owners[i]] = paid.get(owners[i], 0) + fragments * reports[i]["stats"].get(stat, 0)
+    return paid
+
+
 def weighted(reports, draw_list, stat="estimated_cycles") -> float:
     """The sum over ``draw_list`` (``(program index, fragments)``) of fragments times the
     program's ``stat`` in ``reports`` (dicts, as :func:`dataclasses.asdict` gives them):
@@ -206,10 +215,8 @@ def layer_rows(results, sizes=None) -> list[dict]:
             net, reports = row["net"], row["reports"]
             stat = "estimated_cycles" if "estimated_cycles" in reports[0]["stats"] else \
                 "instructions"
-            costs, paid = net.cost(hw), {}
-            for i, fragments in draws(net, hw):
-                paid[net.passes[i].op] = (paid.get(net.passes[i].op, 0)
-                                          + fragments * reports[i]["stats"].get(stat, 0))
+            costs = net.cost(hw)
+            paid = by_layer([p.op for p in net.passes], reports, draws(net, hw), stat)
             columns[f"{key}: {'cycles' if stat == 'estimated_cycles' else stat}"] = {
                 layer: f"{_per(total, costs[layer].multiply_adds)} / "
                        f"{_per(total, costs[layer].texel_fetches)}"
