@@ -16,7 +16,9 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma, quantize
-from workbench.es2.limits import Target, check_storage, fits
+from workbench.es2.limits import LimitError, Target, check_storage, fits
+from workbench.es2.ops import split
+from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import (
     Binding,
@@ -47,10 +49,13 @@ class ConvForm(ir.Conv):
     """A :class:`workbench.ir.Conv` whose programs add their products in ``order``
     (:data:`ORDERS`), its residual (if any) to the bias before them where
     ``residual_first`` (else after them), as :func:`workbench.es2.drivers.tune` chose for a
-    target's compiler; the emulator follows both.  (How a program holds its weights changes
-    no arithmetic: a layer option of :func:`passes`, not a field.)"""
+    target's compiler; the emulator follows both.  ``split``: the stages its input packs are
+    split over where one program would exceed the limits (:mod:`workbench.es2.ops.split`,
+    chosen by :func:`prepare`).  (How a program holds its weights changes no arithmetic: a
+    layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
     residual_first: bool = False
+    split: int = 1
 
 
 FORM = ("order", "residual_first")  # the layer options a ConvForm records
@@ -115,7 +120,7 @@ class _Weights:
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
-            order="chain", weights="literals", residual_first=False) -> Pass:
+            order="chain", weights="literals", residual_first=False, stage=None) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
@@ -127,9 +132,14 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
     (:data:`WEIGHTS`, :class:`_Weights`; uniforms for a program that writes one whole pack).
     ``residual_first``: the residual added to the bias, before the products (vc4 then fetches
-    it with the others instead of waiting for it at the end)."""
+    it with the others instead of waiting for it at the end).  ``stage``: the program is that
+    :class:`~workbench.es2.ops.split.Stage` of a split op, for one pack: its run of input packs,
+    starting from the partial sums before it; a partial stage writes its half's sums."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
+    partial = stage is not None and not stage.last
+    if partial:
+        channels, order, weights = stage.components, "chain", "literals"
     if channels is not None and many:
         raise ValueError("a program that writes part of a pack writes one pack")
     if order not in ORDERS or (order != "chain" and channels is not None):
@@ -138,27 +148,37 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     constants = _Weights(weights)
     if weights == "uniforms" and (many or channels is not None):
         raise ValueError("weights as uniforms: for a program that writes one whole pack")
-    in_packs = op.input_packs(packs[0])
+    every = op.input_packs(packs[0])
+    positions = [j for j in stage.positions if j < len(every)] if stage else range(len(every))
+    in_packs = [every[j] for j in positions]
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
-    weights = [op.tap_weights(p) for p in packs]  # [dy, dx, input pack, in component, out]
+    # [dy, dx, input pack, in component, out]
+    weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
     vectors = {"u_in_size": ("size", op.input),
                "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
-    if op.residual:
+    parts = stage.reads(op, packs[0]) if stage else []
+    samplers += [f"u_part{h}" for h in range(len(parts))]
+    bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]
+    if parts:
+        vectors["u_out_size"] = ("size", op.name)
+    if op.residual and not partial:
         residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))]
         samplers += residuals
         bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks)
-    residual = "" if not (op.residual and residual_first) else \
+    residual = "" if not (op.residual and residual_first and not partial) else \
         " + texture2D({}, gl_FragCoord.xy / u_out_size)"
-    body += [f"    vec4 {s} = {constants.vec4(_kept(op.bias[o], kept))}"
-             f"{residual.format(residuals[k]) if residual else ''};"
-             for k, (s, o) in enumerate(zip(sums, outs))]
+    starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
+    if stage:
+        starts = [split.start_glsl(op, stage, start) for start in starts]
+    body += [f"    vec4 {s} = {start}{residual.format(residuals[k]) if residual else ''};"
+             for k, (s, start) in enumerate(zip(sums, starts))]
     part = "".join("xyzw"[k] for k in kept)
     if order != "chain":
         body += _grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
@@ -202,6 +222,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                     texel = "t"
                 body += [f"    {s} += {constants.mat4(m)} * {texel};" for s, m in products]
     for k, s in enumerate(sums):
+        if partial:
+            body.append(f"    gl_FragColor = {split.store_glsl(op, stage, s)};")
+            continue
         if op.residual and not residual_first:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
         target = f"gl_FragData[{k}]" if many else "gl_FragColor"
@@ -210,12 +233,17 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
             body.append(f"    {s} = {out};")
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
         body.append(f"    {target} = {out};")
-    source = (header(precision, many) + uniform_declarations(samplers, vectors)
+    source = (header(precision, many) + (split.PARTIAL_GLSL if parts or partial else "")
+              + uniform_declarations(samplers, vectors)
               + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
+    outputs = [(op.name, p) for p in packs]
+    if partial:  # the whole texel of its half's texture
+        name += f".s{stage.index}h{stage.half}"
+        outputs, channels = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)], None
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
-    return Pass(name, op.name, source, bindings, [(op.name, p) for p in packs], vectors,
+    return Pass(name, op.name, source, bindings, outputs, vectors,
                 channels=tuple(channels) if channels is not None else None,
                 arrays=constants.arrays())
 
@@ -283,7 +311,9 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
     ``weights="uniforms"``: weights set at each draw (:class:`_Weights`), one pack a
     program, where they fit the limits' uniform vectors (else literals).
-    ``residual_first``: see :func:`program`, default the op's own."""
+    ``residual_first``: see :func:`program`, default the op's own.  A split op
+    (:mod:`workbench.es2.ops.split`): its partial stages' programs, then its last stage's as
+    these options make them, one pack each."""
     precision, limits = target.precision, target.limits
     order = order or getattr(op, "order", "chain")
     if residual_first is None:
@@ -291,16 +321,24 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if weights != "uniforms" or channels < ir.PACK or not _uniforms_fit(op, limits):
         weights = "literals"
+    partials, last = [], {}
+    if split.count(op) > 1:
+        for pack in range(op.out_packs()):
+            *stages, last[pack] = split.stage_list(op, pack)
+            partials += [program(op, pack, precision, inline_masks=inline_masks, stage=stage)
+                         for stage in stages]
     if channels < ir.PACK:
-        return [program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order,
-                        residual_first=residual_first)
-                for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
-                if k < op.cout - pack * ir.PACK]
-    draw_buffers = target.draw_buffers if weights == "literals" else 1
-    return [program(op, packs, precision, inline_masks=inline_masks, order=order,
-                    weights=weights, residual_first=residual_first)
-            for packs in programs(op, draw_buffers, limits.texture_units,
-                                  limits.fetches_per_fragment)]
+        return partials + [
+            program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order,
+                    residual_first=residual_first, stage=last.get(pack))
+            for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
+            if k < op.cout - pack * ir.PACK]
+    draw_buffers = target.draw_buffers if weights == "literals" and not last else 1
+    return partials + [
+        program(op, packs, precision, inline_masks=inline_masks, order=order, weights=weights,
+                residual_first=residual_first, stage=last.get(packs[0]))
+        for packs in programs(op, draw_buffers, limits.texture_units,
+                              limits.fetches_per_fragment)]
 
 
 def emulate(op: ir.Conv, x, residual=None):
@@ -329,28 +367,38 @@ def emulate(op: ir.Conv, x, residual=None):
     index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
     weight = weight.astype(F)
 
-    def products(dy, dx):  # of the tap's input packs, each output's j-th: mat4 * vec4
+    def products(dy, dx, positions):  # of the tap's input packs, each output's j-th: mat4 * vec4
         window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
-        for j in range(index.shape[0]):
+        for j in positions:
             product = window[..., index[j, 0]] * weight[dy, dx, j, 0]
             for i in range(1, ir.PACK):
                 product += window[..., index[j, i]] * weight[dy, dx, j, i]
             yield product
 
-    order = getattr(op, "order", "chain")
-    if order == "chain":
-        terms = (p for dy, dx in _taps(k) for p in products(dy, dx))
-    elif order == "taps":
-        terms = (_added(products(dy, dx)) for dy, dx in _taps(k))
-    elif order == "rows":
-        terms = (_added(_added(products(dy, dx)) for dx in range(k)) for dy in range(k))
-    else:
-        terms = (_added(_added(products(dy, dx)) for dy in range(k)) for dx in range(k))
+    def terms(order, positions):
+        if order == "chain":
+            return (p for dy, dx in _taps(k) for p in products(dy, dx, positions))
+        if order == "taps":
+            return (_added(products(dy, dx, positions)) for dy, dx in _taps(k))
+        if order == "rows":
+            return (_added(_added(products(dy, dx, positions)) for dx in range(k))
+                    for dy in range(k))
+        return (_added(_added(products(dy, dx, positions)) for dy in range(k)) for dx in range(k))
+
+    *runs, last = split.stages(op) if split.count(op) > 1 else [range(index.shape[0])]
+    partial = None  # the stages before, as the next reads them (a split op)
+    for run in runs:  # a partial stage: a chain from the sums before, stored in fixed point
+        sums = np.zeros((oh, ow, op.cout), F) if partial is None else partial.copy()
+        for term in terms("chain", run):
+            sums += term
+        partial = split.stored(op, sums, F)
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
+    if partial is not None:
+        out += partial
     first = getattr(op, "residual_first", False)
     if residual is not None and first:
         out += residual[..., :op.cout]
-    for term in terms:
+    for term in terms(getattr(op, "order", "chain"), last):
         out += term
     if residual is not None and not first:
         out += residual[..., :op.cout]
@@ -393,23 +441,69 @@ def apply(op: ir.Conv, tensors, arithmetic):
 
 
 def check(op: ir.Conv, shapes, limits):
-    """The limits of every program of ``op`` in its one-target form, and 8-bit storage."""
-    cin_g = op.kernel.shape[2]
-    fits(op.name, "input channels sampled per program", cin_g, limits.channels_per_program, limits)
-    if limits.sampled_channels:
-        budget = limits.sampled_channels[op.size > 1]
-        fits(op.name, "input channels sampled per output", 3 if op.luma_input else cin_g, budget,
-             limits)
-    for pack in range(op.out_packs()):
-        fits(op.name, "texture units", units(op, [pack]), limits.texture_units, limits)
-        fits(op.name, "texel fetches per fragment", fetches(op, [pack]),
-             limits.fetches_per_fragment, limits)
+    """The limits of every program of ``op`` (each stage's, where it is split) in its
+    one-target form, and 8-bit storage."""
+    for need in stage_needs(op):
+        _check_need(op, need, limits)
     check_storage(op.name, op.activation, limits)
+
+
+def _check_need(op, need, limits):
+    channels, texture_units, texel_fetches = need
+    fits(op.name, "input channels sampled per program", channels, limits.channels_per_program,
+         limits)
+    if limits.sampled_channels:
+        fits(op.name, "input channels sampled per output", 3 if op.luma_input else channels,
+             limits.sampled_channels[op.size > 1], limits)
+    fits(op.name, "texture units", texture_units, limits.texture_units, limits)
+    fits(op.name, "texel fetches per fragment", texel_fetches, limits.fetches_per_fragment, limits)
+
+
+def stage_needs(op: ir.Conv, n=None) -> list[tuple[int, int, int]]:
+    """``(input channels sampled, texture units, texel fetches a fragment)`` of a program of
+    each of ``n`` stages (default the op's own split; 1: the op whole), one pack a program."""
+    n = n or split.count(op)
+    needs = []
+    for k, run in enumerate(split.stages(op, n)):
+        stage = split.Stage(k, n, run, None if k == n - 1 else 0)
+        extra = split.extra_inputs(stage, bool(op.residual))
+        needs.append((min(op.kernel.shape[2], ir.PACK * len(run)), len(run) + extra,
+                      op.size ** 2 * len(run) + extra))
+    return needs
+
+
+def stages_needed(op: ir.Conv, limits) -> int:
+    """The fewest stages whose programs fit ``limits`` (with a constant budget: a partial
+    stage's at 2 output channels a program, the last stage's at 1); 1 where the op fits
+    whole, or where no split fits (its check then names the limit)."""
+    for n in range(1, len(split.stages(op, 1)[0]) + 1):
+        needs = stage_needs(op, n)
+        try:
+            for need in needs:
+                _check_need(op, need, limits)
+        except LimitError:
+            continue
+        slots = [constant_slots(op, 2, channels) for channels, _, _ in needs[:-1]]
+        slots.append(constant_slots(op, 1, needs[-1][0]))
+        if limits.constant_vectors is None or max(slots) <= limits.constant_vectors:
+            return n
+    return 1
+
+
+def prepare(op: ir.Conv, shapes, limits):
+    """``op`` split over the stages its programs need to fit ``limits``
+    (:func:`stages_needed`; :mod:`workbench.es2.ops.split`), or ``op`` itself where it fits
+    whole."""
+    n = stages_needed(op, limits)
+    return op if n == 1 else formed(op, split=n)
 
 
 def fetches(op: ir.Conv, packs) -> int:
     """Texel fetches per fragment of one program writing output packs ``packs`` of ``op``:
-    each input pack once per tap (shared by the outputs), plus one residual texel per output."""
+    each input pack once per tap (shared by the outputs), plus one residual texel per output;
+    a split op's heaviest stage's."""
+    if split.count(op) > 1:
+        return max(need[2] for need in stage_needs(op))
     inputs = {p for pack in packs for p in op.input_packs(pack)}
     return op.size ** 2 * len(inputs) + (len(packs) if op.residual else 0)
 
@@ -439,20 +533,22 @@ def programs(op: ir.Conv, draw_buffers=1, max_units=None, max_fetches=None) -> l
     return runs
 
 
-def constant_slots(op: ir.Conv, channels) -> int:
+def constant_slots(op: ir.Conv, channels, inputs=None) -> int:
     """The vec4 constant slots a program of ``op`` writing ``channels`` output channels needs
     where the compiler keeps literals in the uniform file (Vivante): its weights and biases,
     4 to a slot, plus 8 for the coordinates' constants (measured on etnaviv: the SR net's
-    3x3 program of 432 weights took 111 slots, 109 for the weights and biases)."""
-    taps = op.size * op.size * (1 if op.luma_input else op.kernel.shape[2])
+    3x3 program of 432 weights took 111 slots, 109 for the weights and biases); ``inputs``:
+    the input channels it reads (default all of its group's)."""
+    taps = op.size * op.size * (1 if op.luma_input else inputs or op.kernel.shape[2])
     return -(-channels * (taps + 1) // ir.PACK) + 8
 
 
 def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
     """Output channels one program of ``op`` writes: 4 (a whole pack), or 2 or 1 when its
     literals would not fit ``constant_vectors`` slots (None: no such budget)."""
+    inputs = stage_needs(op)[-1][0]  # the last stage's, where it is split
     for channels in (4, 2, 1):
-        if constant_vectors is None or constant_slots(op, channels) <= constant_vectors:
+        if constant_vectors is None or constant_slots(op, channels, inputs) <= constant_vectors:
             return channels
     return 1
 
@@ -461,6 +557,12 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     """``programs``: output packs per program (:func:`programs`); default one each."""
     h, w, _ = shapes[op.name]
     pixels = h * w
+    if split.count(op) > 1:  # every stage's programs, one pack each
+        stages = [s for pack in range(op.out_packs()) for s in split.stage_list(op, pack)]
+        per_pixel = sum(op.size ** 2 * len(s.positions)
+                        + split.extra_inputs(s, bool(op.residual)) for s in stages)
+        return Cost(multiply_adds=pixels * op.kernel.size, texel_fetches=pixels * per_pixel,
+                    texture_bytes=pixels * 4 * len(textures(op, shapes)), programs=len(stages))
     programs = programs or [[p] for p in range(op.out_packs())]
     return Cost(multiply_adds=pixels * op.kernel.size,
                 texel_fetches=pixels * sum(fetches(op, packs) for packs in programs),
@@ -468,8 +570,20 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
                 programs=len(programs))
 
 
+def textures(op: ir.Conv, shapes) -> dict:
+    """Its output packs, and a split op's partial sums: two RGBA8 textures an output pack
+    and partial stage, of the output's size."""
+    out = pack_textures(op.name, shapes)
+    h, w, _ = shapes[op.name]
+    for k in range(split.count(op) - 1):
+        out.update({(split.partial_tensor(op, k), i): (w, h, "f1")
+                    for i in range(2 * op.out_packs())})
+    return out
+
+
 def check_program(op: ir.Conv, packs, limits):
-    """One compiled program writing output packs ``packs``: its fetches per fragment."""
+    """One compiled program writing output packs ``packs``: its fetches per fragment (a split
+    op's: its heaviest stage's)."""
     fits(op.name, "texel fetches per fragment", fetches(op, packs), limits.fetches_per_fragment,
          limits)
 
@@ -491,5 +605,6 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
 
 
 RECORD = register(ir.Conv, OpRecord(
-    "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile,
-    check_program=check_program, layer_options=layer_options, prepared=ConvForm))
+    "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile, textures=textures,
+    check_program=check_program, layer_options=layer_options, prepare=prepare,
+    prepared=ConvForm))
