@@ -322,3 +322,23 @@ def test_pooling_net_page_writes_the_emulators_bytes(gl, shared, tmp_path):
 def _image_for_page(h, w, seed=0):
     """An RGB image in 8-bit levels (what a PNG the page decodes holds)."""
     return np.random.default_rng(seed).integers(0, 256, (h, w, 3)).astype(np.float32) / 255
+
+
+def test_split_conv_page_writes_the_emulators_bytes(tmp_path):
+    """A 3x3 conv over 32 channels, split over two programs whose partial sums the page keeps
+    in fixed-point textures (workbench.es2.ops.split): no page code for it, the emulator's
+    bytes on llvmpipe."""
+    from tests.es2.test_split import wide_model
+    from workbench.web import browser
+
+    net = es2.compile(wide_model(width=32, residual=True))
+    assert net.graph.op("wide").split == 2
+    web.export(net, tmp_path)
+    image = _image_for_page(13, 17, seed=4)
+    try:
+        with web.session(tmp_path, gl="llvmpipe") as page:
+            result = page.run(image)
+    except browser.BrowserUnavailable as error:  # llvmpipe: no Mesa EGL for ANGLE
+        pytest.skip(str(error))
+    emulated = net.emulate(image, keep=True)[net.graph.output]
+    np.testing.assert_array_equal(result["output"][..., :4], emulated)
