@@ -5,6 +5,8 @@ the conv that reads it, ``Quantize8`` (training-time rounding) disappears: RGBA8
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import keras
 import numpy as np
 
@@ -21,6 +23,7 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
+from workbench.ir.lowering import Scales
 from workbench.nets import activations
 from workbench.nets.layers import Act, AnchorResidual, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
@@ -28,7 +31,10 @@ from workbench.nets.layers import DepthToSpace as D2S
 
 # The Keras layers the lowering takes (each with the conditions its branch checks).
 SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNormalization (after a conv)",
-             "Activation / Act (after a conv or an Add)", "Add (of two tensors)",
+             "Activation / Act (after a conv or an Add; relu6 stored as y / 6)",
+             "ReLU(max_value=m) (after a conv or an Add; stored as y / m)",
+             "Rescaling / Normalization (of the input, before the first convs)",
+             "Add (of two tensors)",
              "Concatenate (channels)",
              "MaxPooling2D", "AveragePooling2D", "UpSampling2D (nearest, bilinear)",
              "GlobalAveragePooling2D + Dense (last; a softmax after it on the CPU)",
@@ -36,30 +42,72 @@ SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNorm
              "Shuffle", "Quantize8")
 
 
-def _keras_activation(layer):
-    name = getattr(getattr(layer, "activation", None), "__name__", "linear")
-    if name in ("linear", "sigmoid"):
-        return name
-    raise LoweringError(f"layer {layer.name!r}: Keras activation {name!r} has no [0, 1]-bounded "
-                        f"GLSL form; use workbench.nets.layers.Act with one of {activations.names()}")
+UNBOUNDED = ("is unbounded: storing it in 8 bits needs its range calibrated on sample "
+             "images, which the lowering does not do; use a bounded one: ReLU(max_value=m) or "
+             "relu6 (stored as y / m, exactly), or workbench.nets.layers.Act")
+
+
+def _keras_activation(layer, op, found):
+    """Give ``op`` (a Conv or an Add) the Keras activation of ``layer``: linear, sigmoid,
+    relu6 (clipped at 6, stored as y / 6), or a ReLU layer with a ``max_value``."""
+    where = f"layer {layer.name!r}"
+    if isinstance(layer, keras.layers.ReLU):
+        if layer.negative_slope or layer.threshold:
+            raise LoweringError(f"{where}: a ReLU with a negative_slope or a threshold has no "
+                                "GLSL form here; take negative_slope=0, threshold=0")
+        if layer.max_value is None:
+            raise LoweringError(f"{where}: ReLU without a max_value {UNBOUNDED}")
+        found.clip(op, 0, layer.max_value, where)
+        return
+    name = _activation_name(layer)
+    if name == "relu6":
+        found.clip(op, 0, 6, where)
+        return
+    if name == "relu":
+        raise LoweringError(f"{where}: Keras activation 'relu' {UNBOUNDED}")
+    if name not in ("linear", "sigmoid"):
+        raise LoweringError(f"{where}: Keras activation {name!r} has no [0, 1]-bounded GLSL "
+                            f"form; use workbench.nets.layers.Act with one of "
+                            f"{activations.names()}")
+    op.activation = name
+
+
+def _activation_name(layer) -> str:
+    return getattr(getattr(layer, "activation", None), "__name__", "linear")
 
 
 def _is_softmax(layer) -> bool:
     """A Softmax layer, an Activation("softmax"), or a layer whose activation is softmax."""
-    if isinstance(layer, keras.layers.Softmax):
-        return True
-    return getattr(getattr(layer, "activation", None), "__name__", None) == "softmax"
+    return isinstance(layer, keras.layers.Softmax) or _activation_name(layer) == "softmax"
 
 
-def _conv_from(layer, source):
+def _normalise(layer, found):
+    """Rescaling (``x * scale + offset``) or Normalization (``(x - mean) / sqrt(variance)``)
+    of the input, for :class:`Scales` to fold into the convs that read it."""
+    where = f"layer {layer.name!r}"
+    if isinstance(layer, keras.layers.Rescaling):
+        found.normalise("mul", layer.scale, where, -1)
+        found.normalise("add", layer.offset, where, -1)
+        return
+    if layer.invert:
+        raise LoweringError(f"{where}: an inverted Normalization; only of the input")
+    mean, variance = (keras.ops.convert_to_numpy(v) for v in (layer.mean, layer.variance))
+    found.normalise("sub", mean, where, -1)
+    found.normalise("div", np.maximum(np.sqrt(variance), keras.backend.epsilon()), where, -1)
+
+
+def _inputs(layer) -> list:
+    return layer.input if isinstance(layer.input, list) else [layer.input]
+
+
+def _conv_from(layer, source, found):
     if isinstance(layer, GroupConv2D):
-        stride, padding, groups, act = layer.strides, layer.padding, layer.groups, "linear"
+        stride, padding, groups = layer.strides, layer.padding, layer.groups
     else:
         if layer.strides[0] != layer.strides[1] or layer.dilation_rate != (1, 1):
             raise LoweringError(f"layer {layer.name!r}: only square strides, no dilation")
         stride, padding = layer.strides[0], layer.padding
         groups = getattr(layer, "groups", 1)  # DepthwiseConv2D: set from its kernel below
-        act = _keras_activation(layer)
     weights = layer.get_weights()
     kernel = weights[0].astype(np.float32)
     if isinstance(layer, keras.layers.DepthwiseConv2D):  # (k, k, C, m): C groups of 1 -> m
@@ -69,7 +117,10 @@ def _conv_from(layer, source):
         raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
     bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
     check_finite(layer.name, {"kernel": kernel, "bias": bias})
-    return Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups, act)
+    op = Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups)
+    if not isinstance(layer, GroupConv2D):
+        _keras_activation(layer, op, found)
+    return op
 
 
 def _pool_from(layer, source) -> Pool:
@@ -117,6 +168,9 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     luma_input = channels == 1 if luma_input is None else luma_input
     graph_input = Input("image", 3 if luma_input else channels, rgb=luma_input)
     ops, tensor_of, order_of = [], {}, {}  # keras tensor id -> IR tensor, its pack order
+    found = Scales(1 if luma_input else channels)  # ReLU6's scales, the input's normalisation
+    readers = Counter(id(t) for layer in model.layers
+                      if not isinstance(layer, keras.layers.InputLayer) for t in _inputs(layer))
     pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
     anchored = {}  # keras tensor id of an AnchorResidual -> (its sub-pixels' IR tensor, layer)
 
@@ -148,9 +202,9 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
         if isinstance(layer, keras.layers.InputLayer):
             tensor_of[id(layer.output)] = graph_input.name
             continue
-        inputs = layer.input if isinstance(layer.input, list) else [layer.input]
+        inputs = _inputs(layer)
         if isinstance(layer, (GroupConv2D, keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
-            op = _conv_from(layer, producer(inputs[0]))
+            op = _conv_from(layer, producer(inputs[0]), found)
             op.luma_input = luma_input and op.input == graph_input.name
             op.input_order = order_of.get(id(inputs[0]))
             ops.append(op)
@@ -166,11 +220,19 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                                     "Dense layer (the logits)")
             op.softmax = True
             tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, (Act, keras.layers.Activation)):
+        elif isinstance(layer, (Act, keras.layers.Activation, keras.layers.ReLU)):
             op = last_conv(inputs[0], layer, "an activation", (Conv, Add))
-            op.activation = (layer.activation if isinstance(layer, Act)
-                             else _keras_activation(layer))
+            if isinstance(layer, Act):
+                op.activation = layer.activation
+            else:
+                _keras_activation(layer, op, found)
             tensor_of[id(layer.output)] = op.name
+        elif isinstance(layer, (keras.layers.Rescaling, keras.layers.Normalization)):
+            if producer(inputs[0]) != graph_input.name or readers[id(inputs[0])] > 1:
+                raise LoweringError(f"layer {layer.name!r}: a {type(layer).__name__} only of "
+                                    "the input, read by it alone (it folds into the convs)")
+            _normalise(layer, found)
+            tensor_of[id(layer.output)] = graph_input.name
         elif isinstance(layer, Shuffle):
             previous = order_of.get(id(inputs[0]), range(len(layer.order)))
             order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
@@ -221,7 +283,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
             last = model.layers[-1] is layer or (model.layers[-1] is not layer
                                                  and _is_softmax(model.layers[-1])
                                                  and model.layers[-2] is layer)
-            if (not probabilities and _keras_activation(layer) != "linear") or not last:
+            if (not probabilities and _activation_name(layer) != "linear") or not last:
                 raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
                                     "without activation or with softmax (on the CPU)")
             weight, bias = (w.astype(np.float32) for w in layer.get_weights())
@@ -260,6 +322,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     if dense and graph.input_size is None:
         raise LoweringError(f"layer {dense.name!r}: a net with a Dense layer needs a fixed "
                             "input size (keras.Input((height, width, channels)))")
+    found.fold(graph)
     shapes = graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
     for op in ops:
         if isinstance(op, DepthToSpace) and op.chroma_from:

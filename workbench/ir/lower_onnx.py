@@ -7,10 +7,11 @@ a Shape of a tensor of known size and what is computed from it) are evaluated by
 reference evaluator.  BatchNormalization folds into the Conv before it, an activation into the
 Conv or Add before it (HardSigmoid's ``alpha x + beta`` into the conv's weights), a CRD
 depth-to-space (``nn.PixelShuffle``: one DepthToSpace node, or its Reshape-Transpose-Reshape)
-into the order of the conv's output channels.  Relu and Clip(0, m) store what the 8-bit
-texture can carry, [0, 1]: :attr:`Graph.origin` names the ONNX tensor each op stands for, so
-that a check can run ONNX Runtime beside the emulator and name a layer whose values leave
-that range (:func:`workbench.es2.onnx_check.ranges`).
+into the order of the conv's output channels.  ``Clip(0, m)`` (ReLU6) and Mul / Div / Sub /
+Add of constants on the input are folded into the weights (:class:`~workbench.ir.lowering.
+Scales`).  Relu stores what the 8-bit texture can carry, [0, 1]: :attr:`Graph.origin` names the ONNX tensor
+each op stands for, so that a check can run ONNX Runtime beside the emulator and name a layer
+whose values leave that range (:func:`workbench.es2.onnx_check.ranges`).
 
 Each node type has one builder in :data:`BUILDERS`; anything else is refused naming the node,
 its op type and the supported list.
@@ -36,12 +37,15 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
+from workbench.ir.lowering import Scales
 from workbench.nets import storage
 
 OPSET_MIN = 11
 
 SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (after a Conv)",
-             "Relu / Clip(0, 1) / Sigmoid / HardSigmoid (after a Conv or Add)",
+             "Relu / Clip(0, m) / Sigmoid / HardSigmoid (after a Conv or Add; Clip(0, m) "
+             "stored as y / m)",
+             "Mul / Div / Sub / Add of constants on the input (folded into the convs)",
              "Add (two tensors; a constant into the Conv or Gemm before it)",
              "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3)",
              "GlobalAveragePool / ReduceMean over H, W (then Flatten and Gemm)",
@@ -130,6 +134,8 @@ class _Lowering:
         self.input = Input("image", 3 if self.luma else dims[1], rgb=self.luma)
         self.size = size
         self.tensor_of = {inputs[0].name: self.input.name}  # ONNX tensor -> IR tensor
+        self.found = Scales(1 if self.luma else dims[1])  # Clip(0, m), input normalisation
+        self.normalised = {inputs[0].name}  # the input, and it normalised
         self.origin = {self.input.name: inputs[0].name}     # IR tensor -> ONNX tensor
         self.special = {}   # ONNX tensor -> ("pooled" | "flat", IR tensor) or ("reshape6", ...)
         props = {p.key: p.value for p in proto.metadata_props}
@@ -234,6 +240,7 @@ class _Lowering:
         for op in self.ops:
             if isinstance(op, DepthToSpace) and op.chroma_from:
                 check_demux_size(op, shapes)
+        self.found.fold(graph)
         return graph
 
     def fold(self, node):
@@ -333,12 +340,13 @@ def _activation(low, node, attrs):
         return
     op = low.last(node, node.input[0], (Conv, Add), "an activation")
     kind = node.op_type
-    if kind == "Clip":  # min and max are inputs from opset 11
-        lo, hi = (low.constant(node, i, what) for i, what in ((1, "min"), (2, "max")))
-        if lo is None or float(lo) != 0:
-            low.refuse(node, f"Clip from {lo}: the 8-bit storage keeps [0, 1]; clip at 0 "
-                       "(and 1)")
-        kind = "Relu"  # values above 1 (up to max) are for the range check to find
+    if kind == "Clip":  # min and max: inputs from opset 11, attributes before
+        lo, hi = (low.constant(node, i, what) if i < len(node.input) else attrs.get(what)
+                  for i, what in ((1, "min"), (2, "max")))
+        # Clip(0): a Relu, whose values above 1 are for the range check to find
+        low.found.clip(op, lo, hi, f"node {node.name or node.output[0]!r} (Clip)")
+        low.set(node.output[0], op.name)
+        return
     if kind == "HardSigmoid":
         if not isinstance(op, Conv):
             low.refuse(node, "HardSigmoid folds into a Conv's weights; it follows an Add")
@@ -351,8 +359,35 @@ def _activation(low, node, attrs):
     low.set(node.output[0], op.name)
 
 
+def _normalised(low, node) -> bool:
+    """Mul, Div, Sub or Add of a constant on the input (or on it normalised so far): the
+    input's normalisation, folded into the convs that read it (:class:`~workbench.ir.
+    lowering.Scales`)."""
+    a, b = node.input[:2]
+    if not ({a, b} & low.normalised and {a, b} & low.const.keys()):
+        return False
+    tensor, value = (a, low.const[b]) if b in low.const else (b, low.const[a])
+    if node.op_type in ("Sub", "Div") and tensor != a:
+        low.refuse(node, f"a constant {node.op_type} the input; only the input "
+                   f"{node.op_type} a constant folds into the convs")
+    if low.uses[tensor] > 1:
+        low.refuse(node, f"the input's normalisation: {tensor!r} is also read elsewhere; "
+                   "normalise the input once, for every reader")
+    low.found.normalise(node.op_type.lower(), value,
+                        f"node {node.name or node.output[0]!r} ({node.op_type})", -3)
+    low.normalised.add(node.output[0])
+    low.tensor_of[node.output[0]] = low.input.name
+    return True
+
+
+def _arithmetic(low, node, attrs):
+    """Mul, Div, Sub: the input's normalisation, or a step of an anchor residual."""
+    if not _normalised(low, node):
+        _anchor_step(low, node, attrs)
+
+
 def _add(low, node, attrs):
-    if _anchor_sum(low, node):
+    if _normalised(low, node) or _anchor_sum(low, node):
         return
     a, b = node.input[:2]
     if a in low.const or b in low.const:
@@ -537,7 +572,7 @@ def _anchor_step(low, node, attrs):
             low.special[node.output[0]] = ("scaled", rest[0], value)
             return
     low.refuse(node, f"{node.op_type} is supported only in a luma net's anchor residual, "
-               f"{ANCHOR}")
+               f"{ANCHOR}, or of a constant on the input")
 
 
 def _anchor_sum(low, node) -> bool:
@@ -646,7 +681,7 @@ BUILDERS = {
     "GlobalAveragePool": _global_pool, "ReduceMean": _global_pool,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Transpose": _transpose,
     "DepthToSpace": _depth_to_space_node, "Resize": _resize,
-    "Sub": _anchor_step, "Mul": _anchor_step,
+    "Sub": _arithmetic, "Mul": _arithmetic, "Div": _arithmetic,
     "Gemm": _gemm, "MatMul": _gemm, "Softmax": _softmax,
     "Identity": _identity, "Shape": _shape,
 }

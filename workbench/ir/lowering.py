@@ -1,11 +1,12 @@
 """What both front ends (Keras, :mod:`.lower`; ONNX, :mod:`.lower_onnx`) share, without
-Keras or TensorFlow: the refusal, the weight checks, batch-norm folding and the SR demux's
-checks."""
+Keras or TensorFlow: the refusal, the weight checks, batch-norm folding, the SR demux's
+checks, and the scales folded at lowering (:class:`Scales`)."""
 from __future__ import annotations
 
 import numpy as np
 
-from workbench.ir.graph import Conv
+from workbench.ir.graph import (Concat, Conv, Dense, DepthToSpace, Pool, Upsample,
+                                explicit_pads)
 
 
 class LoweringError(ValueError):
@@ -56,3 +57,169 @@ def check_demux_size(op, shapes):
             f"layer {op.name!r}: a luma net's depth-to-space must read a tensor of the input "
             f"image's size, but {op.input!r} is {have[1]}x{have[0]} for a {want[1]}x{want[0]} "
             "input (a stride or 'valid' padding before it); use stride 1 and 'same' padding")
+
+
+# --- scales folded at lowering -------------------------------------------------------------
+# Tensors stored with a scale, folded at lowering, exactly: ReLU6 / ``Clip(0, m)`` and the
+# input's normalisation.  Both front ends record what they find in a :class:`Scales` and call
+# :meth:`Scales.fold` on the graph they lowered; no back end sees a scale.
+#
+# The IR keeps a tensor as its texture stores it, in [0, 1].  A Conv (or Add) followed by
+# ReLU6 / ``Clip(0, m)`` computes ``y`` in [0, m]: it keeps the bounded ReLU and its kernel and
+# bias are divided by ``m``, so it stores ``y / m``.  Every tensor then stands for
+# ``real = scale * stored + offset`` (per channel; the offset only from the input's
+# normalisation, ``x * s + o``), and each reader folds that back: a Conv into its kernel's
+# input-channel rows (the offset into its bias, where it pads no zeros: zero padding of the
+# normalised tensor is not zero of the stored one), a Dense into its weight rows and bias; max
+# and average pooling and upsampling keep it (they commute with a positive affine map), a
+# Concat concatenates the channels'.  A sum (an Add, a Conv's residual) folds nothing: its
+# parts must be stored at the scale of its own output.  A depth-to-space and the net's output
+# must be stored as they are (scale 1, offset 0); anything else is refused in one line.
+
+
+def channel_vector(value, channels, axis, where) -> np.ndarray:
+    """A constant of one value, or one per channel along ``axis`` (ONNX's NCHW: -3, Keras'
+    NHWC: -1), as a float64 vector of ``channels`` values."""
+    v = np.asarray(value, np.float64)
+    if v.size == 1:
+        return np.full(channels, float(v.reshape(())))
+    if v.size != channels or v.ndim < -axis or v.shape[axis] != channels:
+        raise LoweringError(f"{where}: a constant of shape {v.shape}: one value, or one per "
+                            f"channel of the {channels}")
+    return v.reshape(-1)
+
+
+class Scales:
+    """What a front end found: ``bounds``, op -> ``m`` of the ``Clip(0, m)`` it ends in
+    (stored as ``y / m``), and the input's normalisation, ``real = scale * image + offset``."""
+
+    def __init__(self, channels):
+        self.bounds = {}
+        self.scale, self.offset = np.ones(channels), np.zeros(channels)
+
+    def clip(self, op, low, high, where):
+        """``op`` (a Conv or an Add) ends in ``Clip(low, high)``: ReLU6, ``ReLU(max_value=
+        m)``, ONNX's ``Clip``.  ``high`` None: a ReLU clamped at 1 by the texture (what
+        ONNX's range check then measures)."""
+        if low is None or float(low) != 0:
+            raise LoweringError(f"{where}: a clip from {low}; the 8-bit storage keeps [0, m] "
+                                "as [0, 1]: clip at 0")
+        if high is not None and not float(high) > 0:
+            raise LoweringError(f"{where}: Clip(0, {high}) keeps nothing; its maximum must "
+                                "be above 0")
+        op.activation = "bounded_relu"
+        if high is not None and float(high) != 1:
+            self.bounds[op.name] = float(high)
+
+    def normalise(self, how, value, where, axis):
+        """The input (already normalised so far) ``how`` (``"mul"``, ``"div"``, ``"add"``,
+        ``"sub"``) the constant ``value`` (one, or one per channel along ``axis``)."""
+        v = channel_vector(value, self.scale.size, axis, where)
+        if how in ("mul", "div"):
+            if not np.all(v > 0) or not np.all(np.isfinite(v)):
+                raise LoweringError(f"{where}: the input scaled by {v.tolist()}; only by "
+                                    "positive finite values (a max pooling would turn into "
+                                    "a min)")
+            v = v if how == "mul" else 1 / v
+            self.scale, self.offset = self.scale * v, self.offset * v
+        else:
+            self.offset = self.offset + (v if how == "add" else -v)
+
+    def fold(self, graph):
+        """Fold every scale and offset into the readers in ``graph``'s ops (the ops change in
+        place), or refuse naming the layer; a scaled tensor leaves ``graph.origin`` (it no
+        longer holds the source model's values)."""
+        shapes = graph.shapes(graph.input_size or (64, 64))
+        affine = {graph.input.name: (self.scale, self.offset)}
+
+        def read(tensor):  # (scale, offset), one of each a channel (a luma net's input: 1)
+            n = 1 if tensor == graph.input.name and graph.input.rgb else shapes[tensor][2]
+            return tuple(np.broadcast_to(np.asarray(v, np.float64), n) for v in affine[tensor])
+
+        def plain(op, *tensors, why, scale=1.0):
+            for t in tensors:
+                s, o = read(t)
+                if np.any(s != scale) or np.any(o != 0):
+                    raise LoweringError(f"layer {op.name!r} ({type(op).__name__}) reads "
+                                        f"{t!r}, stored as {_describe(s, o)}: {why}")
+
+        for op in graph.ops:
+            m = self.bounds.get(op.name, 1.0)
+            out = (m, 0.0)  # a Conv's or Add's: y / m
+            if isinstance(op, (Pool, Upsample)):
+                out = affine[op.input]
+            elif isinstance(op, Concat):
+                out = tuple(map(np.concatenate, zip(*map(read, op.inputs))))
+            elif isinstance(op, Dense):
+                s, o = read(op.input)
+                op.bias = (op.bias + o @ op.weight).astype(np.float32)
+                op.weight = (op.weight * s[:, None]).astype(np.float32)
+            elif isinstance(op, Conv):
+                _fold_into_conv(op, *read(op.input))
+                if op.residual:
+                    plain(op, op.residual, scale=m, why=_SUM.format(m=_num(m)))
+                op.kernel = (op.kernel / np.float32(m)).astype(np.float32)
+                op.bias = (op.bias / np.float32(m)).astype(np.float32)
+            elif isinstance(op, DepthToSpace):  # the demux's chroma is the picture itself
+                plain(op, op.input, *([op.chroma_from] if op.anchor else []),
+                      why="a depth-to-space has no weights to fold it into; clip at 1 "
+                      "before it (Clip(0, 1))")
+            else:  # Add
+                plain(op, op.input, op.other, scale=m, why=_SUM.format(m=_num(m)))
+            affine[op.name] = out
+        scaled = {t for t in affine if t != graph.input.name and
+                  (np.any(read(t)[0] != 1) or np.any(read(t)[1] != 0))}
+        if graph.output in scaled:
+            raise LoweringError(f"the net's output {graph.output!r} is stored as "
+                                f"{_describe(*read(graph.output))}, not the model's values: "
+                                "end the net in Clip(0, 1) (or a Dense)")
+        for name in scaled & set(graph.origin or ()):
+            del graph.origin[name]
+
+
+_SUM = ("a sum adds stored values, so its parts must be stored at the scale of its result, "
+        "x / {m} (the clip after it); clip both at the same m")
+
+
+def _num(v) -> str:
+    return f"{float(v):.4g}"
+
+
+def _describe(scale, offset) -> str:
+    """How a tensor ``x`` is stored: ``x / 6``, ``x / (1.5, 2)``, ``(x - 0.1) / 0.5``."""
+    def one(v):
+        v = np.unique(np.asarray(v, np.float64))
+        more = ", ..." if v.size > 4 else ""
+        return _num(v[0]) if v.size == 1 else f"({', '.join(map(_num, v[:4]))}{more})"
+    text = "x" if np.all(scale == 1) else f"x / {one(scale)}"
+    return text if np.all(offset == 0) else f"(x - {one(offset)}) / {one(scale)}"
+
+
+def _fold_into_conv(op, scale, offset):
+    """``op`` reads ``scale * stored + offset``: the scale into its kernel's input-channel
+    rows, the offset into its bias (refused where the conv pads with zeros)."""
+    if np.all(scale == 1) and np.all(offset == 0):
+        return
+    scale, offset = (_per_tap(op, v) for v in (scale, offset))
+    if np.any(offset):
+        padded = (op.size > 1) if op.padding == "same" else any(explicit_pads(op.padding))
+        if padded:
+            raise LoweringError(
+                f"layer {op.name!r}: its input is normalised with an offset and the conv pads "
+                "with zeros: the border pixels would differ (zero padding of the normalised "
+                "tensor is not zero of the stored one); use padding 'valid', or normalise by "
+                "a scale alone")
+        op.bias = (op.bias + np.einsum("yxio,io->o", op.kernel, offset)).astype(np.float32)
+    op.kernel = (op.kernel * scale).astype(np.float32)
+
+
+def _per_tap(op, values) -> np.ndarray:
+    """``(cin / groups, cout)``: the value of the input channel that ``kernel[:, :, i, o]``
+    multiplies (its group's, after the conv's pack order ``input_order``)."""
+    values = np.broadcast_to(values, op.cin)
+    if op.input_order and not op.luma_input:
+        padded = np.resize(values, 4 * len(op.input_order)).reshape(-1, 4)
+        values = padded[list(op.input_order)].reshape(-1)
+    group = np.arange(op.cout) // (op.cout // op.groups)
+    cin_g = op.kernel.shape[2]
+    return values[group[None, :] * cin_g + np.arange(cin_g)[:, None]]
