@@ -305,3 +305,28 @@ def test_onnx_refusals_name_the_layer_and_why():
     out = b.node("Clip", [b.conv(b.node("Sub", [b.const(1.0), "input"]), 3, 4, 3),
                           b.const(0.0), b.const(1.0)])
     assert "a constant Sub the input" in onnx_refusal(b.model(3, None, out, "flip"))
+
+
+@pytest.mark.gl
+def test_relu6_on_es31_equals_tf(keras_relu6):
+    """ES 3.1 keeps float32 tensors: y / 6 clamped to [0, 1], times 6 in the next layer, is
+    TensorFlow's ReLU6 but for float rounding."""
+    from workbench import es31
+
+    model, _ = keras_relu6
+    net = es31.compile(model)
+    np.testing.assert_allclose(np.stack([net.run(x) for x in IMAGES[:4]]),
+                               model(IMAGES[:4], training=False).numpy(), atol=1e-5)
+
+
+def test_the_relu6_net_written_as_onnx_computes_tf_and_gives_the_same_shaders(keras_relu6):
+    """The scales live in the IR's weights, so the ONNX writer follows unchanged: ONNX Runtime
+    on the written model = TensorFlow on the Keras one (float rounding), and the ONNX front end
+    reads back the same shaders."""
+    from workbench.ir.to_onnx import to_onnx
+
+    model, net = keras_relu6
+    written = OnnxModel(to_onnx(ir.from_keras(model), NEWEST))
+    np.testing.assert_allclose(written.predict(IMAGES[:8]),
+                               model(IMAGES[:8], training=False).numpy(), atol=1e-5)
+    assert [p.source for p in es2.compile(written).passes] == [p.source for p in net.passes]

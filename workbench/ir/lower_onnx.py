@@ -9,9 +9,9 @@ Conv or Add before it (HardSigmoid's ``alpha x + beta`` into the conv's weights)
 depth-to-space (``nn.PixelShuffle``: one DepthToSpace node, or its Reshape-Transpose-Reshape)
 into the order of the conv's output channels.  ``Clip(0, m)`` (ReLU6) and Mul / Div / Sub /
 Add of constants on the input are folded into the weights (:class:`~workbench.ir.lowering.
-Scales`).  Relu stores what the 8-bit texture can carry, [0, 1]: :attr:`Graph.origin` names the ONNX tensor
-each op stands for, so that a check can run ONNX Runtime beside the emulator and name a layer
-whose values leave that range (:func:`workbench.es2.onnx_check.ranges`).
+Scales`).  Relu stores what the 8-bit texture can carry, [0, 1]: :attr:`Graph.origin` names
+the ONNX tensor each op stands for, so that a check can run ONNX Runtime beside the emulator
+and name a layer whose values leave that range (:func:`workbench.es2.onnx_check.ranges`).
 
 Each node type has one builder in :data:`BUILDERS`; anything else is refused naming the node,
 its op type and the supported list.
