@@ -40,10 +40,15 @@ LEVEL = F32(1 / 255)
 # the GPU's arithmetic the emulator predicts: "float32" (highp; llvmpipe, whatever the shader
 # declares) or "float16" (a GPU whose mediump is a true 16-bit float)
 DTYPES = {"float32": np.float32, "float16": np.float16}
+# no storage at all: every tensor kept as computed, float32 (the calibration of unbounded
+# tensors' ranges, :mod:`workbench.es2.calibrate`); not a GPU's arithmetic
+REAL = "real"
 
 
 def dtype(arithmetic):
     """The numpy float type the emulator computes in for ``arithmetic``."""
+    if arithmetic == REAL:
+        return np.float32
     if arithmetic not in DTYPES:
         raise ValueError(f"arithmetic must be one of {tuple(DTYPES)}, not {arithmetic!r}")
     return DTYPES[arithmetic]
@@ -64,7 +69,10 @@ def store(x):
 
 
 def quantize(x, arithmetic="float32"):
-    """The value the next op reads back after an RGBA8 store of ``x``."""
+    """The value the next op reads back after an RGBA8 store of ``x`` (:data:`REAL`: ``x``
+    itself, float32)."""
+    if arithmetic == REAL:
+        return np.asarray(x, F32)
     return load(store(x), arithmetic)
 
 

@@ -194,7 +194,7 @@ def output_spec(graph: ir.Graph) -> dict:
 
 def compile(model, target: limits.Target | None = None, *, luma_input=None, dense="fixed16",
             mediump_warn_db=None, check_driver=False, fit=False, tune=False, shared=False,
-            device=None, precision=None, draw_buffers=None) -> Net:
+            calibration=None, device=None, precision=None, draw_buffers=None) -> Net:
     """Keras or ONNX model -> IR -> limits check -> passes.
 
     ``target``: what to compile for (:class:`workbench.es2.limits.Target`: the device's
@@ -216,10 +216,21 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     ``tune``: fit, then keep the form of each layer's programs that the driver runs fastest
     by its own numbers (:func:`workbench.es2.drivers.tune`).  ``shared``: the weights of
     each layer whose programs can hold them as uniform arrays set at each draw, so that one
-    program serves every layer of its shape (fewer programs to compile; the same bytes)."""
+    program serves every layer of its shape (fewer programs to compile; the same bytes).
+    ``calibration``: HxWxC images in [0, 1] on which the ranges of unbounded tensors (a ReLU's,
+    a linear add's) are measured, which are then stored with a scale
+    (:mod:`workbench.es2.calibrate`); default the sample images
+    (:func:`workbench.es2.samples.test_images`)."""
+    from workbench.es2 import calibrate, samples
+
     target = _target(target, device, precision, draw_buffers)
     table = target.limits
-    graph = prepared(ir.from_model(model, luma_input=luma_input, dense=dense), table)
+    graph = ir.from_model(model, luma_input=luma_input, dense=dense)
+    if calibrate.needed(graph):
+        images = calibration if calibration is not None else \
+            [x for _, x in samples.test_images(graph, count=4)]
+        graph = calibrate.calibrated(graph, images)
+    graph = prepared(graph, table)
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)

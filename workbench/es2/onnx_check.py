@@ -46,6 +46,8 @@ def ranges(model, net, images) -> list[dict]:
     origin = graph.origin or {}
     layers = [op for op in graph.ops if op.name in origin and record(op).stored is None
               and not getattr(op, "chroma_from", None)]  # 8-bit images of the ONNX tensor's
+    if not layers:  # every 8-bit layer stored with a scale: nothing ONNX's values can check
+        return []
     found = {op.name: {"onnx": [], "stored": []} for op in layers}
     onnx_values = model.tensors(np.stack([onnx_input(graph, x) for x in images]),
                                 [origin[op.name] for op in layers])  # one session, one run

@@ -42,30 +42,25 @@ SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNorm
              "Shuffle", "Quantize8")
 
 
-UNBOUNDED = ("is unbounded: storing it in 8 bits needs its range calibrated on sample "
-             "images, which the lowering does not do; use a bounded one: ReLU(max_value=m) or "
-             "relu6 (stored as y / m, exactly), or workbench.nets.layers.Act")
-
-
 def _keras_activation(layer, op, found):
     """Give ``op`` (a Conv or an Add) the Keras activation of ``layer``: linear, sigmoid,
-    relu6 (clipped at 6, stored as y / 6), or a ReLU layer with a ``max_value``."""
+    relu6 (clipped at 6, stored as y / 6), a ReLU layer with a ``max_value``, or relu /
+    ``ReLU()`` (unbounded: ES 2.0 stores it with a calibrated scale)."""
     where = f"layer {layer.name!r}"
     if isinstance(layer, keras.layers.ReLU):
         if layer.negative_slope or layer.threshold:
             raise LoweringError(f"{where}: a ReLU with a negative_slope or a threshold has no "
                                 "GLSL form here; take negative_slope=0, threshold=0")
         if layer.max_value is None:
-            raise LoweringError(f"{where}: ReLU without a max_value {UNBOUNDED}")
-        found.clip(op, 0, layer.max_value, where)
+            op.activation = "relu"
+        else:
+            found.clip(op, 0, layer.max_value, where)
         return
     name = _activation_name(layer)
     if name == "relu6":
         found.clip(op, 0, 6, where)
         return
-    if name == "relu":
-        raise LoweringError(f"{where}: Keras activation 'relu' {UNBOUNDED}")
-    if name not in ("linear", "sigmoid"):
+    if name not in ("linear", "sigmoid", "relu"):
         raise LoweringError(f"{where}: Keras activation {name!r} has no [0, 1]-bounded GLSL "
                             f"form; use workbench.nets.layers.Act with one of "
                             f"{activations.names()}")

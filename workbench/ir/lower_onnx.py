@@ -343,7 +343,7 @@ def _activation(low, node, attrs):
     if kind == "Clip":  # min and max: inputs from opset 11, attributes before
         lo, hi = (low.constant(node, i, what) if i < len(node.input) else attrs.get(what)
                   for i, what in ((1, "min"), (2, "max")))
-        # Clip(0): a Relu, whose values above 1 are for the range check to find
+        # Clip(0): a Relu (calibrated where ES 2.0 stores it)
         low.found.clip(op, lo, hi, f"node {node.name or node.output[0]!r} (Clip)")
         low.set(node.output[0], op.name)
         return
@@ -355,7 +355,7 @@ def _activation(low, node, attrs):
         op.bias = (op.bias * np.float32(alpha) + np.float32(beta)).astype(np.float32)
         if op.residual:
             low.refuse(node, "HardSigmoid after a residual sum")
-    op.activation = "sigmoid" if kind == "Sigmoid" else "bounded_relu"
+    op.activation = {"Sigmoid": "sigmoid", "Relu": "relu"}.get(kind, "bounded_relu")
     low.set(node.output[0], op.name)
 
 

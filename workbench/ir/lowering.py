@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.ir.graph import (Concat, Conv, Dense, DepthToSpace, Pool, Upsample,
+from workbench.ir.graph import (Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample,
                                 explicit_pads)
 
 
@@ -90,26 +90,33 @@ def channel_vector(value, channels, axis, where) -> np.ndarray:
 
 
 class Scales:
-    """What a front end found: ``bounds``, op -> ``m`` of the ``Clip(0, m)`` it ends in
-    (stored as ``y / m``), and the input's normalisation, ``real = scale * image + offset``."""
+    """What a front end found: ``stored``, op -> ``(scale, offset)`` (each one value, or one
+    a channel) of an op whose output is stored as ``(y - offset) / scale`` (``(m, 0)`` for
+    the ``Clip(0, m)`` it ends in; an ES 2.0 calibration's, :mod:`workbench.es2.calibrate`),
+    and the input's normalisation, ``real = scale * image + offset``."""
 
     def __init__(self, channels):
-        self.bounds = {}
+        self.stored = {}
         self.scale, self.offset = np.ones(channels), np.zeros(channels)
+
+    def store(self, op, scale, offset=0.0):
+        """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1]."""
+        op.activation = "bounded_relu"
+        self.stored[op.name] = (scale, offset)
 
     def clip(self, op, low, high, where):
         """``op`` (a Conv or an Add) ends in ``Clip(low, high)``: ReLU6, ``ReLU(max_value=
-        m)``, ONNX's ``Clip``.  ``high`` None: a ReLU clamped at 1 by the texture (what
-        ONNX's range check then measures)."""
+        m)``, ONNX's ``Clip``.  ``high`` None: a ReLU (unbounded: ES 2.0 calibrates its
+        scale, :mod:`workbench.es2.calibrate`)."""
         if low is None or float(low) != 0:
             raise LoweringError(f"{where}: a clip from {low}; the 8-bit storage keeps [0, m] "
                                 "as [0, 1]: clip at 0")
         if high is not None and not float(high) > 0:
             raise LoweringError(f"{where}: Clip(0, {high}) keeps nothing; its maximum must "
                                 "be above 0")
-        op.activation = "bounded_relu"
+        op.activation = "relu" if high is None else "bounded_relu"
         if high is not None and float(high) != 1:
-            self.bounds[op.name] = float(high)
+            self.store(op, float(high))
 
     def normalise(self, how, value, where, axis):
         """The input (already normalised so far) ``how`` (``"mul"``, ``"div"``, ``"add"``,
@@ -136,16 +143,16 @@ class Scales:
             n = 1 if tensor == graph.input.name and graph.input.rgb else shapes[tensor][2]
             return tuple(np.broadcast_to(np.asarray(v, np.float64), n) for v in affine[tensor])
 
-        def plain(op, *tensors, why, scale=1.0):
+        def plain(op, *tensors, why, scale=1.0, offset=True):
             for t in tensors:
                 s, o = read(t)
-                if np.any(s != scale) or np.any(o != 0):
+                if np.any(s != scale) or (offset and np.any(o != 0)):
                     raise LoweringError(f"layer {op.name!r} ({type(op).__name__}) reads "
                                         f"{t!r}, stored as {_describe(s, o)}: {why}")
 
         for op in graph.ops:
-            m = self.bounds.get(op.name, 1.0)
-            out = (m, 0.0)  # a Conv's or Add's: y / m
+            out = self.stored.get(op.name, (1.0, 0.0))  # a Conv's or Add's: (y - o) / s
+            m = np.asarray(out[0], np.float64)
             if isinstance(op, (Pool, Upsample)):
                 out = affine[op.input]
             elif isinstance(op, Concat):
@@ -154,18 +161,21 @@ class Scales:
                 s, o = read(op.input)
                 op.bias = (op.bias + o @ op.weight).astype(np.float32)
                 op.weight = (op.weight * s[:, None]).astype(np.float32)
-            elif isinstance(op, Conv):
+            elif isinstance(op, Conv):  # y = conv + residual: its offset into the bias
                 _fold_into_conv(op, *read(op.input))
+                bias = op.bias.astype(np.float64) - out[1]
                 if op.residual:
-                    plain(op, op.residual, scale=m, why=_SUM.format(m=_num(m)))
-                op.kernel = (op.kernel / np.float32(m)).astype(np.float32)
-                op.bias = (op.bias / np.float32(m)).astype(np.float32)
+                    plain(op, op.residual, scale=m, offset=False,
+                          why=_SUM.format(m=_describe(m, 0)))
+                    bias = bias + read(op.residual)[1]
+                op.kernel = (op.kernel / m).astype(np.float32)
+                op.bias = (bias / m).astype(np.float32)
             elif isinstance(op, DepthToSpace):  # the demux's chroma is the picture itself
                 plain(op, op.input, *([op.chroma_from] if op.anchor else []),
                       why="a depth-to-space has no weights to fold it into; clip at 1 "
                       "before it (Clip(0, 1))")
             else:  # Add
-                plain(op, op.input, op.other, scale=m, why=_SUM.format(m=_num(m)))
+                plain(op, op.input, op.other, scale=m, why=_SUM.format(m=_describe(m, 0)))
             affine[op.name] = out
         scaled = {t for t in affine if t != graph.input.name and
                   (np.any(read(t)[0] != 1) or np.any(read(t)[1] != 0))}
@@ -177,8 +187,22 @@ class Scales:
             del graph.origin[name]
 
 
+def sums_as_convs(graph, which):
+    """Each two-input Add of ``graph`` for which ``which(op)`` holds becomes a depthwise 1x1
+    conv of its ``input`` (weights 1, bias 0) with ``other`` as its residual: the same sum,
+    with weights and a bias that a fold can carry scales in (in place)."""
+    shapes = graph.shapes(graph.input_size or (64, 64))
+
+    def conv(op):
+        c = shapes[op.name][2]
+        return Conv(op.name, op.input, np.ones((1, 1, 1, c), np.float32), np.zeros(c, np.float32),
+                    groups=c, activation=op.activation, residual=op.other)
+
+    graph.ops = [conv(op) if isinstance(op, Add) and which(op) else op for op in graph.ops]
+
+
 _SUM = ("a sum adds stored values, so its parts must be stored at the scale of its result, "
-        "x / {m} (the clip after it); clip both at the same m")
+        "{m} (the clip after it); clip both at the same m")
 
 
 def _num(v) -> str:

@@ -19,7 +19,7 @@ from workbench.ir.graph import Add, Concat, Conv, Dense, DepthToSpace, Graph, Po
 from workbench.ir.graph import conv_pads, explicit_pads
 from workbench.ir.lower_onnx import ANCHOR_STORAGE
 
-ACTIVATIONS = ("linear", "bounded_relu", "sigmoid", "sigmoid_like")
+ACTIVATIONS = ("linear", "bounded_relu", "relu", "sigmoid", "sigmoid_like")
 
 
 def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
@@ -87,7 +87,9 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
                      op.name)
             y = node("Add", [y, const(f"{op.name}.half", 0.5)], op.name)
             return clip(y, op.name, 0.0, 1.0)
-        return node("Sigmoid", [out], op.name) if act == "sigmoid" else out
+        if act in ("sigmoid", "relu"):
+            return node(act.capitalize(), [out], op.name)
+        return out
 
     def resize(x, scale, how, layer):  # F.interpolate(scale_factor=scale, mode=how)
         roi = const(f"{layer}.roi", np.zeros(0))

@@ -103,3 +103,7 @@ def relu6_scaled_ops(x):
 
 def identity_ops(x):
     return x
+
+
+relu_tf = tf.nn.relu
+relu_ops = keras.ops.relu

@@ -160,6 +160,16 @@ register(Activation(
     ops_fn=_Form("sigmoid_ops"),
 ))
 register(Activation(
+    name="relu",
+    tf_fn=_Form("relu_tf"),
+    np_fn=lambda x: np.maximum(_float(x), 0.0).astype(np.asarray(x).dtype),
+    glsl="max({x}, 0.0)",
+    description="ReLU, unbounded: stored in RGBA8 only with a calibrated scale "
+                "(workbench.es2.calibrate)",
+    output_range=(0.0, float("inf")),
+    ops_fn=_Form("relu_ops"),
+))
+register(Activation(
     name="linear",
     tf_fn=_Form("identity_tf"),
     np_fn=_float,

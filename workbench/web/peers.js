@@ -40,6 +40,7 @@ const PEER_ACTIVATIONS = {
   sigmoid_like: (tf, x) => tf.clipByValue(tf.add(tf.add(tf.add(tf.mul(x, 0.05),
     tf.clipByValue(tf.mul(x, 0.1), -0.05, 0.05)), tf.clipByValue(tf.mul(x, 0.05), -0.125, 0.125)), 0.5), 0, 1),
   sigmoid: (tf, x) => tf.sigmoid(x),
+  relu: (tf, x) => tf.relu(x),
   linear: (tf, x) => x,
 };
 

@@ -1,0 +1,114 @@
+"""Unbounded tensors stored with a calibrated scale (workbench.es2.calibrate): a ReLU's output,
+a linear bottleneck, a linear residual add; against TensorFlow, llvmpipe against the emulator."""
+import keras
+import numpy as np
+import pytest
+
+from workbench import es2, ir
+from workbench.es2 import calibrate
+
+L = keras.layers
+IMAGES = np.round(np.random.default_rng(0).random((12, 16, 16, 3)) * 255).astype(np.float32) / 255
+
+
+def resnet_style(width=8):
+    """Stem conv + BN + ReLU; two basic blocks (conv + ReLU, conv, Add with the block's input,
+    ReLU); GAP, dense, softmax."""
+    keras.utils.set_random_seed(1)
+    x = inputs = keras.Input((16, 16, 3))
+    x = L.ReLU(name="stem_relu")(L.BatchNormalization()(L.Conv2D(width, 3, padding="same",
+                                                                 name="stem")(x)))
+    for k in range(2):
+        y = L.Conv2D(width, 3, padding="same", activation="relu", name=f"a{k}")(x)
+        y = L.Conv2D(width, 3, padding="same", name=f"b{k}")(y)
+        x = L.ReLU()(L.Add()([y, x]))
+    x = L.Dense(5)(L.GlobalAveragePooling2D()(x))
+    return keras.Model(inputs, L.Softmax()(x))
+
+
+def mobilenet_v2_style(width=8):
+    """Inverted residuals: 1x1 expansion + ReLU6, depthwise 3x3 + ReLU6, a linear 1x1
+    projection, a linear residual Add (no activation), as MobileNetV2."""
+    keras.utils.set_random_seed(2)
+    x = inputs = keras.Input((16, 16, 3))
+    x = L.ReLU(6.0)(L.Conv2D(width, 3, padding="same")(x))
+    p = L.Conv2D(width, 1, name="project0")(x)
+    for k in range(2):
+        y = L.ReLU(6.0)(L.Conv2D(3 * width, 1)(p))
+        y = L.ReLU(6.0)(L.DepthwiseConv2D(3, padding="same")(y))
+        p = L.Add(name=f"sum{k}")([p, L.Conv2D(width, 1, name=f"project{k + 1}")(y)])
+    x = L.ReLU(6.0)(L.Conv2D(2 * width, 1)(p))
+    x = L.Dense(5)(L.GlobalAveragePooling2D()(x))
+    return keras.Model(inputs, L.Softmax()(x))
+
+
+@pytest.mark.parametrize("build", [resnet_style, mobilenet_v2_style])
+def test_calibrated_nets_follow_tf(build):
+    """Calibrated on the first 8 images: the probabilities within a few hundredths of TF's
+    and the same top-1 on all 12."""
+    model = build()
+    net = es2.compile(model, calibration=list(IMAGES[:8]))
+    assert all(op.activation == "bounded_relu" for op in net.graph.ops
+               if hasattr(op, "activation"))
+    reference = model(IMAGES).numpy()
+    emulated = np.stack([net.emulate(x) for x in IMAGES])
+    assert np.abs(emulated - reference).max() < 0.02
+    np.testing.assert_array_equal(emulated.argmax(1), reference.argmax(1))
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("build", [resnet_style, mobilenet_v2_style])
+def test_calibrated_nets_run_as_emulated(build):
+    net = es2.compile(build(), calibration=list(IMAGES[:8]))
+    for x in IMAGES[:2]:
+        gpu, predicted = net.run(x, keep=True), net.emulate(x, keep=True)
+        for name in predicted:
+            np.testing.assert_array_equal(gpu[name], predicted[name], err_msg=name)
+
+
+def test_a_linear_projection_is_stored_with_its_calibrated_range():
+    """project0 (a linear 1x1 conv, the residual of the block after it): per channel, offset
+    = its minimum over the calibration images (TF's values), scale at least its span (the
+    sum it is tied to may be wider), so the stored levels times the scale plus the offset are
+    TF's values within half a level."""
+    model = mobilenet_v2_style()
+    net = es2.compile(model, calibration=list(IMAGES[:8]))
+    values = keras.Model(model.inputs, model.get_layer("project0").output)(IMAGES[:8]).numpy()
+    low, high = values.min((0, 1, 2)), values.max((0, 1, 2))
+    assert np.all(low < 0) and np.all(high > 0)
+    graph = ir.from_model(model)
+    scale, offset = calibrate.stored_as(graph, calibrate.ranges(graph, list(IMAGES[:8])))["project0"]
+    np.testing.assert_allclose(offset, low, atol=1e-5)
+    assert np.all(scale >= high - low - 1e-5)
+    stored = np.stack([net.emulate(x, keep=True)["project0"][..., :8] for x in IMAGES[:8]])
+    # half a level of its own storage, and of its input's (a ReLU6 stored as y / 6) through
+    # its weights
+    inherited = np.abs(model.get_layer("project0").get_weights()[0]).sum((0, 1, 2)) * 6
+    np.testing.assert_allclose(stored / 255.0 * scale + offset, values,
+                               atol=0.5 / 255 * (scale + inherited).max() + 1e-4)
+
+
+def test_a_residual_sum_shares_its_inputs_scale():
+    """A conv's residual is added as stored, so the sum and the residual get one scale (the
+    larger span); the offsets differ and go into the conv's bias."""
+    graph = ir.from_model(resnet_style())
+    found = calibrate.ranges(graph, list(IMAGES[:8]))
+    scales = calibrate.stored_as(graph, found)
+    for op in graph.ops:
+        if getattr(op, "residual", None):
+            np.testing.assert_array_equal(scales[op.name][0], scales[op.residual][0])
+            assert np.all(scales[op.name][0] >= found[op.name][1] - 1e-6)
+
+
+def test_a_sum_with_a_bounded_tensor_past_1_is_refused_in_one_line():
+    keras.utils.set_random_seed(3)
+    x = inputs = keras.Input((16, 16, 3))
+    a = L.Conv2D(4, 3, padding="same", activation="sigmoid", name="bounded")(x)
+    y = L.Conv2D(4, 3, padding="same", kernel_initializer=keras.initializers.Constant(0.5),
+                 name="wide")(x)
+    y = L.ReLU()(L.Add(name="sum")([y, a]))
+    model = keras.Model(inputs, L.Softmax()(L.Dense(3)(L.GlobalAveragePooling2D()(y))))
+    with pytest.raises(ValueError) as err:
+        es2.compile(model, calibration=list(IMAGES[:4]))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("layer 'sum': its sum with 'bounded'")

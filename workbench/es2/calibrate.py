@@ -1,0 +1,99 @@
+"""Unbounded tensors stored with a scale: an RGBA8 texture keeps [0, 1], so a tensor whose
+activation leaves it (a ReLU's output, a linear add or projection) is stored as
+``(x - offset) / scale``, per channel, with the range calibrated on sample images.
+
+:func:`ranges` runs the IR on the images without any storage (the emulator in
+:data:`~workbench.es2.emulate.REAL` arithmetic) and takes each channel's minimum and maximum;
+:func:`stored_as` turns them into ``(scale, offset)`` per tensor: offset 0 where a channel never
+goes below 0 (a ReLU), else its minimum; scale its span.  A sum adds stored values, so a
+conv's residual is stored at the scale of the conv's output (tied, the larger span of the two
+wins; the offsets differ freely, the conv's bias absorbs them); a two-input add becomes a
+depthwise 1x1 conv of one input with the other as its residual, so that its weights carry the
+first's scale.  The front ends' fold (:meth:`workbench.ir.lowering.Scales.fold`) then moves
+each scale into the readers' weights, exactly; a value outside the calibrated range is clipped
+by the store, as any value outside [0, 1].
+"""
+from __future__ import annotations
+
+from copy import deepcopy
+
+import numpy as np
+
+from workbench import ir
+from workbench.es2.emulate import REAL, apply
+from workbench.es2.record import record
+from workbench.ir.lowering import Scales, sums_as_convs
+from workbench.nets import activations
+
+
+def unbounded(op) -> bool:
+    """Whether ``op``'s activation leaves [0, 1] (an op without one keeps its input's)."""
+    name = getattr(op, "activation", None)
+    if name is None:
+        return False
+    low, high = activations.get(name).output_range or (-np.inf, np.inf)
+    return low < 0 or high > 1
+
+
+def needed(graph: ir.Graph) -> bool:
+    return any(unbounded(op) for op in graph.ops)
+
+
+def ranges(graph: ir.Graph, images) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per channel ``(minimum, maximum)`` over ``images`` (HxWxC in [0, 1]) of the output of
+    every op with an unbounded activation, as computed without storage (float32)."""
+    found = {}
+    for image in images:
+        values = {graph.input.name: np.asarray(graph.input_image(image), np.float32)}
+        for op in graph.ops:
+            if record(op).stored is not None:  # the logits: not stored in 8 bits
+                break
+            values[op.name] = apply(op, values, REAL)
+            if unbounded(op):
+                v = values[op.name].reshape(-1, values[op.name].shape[-1])
+                low, high = v.min(0), v.max(0)
+                if op.name in found:
+                    low, high = np.minimum(found[op.name][0], low), np.maximum(found[op.name][1], high)
+                found[op.name] = (low, high)
+    return found
+
+
+def stored_as(graph: ir.Graph, found) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``(scale, offset)`` per channel of each calibrated tensor (``found``: :func:`ranges`):
+    offset 0 for a channel that never goes below 0, else its minimum; scale the span (at
+    least 1e-6), the larger of the two where a conv's residual ties a tensor to its output."""
+    scales = {name: np.maximum(high - np.minimum(low, 0), 1e-6).astype(np.float64)
+              for name, (low, high) in found.items()}
+    offsets = {name: np.minimum(low, 0).astype(np.float64) for name, (low, _) in found.items()}
+    tied = [(op.name, op.residual) for op in graph.ops
+            if getattr(op, "residual", None) and (op.name in found or op.residual in found)]
+    for _ in range(len(tied)):  # until every tie agrees (a chain of residual blocks)
+        for a, b in tied:
+            both = np.maximum(scales.get(a, 1.0), scales.get(b, 1.0))
+            fixed = [name for name in (a, b) if name not in found]  # bounded: stored as is
+            if fixed and np.any(both > 1):
+                raise ValueError(
+                    f"layer {a!r}: its sum with {b!r} reaches {float(both.max()):.3g} on the "
+                    f"calibration images, but {fixed[0]!r} is stored as it is (a bounded "
+                    "activation), so the sum must stay in [0, 1]; end that layer in a ReLU "
+                    "(calibrated) or keep the sum bounded")
+            for name in (a, b):
+                if name in found:
+                    scales[name] = both
+    return {name: (scales[name], offsets[name]) for name in scales}
+
+
+def calibrated(graph: ir.Graph, images) -> ir.Graph:
+    """A copy of ``graph`` whose unbounded tensors are stored as ``(x - offset) / scale`` with
+    ranges calibrated on ``images`` (:func:`ranges`, :func:`stored_as`), their readers'
+    weights carrying the scales (:meth:`workbench.ir.lowering.Scales.fold`); ``graph``
+    itself where nothing is unbounded."""
+    if not needed(graph):
+        return graph
+    graph = deepcopy(graph)
+    sums_as_convs(graph, unbounded)
+    scales = Scales(1 if graph.input.rgb else graph.input.channels)  # (a luma net: its luma)
+    for name, (scale, offset) in stored_as(graph, ranges(graph, images)).items():
+        scales.store(graph.op(name), scale, offset)
+    scales.fold(graph)
+    return graph
