@@ -4,6 +4,10 @@ above chance and how long that takes; optionally write each trained net as ONNX
 (:func:`workbench.nets.zoo.to_onnx_torch_style`) and measure it against Keras with ONNX Runtime.
 
   python tools/zoo_train.py [--nets mobilenet_v2,resnet] [--steps 100,200,300] [--out DIR]
+  python tools/zoo_train.py --steps 1000 --save models   # the reference checkpoints
+
+``--save DIR`` writes each net (one ``--steps``) as ``DIR/cifar10_<net>.keras`` and ``.onnx``
+(the checkpoints in models/, whose cards quote this command's line).
 
 One line of JSON a run (net, steps, batch, seconds, top-1 before and after BatchNorm
 calibration, parameters, multiply-adds, with ``--out`` the largest |ONNX Runtime - Keras|
@@ -42,6 +46,7 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="folder for <net>_<steps>.onnx of each trained net")
+    parser.add_argument("--save", help="folder for cifar10_<net>.keras and .onnx (one --steps)")
     args = parser.parse_args(argv)
     try:
         zoo.cifar10_test(1)
@@ -56,6 +61,12 @@ def main(argv=None):
                 os.makedirs(args.out, exist_ok=True)
                 proto = zoo.to_onnx_torch_style(model,
                                                 os.path.join(args.out, f"{name}_{steps}.onnx"))
+                result["onnx_max_diff"] = onnx_max_diff(model, proto)
+            if args.save:
+                os.makedirs(args.save, exist_ok=True)
+                model.save(os.path.join(args.save, f"cifar10_{name}.keras"))
+                proto = zoo.to_onnx_torch_style(model, os.path.join(args.save,
+                                                                    f"cifar10_{name}.onnx"))
                 result["onnx_max_diff"] = onnx_max_diff(model, proto)
             print(json.dumps({"net": name, **result, "parameters": model.count_params(),
                               "multiply_adds": zoo.multiply_adds(model), "cpus": os.cpu_count(),

@@ -172,7 +172,7 @@ def test_a_sum_of_scaled_tensors_is_refused_unless_clipped_at_their_scale():
 
 def test_a_scaled_output_or_depth_to_space_is_refused():
     message = refusal(_small(L.Conv2D(4, 3, padding="same", name="c"), L.ReLU(6.0)))
-    assert message.startswith("the net's output 'c' is stored as x / 6")
+    assert message.startswith("layer 'c', the net's output, is stored as x / 6")
     message = refusal(_small(L.Conv2D(4, 3, padding="same", name="c", activation="relu6"),
                              DepthToSpace(2, name="d2s")))
     assert message.startswith("layer 'd2s' (DepthToSpace) reads 'c', stored as x / 6: a "

@@ -242,5 +242,5 @@ def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
     reasons = peers.unavailable_peers(es2.compile(relu6).graph, (8, 8))
     assert set(reasons) == set(peers.ORT_BACKENDS) and reasons["ort-wasm"] == (
         "the net has no ONNX form (workbench.ir.to_onnx): layer 'L1': activation "
-        "'relu6_scaled' has no PyTorch layer; written: linear, bounded_relu, sigmoid, "
+        "'relu6_scaled' has no PyTorch layer; written: linear, bounded_relu, relu, sigmoid, "
         "sigmoid_like")

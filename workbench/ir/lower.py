@@ -20,6 +20,7 @@ from workbench.ir.graph import (
     Input,
     Pool,
     Upsample,
+    reads,
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
@@ -33,6 +34,8 @@ from workbench.nets.layers import DepthToSpace as D2S
 SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNormalization (after a conv)",
              "Activation / Act (after a conv or an Add; relu6 stored as y / 6)",
              "ReLU(max_value=m) (after a conv or an Add; stored as y / m)",
+             "ReLU / relu (after a conv or an Add; ES 2.0 stores it with a calibrated scale)",
+             "ZeroPadding2D (before a conv with padding 'valid')",
              "Rescaling / Normalization (of the input, before the first convs)",
              "Add (of two tensors)",
              "Concatenate (channels)",
@@ -167,9 +170,13 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     readers = Counter(id(t) for layer in model.layers
                       if not isinstance(layer, keras.layers.InputLayer) for t in _inputs(layer))
     pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
+    pads = {}  # keras tensor id of a ZeroPadding2D's output -> (top, left, bottom, right)
     anchored = {}  # keras tensor id of an AnchorResidual -> (its sub-pixels' IR tensor, layer)
 
-    def producer(keras_tensor):
+    def producer(keras_tensor, padded=False):
+        if id(keras_tensor) in pads and not padded:
+            raise LoweringError(f"tensor {keras_tensor.name!r}: a ZeroPadding2D must feed a "
+                                "convolution with padding 'valid' (it becomes its padding)")
         if id(keras_tensor) in anchored:
             raise LoweringError(f"layer {anchored[id(keras_tensor)][1].name!r}: an "
                                 "AnchorResidual must feed the net's last DepthToSpace")
@@ -179,10 +186,13 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
         return tensor_of[id(keras_tensor)]
 
     def last_conv(keras_tensor, layer, what, kinds=(Conv,)):
+        """The op making ``keras_tensor``, where nothing lowered yet reads it (Keras may
+        order a branch's layers between a conv and its BatchNormalization)."""
         name = producer(keras_tensor)
-        op = ops[-1] if ops else None
-        if (not isinstance(op, kinds) or op.name != name or op.activation != "linear"
-                or id(keras_tensor) in order_of):
+        at = next((i for i, o in enumerate(ops) if o.name == name), None)
+        op = ops[at] if at is not None else None
+        if (not isinstance(op, kinds) or any(name in reads(o) for o in ops[at + 1:])
+                or op.activation != "linear" or id(keras_tensor) in order_of):
             raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
                                 f"convolution without activation (it follows {name!r})")
         return op
@@ -199,7 +209,12 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
             continue
         inputs = _inputs(layer)
         if isinstance(layer, (GroupConv2D, keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
-            op = _conv_from(layer, producer(inputs[0]), found)
+            op = _conv_from(layer, producer(inputs[0], padded=True), found)
+            if id(inputs[0]) in pads:
+                if op.padding != "valid":
+                    raise LoweringError(f"layer {layer.name!r}: reads a ZeroPadding2D, so its "
+                                        f"own padding must be 'valid', not {op.padding!r}")
+                op.padding = pads[id(inputs[0])]
             op.luma_input = luma_input and op.input == graph_input.name
             op.input_order = order_of.get(id(inputs[0]))
             ops.append(op)
@@ -228,6 +243,10 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                                     "the input, read by it alone (it folds into the convs)")
             _normalise(layer, found)
             tensor_of[id(layer.output)] = graph_input.name
+        elif isinstance(layer, keras.layers.ZeroPadding2D):
+            (top, bottom), (left, right) = layer.padding
+            pads[id(layer.output)] = (top, left, bottom, right)
+            tensor_of[id(layer.output)] = producer(inputs[0])
         elif isinstance(layer, Shuffle):
             previous = order_of.get(id(inputs[0]), range(len(layer.order)))
             order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)

@@ -180,9 +180,10 @@ class Scales:
         scaled = {t for t in affine if t != graph.input.name and
                   (np.any(read(t)[0] != 1) or np.any(read(t)[1] != 0))}
         if graph.output in scaled:
-            raise LoweringError(f"the net's output {graph.output!r} is stored as "
+            raise LoweringError(f"layer {graph.output!r}, the net's output, is stored as "
                                 f"{_describe(*read(graph.output))}, not the model's values: "
-                                "end the net in Clip(0, 1) (or a Dense)")
+                                "end the net in a bounded activation (Clip(0, 1), a sigmoid) "
+                                "or a Dense")
         for name in scaled & set(graph.origin or ()):
             del graph.origin[name]
 

@@ -6,7 +6,8 @@ Two nets as PyTorch's exporter writes them: the SR reference checkpoint written 
 ``models/cifar10_plain.onnx``.  The reference is ONNX Runtime (CPU, float activations): "TF"
 in :mod:`workbench.studies.deploy`'s records is the model's reference, here ONNX Runtime.
 A PyTorch net never saw the 8-bit storage: :func:`workbench.es2.onnx_check.ranges` reports
-what it costs per layer, shown on the classifier with its clips turned into ReLUs.
+what it costs per layer; the classifier with its clips turned into ReLUs shows the ReLUs
+stored with a calibrated scale (:mod:`workbench.es2.calibrate`).
 """
 from __future__ import annotations
 
@@ -129,7 +130,9 @@ def report_section(directory) -> str | None:
             + tables.markdown(classifier_rows(results["classifier"]), digits=3))
     if results.get("relu_ranges"):
         text += ("\n\nThe classifier with ReLUs for its clips (a net that never saw the 8-bit "
-                 "storage), per layer:\n\n" + tables.markdown(results["relu_ranges"], digits=3))
+                 "storage: its ReLUs' values past 1 stored with a scale calibrated on a few "
+                 "images, es2.calibrate), on the same images:\n\n"
+                 + tables.markdown(results["relu_ranges"], digits=3))
     costs = {op: Cost(**c) for op, c in results.get("sr_cost", {}).items()}
     if costs:
         from workbench.ir import cost
