@@ -143,9 +143,10 @@ OP_TYPES = tuple(ir.OP_TYPES)  # every IR op type (Conv ... Dense, Upsample, Add
 # Where asking an op its type is the job: the lowering from Keras and each back end's records
 # (ES 2.0: a module per op; ES 3.1: the OPS table; the TF.js peer: its ENTRIES table).
 # The lowerings (Keras; ONNX, and its mirror that writes IR graphs as ONNX), the op records of
-# each back end, the TF.js peer's table.
+# each back end, the TF.js peer's table; the zoo's writer of Keras layers as PyTorch's ONNX
+# (Keras layer types, whose names the checker cannot tell from the IR's).
 OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/lowering.py",
-                 "workbench/ir/to_onnx.py",
+                 "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
                  "workbench/es2/ops/", "workbench/es31/kernels.py", "workbench/web/tfjs.py")
 
 

@@ -1,0 +1,80 @@
+"""Two real nets end to end (workbench.nets.zoo, trained briefly on CIFAR-10: models/
+cifar10_mobilenet_v2 and cifar10_resnet, see their cards): a MobileNetV2-style net (inverted
+residuals, linear bottlenecks and residual adds, ReLU6, width 0.35) and a ResNet-style net
+(basic blocks of 3x3 convs over 32 and 64 channels, ReLU), each as Keras and as ONNX in
+PyTorch's export patterns, deployed through ES 2.0 with no hand edit: wide convs split over
+programs, ReLU6 folded, ReLUs and linear tensors stored with a scale calibrated on 20
+training images.  On llvmpipe: GPU top-1 = TF's / ONNX Runtime's on >= 99 % of 500 test
+images, every tensor's bytes = the emulator's; the page in Chromium gives llvmpipe's top-1."""
+import numpy as np
+import pytest
+
+from workbench import es2, web
+from workbench.data import datasets
+from workbench.files import project_root
+from workbench.nets import zoo
+from workbench.nets.models import load_model
+from workbench.studies import deploy
+
+pytestmark = pytest.mark.gl
+
+NETS = ("mobilenet_v2", "resnet")
+
+
+def checkpoint(name, suffix):
+    return project_root() / "models" / f"cifar10_{name}{suffix}"
+
+
+@pytest.fixture(scope="module")
+def cifar10():
+    """(500 test images, their labels, 20 training images to calibrate on)."""
+    try:
+        images, labels = zoo.cifar10_test()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    root = datasets.classification_root("cifar10")
+    calibration, _, _ = datasets.classification_arrays(root, "train", 32, limit=2)
+    return images, labels, list(calibration)
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".onnx"])
+@pytest.mark.parametrize("name", NETS)
+def test_real_net_gpu_top1_equals_the_reference(name, suffix, cifar10):
+    images, labels, calibration = cifar10
+    model = load_model(checkpoint(name, suffix))
+    net = es2.compile(model, calibration=calibration)
+    result = deploy.compare_classifier(model, net, images, labels, emulate=False,
+                                       progress=False)
+    assert result["gpu_top1_equals_tf"] >= 0.99, result
+    assert abs(result["top1_GPU"] - result["top1_TF"]) <= 0.01, result
+    assert result["top1_TF"] > 0.4  # trained: far above chance (10 %)
+    for image in images[:2]:
+        gpu, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
+        for tensor in predicted:
+            np.testing.assert_array_equal(gpu[tensor], predicted[tensor], err_msg=tensor)
+
+
+def test_real_nets_need_what_issue_43_built():
+    """The nets as the planner takes them: wide convs split, every tensor bounded."""
+    mobilenet = es2.compile(load_model(checkpoint("mobilenet_v2", ".keras")))
+    resnet = es2.compile(load_model(checkpoint("resnet", ".keras")))
+    for net in (mobilenet, resnet):
+        assert any(getattr(op, "split", 1) > 1 for op in net.graph.ops)
+        assert all(op.activation == "bounded_relu" for op in net.graph.ops
+                   if hasattr(op, "activation"))
+    wide = [op for op in resnet.graph.ops if getattr(op, "cin", 0) == 64 and op.size == 3]
+    assert wide and all(op.split >= 3 for op in wide)
+
+
+def test_real_net_page_gives_llvmpipes_top1(cifar10, tmp_path):
+    from tests.conftest import skip_module_without_chromium
+
+    skip_module_without_chromium()
+    images, _, calibration = cifar10
+    net = es2.compile(load_model(checkpoint("resnet", ".keras")), calibration=calibration)
+    web.export(net, tmp_path)
+    with web.session(tmp_path) as page:
+        probabilities = np.stack([page.run(image)["probabilities"] for image in images[:3]])
+    gl = np.stack([net.run(image) for image in images[:3]])  # its softmax, on the CPU
+    np.testing.assert_array_equal(probabilities.argmax(1), gl.argmax(1))
+    assert np.abs(probabilities - gl).max() <= 0.01  # logits a few fixed-point steps apart
