@@ -21,6 +21,8 @@ CARDS = sorted(MODELS.glob("*.json"))
 SR_CARDS = [c for c in CARDS if "psnr_y_studio_crop2_bicubic_aa" in json.loads(c.read_text())]
 CLASSIFIER_CARDS = [c for c in CARDS if "top1_tf" in json.loads(c.read_text()).get("test", {})]
 ONNX_CARDS = [c for c in CARDS if "top1_onnxruntime" in json.loads(c.read_text()).get("test", {})]
+# the zoo's nets (tools/zoo_card.py; checked by tests/integration/test_real_nets.py)
+ZOO_CARDS = [c for c in CARDS if "keras" in json.loads(c.read_text()).get("test", {})]
 
 
 def _set5():
@@ -33,7 +35,7 @@ def _set5():
 def test_the_reference_checkpoints_are_there():
     assert reference_sr().with_suffix(".json") in SR_CARDS
     assert reference_cifar10().with_suffix(".json") in CLASSIFIER_CARDS
-    assert set(SR_CARDS) | set(CLASSIFIER_CARDS) | set(ONNX_CARDS) == set(CARDS)
+    assert set(SR_CARDS) | set(CLASSIFIER_CARDS) | set(ONNX_CARDS) | set(ZOO_CARDS) == set(CARDS)
 
 
 @pytest.mark.parametrize("card_path", CLASSIFIER_CARDS, ids=[c.stem for c in CLASSIFIER_CARDS])
