@@ -112,3 +112,18 @@ def test_a_sum_with_a_bounded_tensor_past_1_is_refused_in_one_line():
         es2.compile(model, calibration=list(IMAGES[:4]))
     message = str(err.value)
     assert "\n" not in message and message.startswith("layer 'sum': its sum with 'bounded'")
+
+
+def test_a_signed_tensor_read_by_a_padded_conv_is_refused_in_one_line():
+    """A linear conv's signed output stored as (x - offset) / scale: a 3x3 'same' conv
+    reading it would pad with the stored zero, not the real one."""
+    keras.utils.set_random_seed(4)
+    x = inputs = keras.Input((16, 16, 3))
+    y = L.Conv2D(4, 1, name="linear")(x)
+    y = L.Conv2D(4, 3, padding="same", activation="sigmoid", name="padded")(y)
+    model = keras.Model(inputs, L.Softmax()(L.Dense(3)(L.GlobalAveragePooling2D()(y))))
+    with pytest.raises(ir.LoweringError) as err:
+        es2.compile(model, calibration=list(IMAGES[:4]))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("layer 'padded': its input is stored "
+                                                      "with an offset")

@@ -4,8 +4,8 @@ activation leaves it (a ReLU's output, a linear add or projection) is stored as
 
 :func:`ranges` runs the IR on the images without any storage (the emulator in
 :data:`~workbench.es2.emulate.REAL` arithmetic) and takes each channel's minimum and maximum;
-:func:`stored_as` turns them into ``(scale, offset)`` per tensor: offset 0 where a channel never
-goes below 0 (a ReLU), else its minimum; scale its span.  A sum adds stored values, so a
+:func:`stored_as` widens them by :data:`MARGIN` and turns them into ``(scale, offset)`` per
+tensor: offset 0 where a channel never goes below 0 (a ReLU), else its minimum; scale its span.  A sum adds stored values, so a
 conv's residual is stored at the scale of the conv's output (tied, the larger span of the two
 wins; the offsets differ freely, the conv's bias absorbs them); a two-input add becomes a
 depthwise 1x1 conv of one input with the other as its residual, so that its weights carry the

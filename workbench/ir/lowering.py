@@ -62,18 +62,20 @@ def check_demux_size(op, shapes):
 # --- scales folded at lowering -------------------------------------------------------------
 # Tensors stored with a scale, folded at lowering, exactly: ReLU6 / ``Clip(0, m)`` and the
 # input's normalisation.  Both front ends record what they find in a :class:`Scales` and call
-# :meth:`Scales.fold` on the graph they lowered; no back end sees a scale.
+# :meth:`Scales.fold` on the graph they lowered; no back end sees a scale (ES 2.0's
+# calibration of unbounded tensors, :mod:`workbench.es2.calibrate`, folds its own the same way).
 #
 # The IR keeps a tensor as its texture stores it, in [0, 1].  A Conv (or Add) followed by
 # ReLU6 / ``Clip(0, m)`` computes ``y`` in [0, m]: it keeps the bounded ReLU and its kernel and
 # bias are divided by ``m``, so it stores ``y / m``.  Every tensor then stands for
-# ``real = scale * stored + offset`` (per channel; the offset only from the input's
-# normalisation, ``x * s + o``), and each reader folds that back: a Conv into its kernel's
+# ``real = scale * stored + offset`` (per channel; an offset from the input's normalisation,
+# ``x * s + o``, or a calibrated signed range), and each reader folds that back: a Conv into its kernel's
 # input-channel rows (the offset into its bias, where it pads no zeros: zero padding of the
 # normalised tensor is not zero of the stored one), a Dense into its weight rows and bias; max
 # and average pooling and upsampling keep it (they commute with a positive affine map), a
-# Concat concatenates the channels'.  A sum (an Add, a Conv's residual) folds nothing: its
-# parts must be stored at the scale of its own output.  A depth-to-space and the net's output
+# Concat concatenates the channels'.  A sum (an Add, a Conv's residual) adds stored values: its
+# parts must be stored at the scale of its own output (a residual's offset goes into the Conv's
+# bias; an Add has none).  A depth-to-space and the net's output
 # must be stored as they are (scale 1, offset 0); anything else is refused in one line.
 
 
@@ -230,10 +232,10 @@ def _fold_into_conv(op, scale, offset):
         padded = (op.size > 1) if op.padding == "same" else any(explicit_pads(op.padding))
         if padded:
             raise LoweringError(
-                f"layer {op.name!r}: its input is normalised with an offset and the conv pads "
-                "with zeros: the border pixels would differ (zero padding of the normalised "
-                "tensor is not zero of the stored one); use padding 'valid', or normalise by "
-                "a scale alone")
+                f"layer {op.name!r}: its input is stored with an offset (a normalisation, or "
+                "a signed tensor's calibrated range) and the conv pads with zeros: the border "
+                "pixels would differ (zero padding of the real tensor is not zero of the "
+                "stored one); use padding 'valid', or normalise by a scale alone")
         op.bias = (op.bias + np.einsum("yxio,io->o", op.kernel, offset)).astype(np.float32)
     op.kernel = (op.kernel * scale).astype(np.float32)
 
