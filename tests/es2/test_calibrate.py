@@ -114,16 +114,25 @@ def test_a_sum_with_a_bounded_tensor_past_1_is_refused_in_one_line():
     assert "\n" not in message and message.startswith("layer 'sum': its sum with 'bounded'")
 
 
-def test_a_signed_tensor_read_by_a_padded_conv_is_refused_in_one_line():
+@pytest.mark.gl
+def test_a_signed_tensor_read_by_a_padded_conv_pads_with_its_real_zero():
     """A linear conv's signed output stored as (x - offset) / scale: a 3x3 'same' conv
-    reading it would pad with the stored zero, not the real one."""
+    reading it pads with the stored value of a real 0 (``pad_value``, ``-offset / scale``), so
+    the border is TF's too; llvmpipe's bytes = the emulator's."""
     keras.utils.set_random_seed(4)
     x = inputs = keras.Input((16, 16, 3))
-    y = L.Conv2D(4, 1, name="linear")(x)
-    y = L.Conv2D(4, 3, padding="same", activation="sigmoid", name="padded")(y)
-    model = keras.Model(inputs, L.Softmax()(L.Dense(3)(L.GlobalAveragePooling2D()(y))))
-    with pytest.raises(ir.LoweringError) as err:
-        es2.compile(model, calibration=list(IMAGES[:4]))
-    message = str(err.value)
-    assert "\n" not in message and message.startswith("layer 'padded': its input is stored "
-                                                      "with an offset")
+    y = L.Conv2D(8, 1, name="linear")(x)
+    y = L.Conv2D(8, 3, padding="same", activation="sigmoid", name="padded")(y)
+    model = keras.Model(inputs, L.Conv2D(4, 3, padding="same", activation="sigmoid")(y))
+    net = es2.compile(model, calibration=list(IMAGES[:4]))
+    scale, offset = calibrate.stored_as(ir.from_model(model), calibrate.ranges(
+        ir.from_model(model), list(IMAGES[:4])))["linear"]
+    np.testing.assert_allclose(net.graph.op("padded").pad_value, -offset / scale, rtol=1e-6)
+    pad = net.graph.op("padded").pad_value  # 0 for a channel that never goes below 0
+    assert np.all(pad >= 0) and np.any(pad > 0)
+    emulated = np.stack([net.emulate(x) for x in IMAGES])
+    assert np.abs(emulated - model(IMAGES).numpy()).max() < 2 / 255  # two 8-bit stores deep
+    for image in IMAGES[:2]:
+        gpu, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
+        for name in predicted:
+            np.testing.assert_array_equal(gpu[name], predicted[name], err_msg=name)

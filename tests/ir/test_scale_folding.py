@@ -11,8 +11,9 @@ import pytest
 
 from tests.ir import onnx_graphs
 from tests.ir.onnx_graphs import NEWEST
-from workbench import es2, ir
+from workbench import es2, es31, ir
 from workbench.es2 import onnx_check
+from workbench.ir.to_onnx import to_onnx
 from workbench.nets.layers import DepthToSpace
 from workbench.nets.onnx_model import OnnxModel
 
@@ -180,29 +181,38 @@ def test_a_scaled_output_or_depth_to_space_is_refused():
 
 
 @pytest.mark.parametrize("padding", ["valid", "same"])
-def test_an_input_offset_folds_into_the_bias_only_without_zero_padding(padding):
-    """Rescaling(2, offset=-1) (the [-1, 1] input) and a Normalization: where the conv pads,
-    the border would differ and it is refused."""
+def test_an_input_offset_folds_into_the_bias_and_the_padding(padding):
+    """Rescaling(2, offset=-1) (the [-1, 1] input) and a Normalization: the offset goes into
+    the bias; where the conv pads, its padding holds the stored value of a real 0
+    (``pad_value``), so the border is TF's too (ES 2.0: emulator and GPU; ES 3.1, which pads
+    with zeros only, refuses in one line)."""
     for normalise in (L.Rescaling(2.0, offset=-1.0),
                       L.Normalization(mean=[0.4, 0.5, 0.6], variance=[0.04, 0.09, 0.16])):
         model = _small(normalise, L.Conv2D(4, 3, padding=padding, name="c"),
                        L.Activation("sigmoid"))
-        if padding == "same":
-            message = refusal(model)
-            assert message.startswith("layer 'c': its input is stored with an offset (a "
-                                      "normalisation, or a signed tensor's calibrated range) "
-                                      "and the conv pads with zeros: the border pixels would "
-                                      "differ")
-            continue
-        ours = es2.compile(model).emulate(IMAGES[0])
+        net = es2.compile(model)
+        pad = net.graph.op("c").pad_value
+        assert (pad is None) == (padding == "valid")
+        if pad is not None:  # the image level that stands for a real 0
+            mean, std = ((0.5, 0.5) if isinstance(normalise, L.Rescaling)
+                         else (np.array([0.4, 0.5, 0.6]), np.array([0.2, 0.3, 0.4])))
+            np.testing.assert_allclose(pad, np.broadcast_to(mean, 3), atol=1e-6)
+            with pytest.raises(ValueError, match="layer 'c': its padding holds the stored "
+                               "value of a real 0 .* the ES 3.1 back end pads with zeros"):
+                es31.compile(model)
+            with pytest.raises(ValueError, match="layer 'c': .* ONNX's Conv pads with zeros"):
+                to_onnx(ir.from_model(model))
+        ours = net.emulate(IMAGES[0])
         assert np.abs(ours - model(IMAGES[:1]).numpy()[0]).max() <= 0.5 * STEP + 1e-6
+        np.testing.assert_array_equal(net.run(IMAGES[0], keep=True)["c"],
+                                      net.emulate(IMAGES[0], keep=True)["c"])
 
 
 # --- ONNX ----------------------------------------------------------------------------------
 
 def onnx_net(opset, normalise=None, first_pad=1, head=4, seed=3):
     """As PyTorch exports nn.ReLU6 (Clip(0, 6)): the input normalised (``"div"``: x / 0.25 per
-    channel, ``"mul"``: x * 4, ``"meanstd"``: (x - mean) / std, which needs ``first_pad=0``),
+    channel, ``"mul"``: x * 4, ``"meanstd"``: (x - mean) / std, its padding then the mean),
     conv + BatchNorm + Clip(0, 6), depthwise 3x3 + Clip(0, 6), max pooling, 1x1 +
     Clip(0, 3), the two concatenated, 3x3 + Clip(0, ``head``), GlobalAveragePool, Linear,
     Softmax."""
@@ -234,7 +244,7 @@ def _clip_outputs(model):
 
 @pytest.mark.parametrize("opset", [11, NEWEST])
 @pytest.mark.parametrize("normalise,first_pad", [(None, 1), ("div", 1), ("mul", 1),
-                                                 ("meanstd", 0)])
+                                                 ("meanstd", 0), ("meanstd", 1)])
 def test_onnx_clip_0_m_and_input_normalisation_follow_onnxruntime(opset, normalise, first_pad):
     model = OnnxModel(onnx_net(opset, normalise, first_pad))
     net = es2.compile(model)
@@ -287,8 +297,6 @@ def onnx_refusal(proto) -> str:
 
 
 def test_onnx_refusals_name_the_layer_and_why():
-    message = onnx_refusal(onnx_net(NEWEST, "meanstd", first_pad=1))
-    assert "and the conv pads with zeros: the border pixels would differ" in message
     b = onnx_graphs.Builder(NEWEST)
     six = [b.node("Clip", [b.conv("input", 3, 4, 3), b.const(0.0), b.const(6.0)])
            for _ in range(2)]

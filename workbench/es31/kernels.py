@@ -157,6 +157,7 @@ def _job_packs(op: ir.Conv, pack: int, nin: int) -> list[int]:
 
 
 def conv_kernel(op: ir.Conv, opts: Options) -> Kernel:
+    op.zero_padded("the ES 3.1 back end")
     plan = conv_plan(op, opts)
     lx, ly = opts.local_size
     k, s, b, nin = plan.k, plan.stride, plan.block, plan.nin

@@ -130,6 +130,9 @@ class Conv:
     luma_input: bool = False
     input_order: tuple[int, ...] | None = None
     storage: str = "linear"  # "sqrt": the output is the 8-bit texture's companded value
+    pad_value: np.ndarray | None = None  # what a tap in the padding reads, per input channel
+    #   (logical order), as its texture stores it: a tensor stored with an offset holds its real
+    #   zero there (ir.lowering.Scales); None: 0
 
     @property
     def size(self):
@@ -154,6 +157,14 @@ class Conv:
 
     def out_packs(self):
         return packs(self.cout)
+
+    def zero_padded(self, consumer: str):
+        """Raise a ValueError naming the layer where its padding holds a ``pad_value`` that
+        ``consumer`` (a back end padding with zeros only) cannot give it."""
+        if self.pad_value is not None:
+            raise ValueError(f"layer {self.name!r}: its padding holds the stored value of a "
+                             f"real 0 (its input is stored with an offset); {consumer} pads "
+                             "with zeros only")
 
     def in_group(self, out_channel) -> range:
         """The input channels output channel ``out_channel`` reads: its group's."""

@@ -224,29 +224,37 @@ def _describe(scale, offset) -> str:
 
 def _fold_into_conv(op, scale, offset):
     """``op`` reads ``scale * stored + offset``: the scale into its kernel's input-channel
-    rows, the offset into its bias (refused where the conv pads with zeros)."""
+    rows, the offset into its bias; where the conv pads, its padding then holds the stored
+    value of a real 0 (``pad_value``, ``-offset / scale``), so a tap there still adds 0."""
     if np.all(scale == 1) and np.all(offset == 0):
         return
-    scale, offset = (_per_tap(op, v) for v in (scale, offset))
     if np.any(offset):
         padded = (op.size > 1) if op.padding == "same" else any(explicit_pads(op.padding))
-        if padded:
-            raise LoweringError(
-                f"layer {op.name!r}: its input is stored with an offset (a normalisation, or "
-                "a signed tensor's calibrated range) and the conv pads with zeros: the border "
-                "pixels would differ (zero padding of the real tensor is not zero of the "
-                "stored one); use padding 'valid', or normalise by a scale alone")
+        if padded and not op.luma_input:
+            op.pad_value = (-_logical(op, offset) / _logical(op, scale)).astype(np.float32)
+        elif padded:
+            raise LoweringError(f"layer {op.name!r}: a luma net's input normalised with an "
+                                "offset before a conv that pads: normalise by a scale alone")
+    scale, offset = (_per_tap(op, v) for v in (scale, offset))
+    if np.any(offset):
         op.bias = (op.bias + np.einsum("yxio,io->o", op.kernel, offset)).astype(np.float32)
     op.kernel = (op.kernel * scale).astype(np.float32)
+
+
+def _logical(op, values) -> np.ndarray:
+    """Per-channel ``values`` of the tensor ``op`` reads, in the conv's logical channel order
+    (after its pack order ``input_order``)."""
+    values = np.broadcast_to(values, op.cin)
+    if op.input_order and not op.luma_input:
+        padded = np.resize(values, 4 * len(op.input_order)).reshape(-1, 4)
+        values = padded[list(op.input_order)].reshape(-1)
+    return values[:op.cin]
 
 
 def _per_tap(op, values) -> np.ndarray:
     """``(cin / groups, cout)``: the value of the input channel that ``kernel[:, :, i, o]``
     multiplies (its group's, after the conv's pack order ``input_order``)."""
-    values = np.broadcast_to(values, op.cin)
-    if op.input_order and not op.luma_input:
-        padded = np.resize(values, 4 * len(op.input_order)).reshape(-1, 4)
-        values = padded[list(op.input_order)].reshape(-1)
+    values = _logical(op, values)
     group = np.arange(op.cout) // (op.cout // op.groups)
     cin_g = op.kernel.shape[2]
     return values[group[None, :] * cin_g + np.arange(cin_g)[:, None]]

@@ -108,6 +108,7 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
     for op in graph.ops:
         x = onnx_of.get(op.input)
         if isinstance(op, Conv):
+            op.zero_padded("ONNX's Conv")
             if op.input_order is not None:  # x[:, index]: channel i reads channel index[i]
                 index = [4 * p + c for p in op.input_order for c in range(4)]
                 x = node("Gather", [x, const(f"{op.name}.shuffle", index, np.int64)], op.name,

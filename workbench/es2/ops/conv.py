@@ -151,6 +151,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     every = op.input_packs(packs[0])
     positions = [j for j in stage.positions if j < len(every)] if stage else range(len(every))
     in_packs = [every[j] for j in positions]
+    padding = _padding_terms(op, [op.logical_packs(packs[0])[j] for j in positions]
+                             if not op.luma_input else [0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
@@ -208,7 +210,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                 # m[i, o]: input component i -> output component o
                 products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
                             if constants.kept(w[dy, dx, j])]
-                texel = f"(texture2D({sampler}, {where}){mask})"
+                texel = f"(texture2D({sampler}, {where}){mask}{padding[j].format(dx=dx, dy=dy) if padded else ''})"
                 if channels is not None:  # the kept rows of mat4 * t, summed in its order
                     if products:
                         m = products[0][1]
@@ -246,6 +248,17 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     return Pass(name, op.name, source, bindings, outputs, vectors,
                 channels=tuple(channels) if channels is not None else None,
                 arrays=constants.arrays())
+
+
+def _padding_terms(op, logical) -> list[str]:
+    """What each input pack's masked tap adds where the padding holds ``pad_value`` (a
+    tensor stored with an offset): ``+ pv * (1.0 - m)`` after its ``texel * m`` (exact: m is
+    0 or 1); nothing where the padding holds 0."""
+    if op.pad_value is None:
+        return [""] * len(logical)
+    values = np.pad(op.pad_value, (0, ir.PACK * max(logical, default=0) + ir.PACK))
+    return [f" + {glsl_vec(values[ir.PACK * p:ir.PACK * p + ir.PACK])} * (1.0 - m{{dx}}_{{dy}})"
+            for p in logical]
 
 
 def _taps(size):
@@ -315,7 +328,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     (:mod:`workbench.es2.ops.split`): its partial stages' programs, then its last stage's as
     these options make them, one pack each."""
     precision, limits = target.precision, target.limits
-    order = order or getattr(op, "order", "chain")
+    order = "chain" if op.pad_value is not None else order or getattr(op, "order", "chain")
     if residual_first is None:
         residual_first = getattr(op, "residual_first", False)
     channels = channels or channels_per_program(op, limits.constant_vectors)
@@ -363,6 +376,8 @@ def emulate(op: ir.Conv, x, residual=None):
     (oh, ow), (pt, pl), k, s = op.out_hw((h, w)), op.pads((h, w)), op.size, op.stride
     padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
                        x.shape[2]), F)
+    if op.pad_value is not None:  # what the shader's masked taps read (exactly)
+        padded[:] = op.pad_value[:x.shape[2]].astype(F)
     padded[pt:pt + h, pl:pl + w] = x
     index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
     weight = weight.astype(F)
@@ -601,7 +616,8 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
     residual = ("residual_first",) if op.residual else ()
-    return ("channels", *masks, "order", *residual, "weights")
+    order = ("order",) if op.pad_value is None else ()  # a padding value: masked per tap
+    return ("channels", *masks, *order, *residual, "weights")
 
 
 RECORD = register(ir.Conv, OpRecord(
