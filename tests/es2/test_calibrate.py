@@ -136,3 +136,43 @@ def test_a_signed_tensor_read_by_a_padded_conv_pads_with_its_real_zero():
         gpu, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
         for name in predicted:
             np.testing.assert_array_equal(gpu[name], predicted[name], err_msg=name)
+
+
+def leaky_net():
+    """A LeakyReLU conv (signed, stored with a calibrated offset) read by a 3x3 'same' conv
+    (its padding the stored real 0), then the logits."""
+    keras.utils.set_random_seed(5)
+    x = inputs = keras.Input((16, 16, 3))
+    y = L.LeakyReLU(0.1, name="leaky")(L.Conv2D(8, 3, padding="same", name="c1")(x))
+    y = L.Conv2D(8, 3, padding="same", activation="leaky_relu", name="c2")(y)
+    y = L.ReLU()(L.Conv2D(8, 3, padding="same", name="c3")(y))
+    return keras.Model(inputs, L.Softmax()(L.Dense(5)(L.GlobalAveragePooling2D()(y))))
+
+
+@pytest.mark.gl
+def test_leaky_relu_nets_deploy_as_keras_and_onnx():
+    """Keras' LeakyReLU layer (slope 0.1) and activation (0.2), and the same net as ONNX
+    LeakyRelu nodes (ir.to_onnx): through ES 2.0 within a few hundredths of TF's
+    probabilities with its top-1, bytes = emulator; ES 3.1 (float storage) = TF."""
+    from workbench import es31
+    from workbench.ir.to_onnx import to_onnx
+    from workbench.nets.onnx_model import OnnxModel
+
+    model = leaky_net()
+    graph = ir.from_model(model)
+    assert [op.activation for op in graph.ops[:3]] == ["leaky_relu:0.1", "leaky_relu:0.2",
+                                                       "relu"]
+    reference = model(IMAGES).numpy()
+    np.testing.assert_allclose(np.stack([es31.compile(model).run(x) for x in IMAGES[:2]]),
+                               reference[:2], atol=1e-5)
+    onnx_model = OnnxModel(to_onnx(graph))
+    assert {n.op_type for n in onnx_model.proto.graph.node} >= {"LeakyRelu", "Relu"}
+    for source in (model, onnx_model):
+        net = es2.compile(source, calibration=list(IMAGES[:8]))
+        assert net.graph.ops[1].pad_value is not None  # c2 reads the signed c1
+        emulated = np.stack([net.emulate(x) for x in IMAGES])
+        assert np.abs(emulated - reference).max() < 0.03
+        np.testing.assert_array_equal(emulated.argmax(1), reference.argmax(1))
+        gpu, predicted = net.run(IMAGES[0], keep=True), net.emulate(IMAGES[0], keep=True)
+        for name in predicted:
+            np.testing.assert_array_equal(gpu[name], predicted[name], err_msg=name)

@@ -34,7 +34,8 @@ from workbench.nets.layers import DepthToSpace as D2S
 SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNormalization (after a conv)",
              "Activation / Act (after a conv or an Add; relu6 stored as y / 6)",
              "ReLU(max_value=m) (after a conv or an Add; stored as y / m)",
-             "ReLU / relu (after a conv or an Add; ES 2.0 stores it with a calibrated scale)",
+             "ReLU / relu, LeakyReLU (after a conv or an Add; ES 2.0 stores it with a "
+             "calibrated scale)",
              "ZeroPadding2D (before a conv with padding 'valid')",
              "Rescaling / Normalization (of the input, before the first convs)",
              "Add (of two tensors)",
@@ -50,10 +51,16 @@ def _keras_activation(layer, op, found):
     relu6 (clipped at 6, stored as y / 6), a ReLU layer with a ``max_value``, or relu /
     ``ReLU()`` (unbounded: ES 2.0 stores it with a calibrated scale)."""
     where = f"layer {layer.name!r}"
+    if isinstance(layer, keras.layers.LeakyReLU):
+        op.activation = _leaky(layer.negative_slope, where)
+        return
     if isinstance(layer, keras.layers.ReLU):
-        if layer.negative_slope or layer.threshold:
-            raise LoweringError(f"{where}: a ReLU with a negative_slope or a threshold has no "
-                                "GLSL form here; take negative_slope=0, threshold=0")
+        if layer.threshold or (layer.negative_slope and layer.max_value is not None):
+            raise LoweringError(f"{where}: a ReLU with a threshold, or a negative_slope and a "
+                                "max_value, has no GLSL form here")
+        if layer.negative_slope:
+            op.activation = _leaky(layer.negative_slope, where)
+            return
         if layer.max_value is None:
             op.activation = "relu"
         else:
@@ -63,11 +70,22 @@ def _keras_activation(layer, op, found):
     if name == "relu6":
         found.clip(op, 0, 6, where)
         return
+    if name == "leaky_relu":  # keras.activations.leaky_relu's default slope
+        op.activation = _leaky(0.2, where)
+        return
     if name not in ("linear", "sigmoid", "relu"):
         raise LoweringError(f"{where}: Keras activation {name!r} has no [0, 1]-bounded GLSL "
                             f"form; use workbench.nets.layers.Act with one of "
                             f"{activations.names()}")
     op.activation = name
+
+
+def _leaky(slope, where) -> str:
+    """The activation name of a leaky ReLU of ``slope`` (one line where it has none)."""
+    try:
+        return activations.leaky_relu(float(slope)).name
+    except ValueError as err:
+        raise LoweringError(f"{where}: {err}") from None
 
 
 def _activation_name(layer) -> str:
@@ -230,7 +248,8 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
                                     "Dense layer (the logits)")
             op.softmax = True
             tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, (Act, keras.layers.Activation, keras.layers.ReLU)):
+        elif isinstance(layer, (Act, keras.layers.Activation, keras.layers.ReLU,
+                                keras.layers.LeakyReLU)):
             op = last_conv(inputs[0], layer, "an activation", (Conv, Add))
             if isinstance(layer, Act):
                 op.activation = layer.activation

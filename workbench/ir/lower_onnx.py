@@ -9,9 +9,10 @@ Conv or Add before it (HardSigmoid's ``alpha x + beta`` into the conv's weights)
 depth-to-space (``nn.PixelShuffle``: one DepthToSpace node, or its Reshape-Transpose-Reshape)
 into the order of the conv's output channels.  ``Clip(0, m)`` (ReLU6) and Mul / Div / Sub /
 Add of constants on the input are folded into the weights (:class:`~workbench.ir.lowering.
-Scales`).  Relu stores what the 8-bit texture can carry, [0, 1]: :attr:`Graph.origin` names
-the ONNX tensor each op stands for, so that a check can run ONNX Runtime beside the emulator
-and name a layer whose values leave that range (:func:`workbench.es2.onnx_check.ranges`).
+Scales`).  Relu and LeakyRelu are unbounded (ES 2.0 stores them with a calibrated scale,
+:mod:`workbench.es2.calibrate`); :attr:`Graph.origin` names the ONNX tensor each op stands
+for, so that a check can run ONNX Runtime beside the emulator and name a layer whose values
+leave [0, 1] (:func:`workbench.es2.onnx_check.ranges`).
 
 Each node type has one builder in :data:`BUILDERS`; anything else is refused naming the node,
 its op type and the supported list.
@@ -38,13 +39,13 @@ from workbench.ir.graph import (
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
 from workbench.ir.lowering import Scales
-from workbench.nets import storage
+from workbench.nets import activations, storage
 
 OPSET_MIN = 11
 
 SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (after a Conv)",
-             "Relu / Clip(0, m) / Sigmoid / HardSigmoid (after a Conv or Add; Clip(0, m) "
-             "stored as y / m)",
+             "Relu / LeakyRelu / Clip(0, m) / Sigmoid / HardSigmoid (after a Conv or Add; "
+             "Clip(0, m) stored as y / m)",
              "Mul / Div / Sub / Add of constants on the input (folded into the convs)",
              "Add (two tensors; a constant into the Conv or Gemm before it)",
              "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3)",
@@ -325,7 +326,8 @@ def _batchnorm(low, node, attrs):
 
 
 def _activation(low, node, attrs):
-    """Relu, Clip(0, m), Sigmoid, HardSigmoid fused into the Conv or Add before it; the Clip
+    """Relu, LeakyRelu, Clip(0, m), Sigmoid, HardSigmoid fused into the Conv or Add before
+    it; the Clip
     of an anchor residual into its depth-to-space."""
     if low.special.get(node.input[0], (None,))[0] == "anchored":
         _, demux, how, s = low.special[node.input[0]]
@@ -355,6 +357,13 @@ def _activation(low, node, attrs):
         op.bias = (op.bias * np.float32(alpha) + np.float32(beta)).astype(np.float32)
         if op.residual:
             low.refuse(node, "HardSigmoid after a residual sum")
+    if kind == "LeakyRelu":
+        try:
+            op.activation = activations.leaky_relu(float(attrs.get("alpha", 0.01))).name
+        except ValueError as err:
+            low.refuse(node, str(err))
+        low.set(node.output[0], op.name)
+        return
     op.activation = {"Sigmoid": "sigmoid", "Relu": "relu"}.get(kind, "bounded_relu")
     low.set(node.output[0], op.name)
 
@@ -677,6 +686,7 @@ def _shape(low, node, attrs):
 BUILDERS = {
     "Conv": _conv, "BatchNormalization": _batchnorm,
     "Relu": _activation, "Clip": _activation, "Sigmoid": _activation, "HardSigmoid": _activation,
+    "LeakyRelu": _activation,
     "Add": _add, "Concat": _concat, "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_pool, "ReduceMean": _global_pool,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Transpose": _transpose,

@@ -75,6 +75,8 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
 
     def activation(out, op):
         act = getattr(op, "activation", "linear")
+        if act.startswith("leaky_relu:"):  # nn.LeakyReLU(slope)
+            return node("LeakyRelu", [out], op.name, alpha=float(act.split(":", 1)[1]))
         if act not in ACTIVATIONS:
             raise ValueError(f"layer {op.name!r}: activation {act!r} has no PyTorch layer; "
                              f"written: {', '.join(ACTIVATIONS)}")

@@ -107,3 +107,11 @@ def identity_ops(x):
 
 relu_tf = tf.nn.relu
 relu_ops = keras.ops.relu
+
+
+def leaky_relu_tf(x, slope):
+    return tf.nn.leaky_relu(x, slope)
+
+
+def leaky_relu_ops(x, slope):
+    return keras.ops.leaky_relu(x, slope)

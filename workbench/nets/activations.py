@@ -21,6 +21,8 @@ from typing import Callable
 
 import numpy as np
 
+from workbench.glsl_text import glsl_float
+
 
 @dataclass(frozen=True)
 class Activation:
@@ -58,15 +60,15 @@ class Activation:
 
 class _Form:
     """A TF or keras.ops form of :mod:`workbench.nets.activation_forms`, by name, imported
-    at its first call."""
+    at its first call (with ``args`` after ``x``)."""
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, *args):
+        self.name, self.args = name, args
 
     def __call__(self, x):
         from workbench.nets import activation_forms
 
-        return getattr(activation_forms, self.name)(x)
+        return getattr(activation_forms, self.name)(x, *self.args)
 
 
 _REGISTRY: dict[str, Activation] = {}
@@ -79,15 +81,39 @@ def register(act: Activation) -> Activation:
 
 
 def get(name: str | Activation) -> Activation:
-    """Look an activation up by name; the error lists the known names."""
+    """Look an activation up by name (``"leaky_relu:<slope>"``: :func:`leaky_relu`); the
+    error lists the known names."""
     if isinstance(name, Activation):
         return name
+    if isinstance(name, str) and name.startswith("leaky_relu:") and name not in _REGISTRY:
+        try:
+            return leaky_relu(float(name.split(":", 1)[1]))
+        except ValueError:
+            pass
     try:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(
-            f"unknown activation {name!r}; known: {', '.join(sorted(_REGISTRY))}"
-        ) from None
+            f"unknown activation {name!r}; known: {', '.join(sorted(_REGISTRY))}, "
+            "leaky_relu:<slope>") from None
+
+
+def leaky_relu(slope: float) -> Activation:
+    """``max(x, slope x)`` for a slope in [0, 1) (Keras' LeakyReLU, ONNX's LeakyRelu), named
+    ``"leaky_relu:<slope>"`` (registered at first use); unbounded below and above: ES 2.0
+    stores it with a calibrated scale and offset."""
+    if not 0 <= slope < 1:
+        raise ValueError(f"leaky_relu's slope {slope}: one in [0, 1)")
+    name = f"leaky_relu:{slope:.9g}"
+    if name not in _REGISTRY:
+        a = np.float32(slope)
+        register(Activation(
+            name=name, tf_fn=_Form("leaky_relu_tf", slope),
+            np_fn=lambda x: np.maximum(_float(x), _float(x) * a.astype(_float(x).dtype)),
+            glsl=f"max({{x}}, {glsl_float(a)} * {{x}})",
+            description=f"leaky ReLU, slope {slope:.9g} below 0 (unbounded)",
+            output_range=(-float("inf"), float("inf")), ops_fn=_Form("leaky_relu_ops", slope)))
+    return _REGISTRY[name]
 
 
 def names() -> list[str]:

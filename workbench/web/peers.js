@@ -45,6 +45,7 @@ const PEER_ACTIVATIONS = {
 };
 
 function peerActivation(tf, name, op) {
+  if (name.startsWith("leaky_relu:")) return (x) => tf.leakyRelu(x, Number(name.split(":")[1]));
   const fn = PEER_ACTIVATIONS[name];
   if (!fn) throw new Error(`op ${op}: activation ${name} has no TF.js form in peers.js (known: ${Object.keys(PEER_ACTIVATIONS)})`);
   return (x) => fn(tf, x);
