@@ -69,15 +69,17 @@ def test_calibrated_nets_run_as_emulated(build):
 def test_a_linear_projection_is_stored_with_its_calibrated_range():
     """project0 (a linear 1x1 conv, the residual of the block after it): per channel, offset
     = its minimum over the calibration images (TF's values) and scale at least its span, both
-    widened by the margin (the sum it is tied to may be wider still), so the stored levels times the scale plus the offset are
-    TF's values within half a level."""
+    widened by the margin (the sum it is tied to may be wider still), so the stored levels
+    times the scale plus the offset are TF's values within half a level (of its own storage
+    and of its input's)."""
     model = mobilenet_v2_style()
     net = es2.compile(model, calibration=list(IMAGES[:8]))
     values = keras.Model(model.inputs, model.get_layer("project0").output)(IMAGES[:8]).numpy()
     low, high = values.min((0, 1, 2)), values.max((0, 1, 2))
     assert np.all(low < 0) and np.all(high > 0)
     graph = ir.from_model(model)
-    scale, offset = calibrate.stored_as(graph, calibrate.ranges(graph, list(IMAGES[:8])))["project0"]
+    found = calibrate.ranges(graph, list(IMAGES[:8]))
+    scale, offset = calibrate.stored_as(graph, found)["project0"]
     np.testing.assert_allclose(offset, low * calibrate.MARGIN, atol=1e-5)
     assert np.all(scale >= (high - low) * calibrate.MARGIN - 1e-5)
     stored = np.stack([net.emulate(x, keep=True)["project0"][..., :8] for x in IMAGES[:8]])

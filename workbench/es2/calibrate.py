@@ -5,8 +5,8 @@ activation leaves it (a ReLU's output, a linear add or projection) is stored as
 :func:`ranges` runs the IR on the images without any storage (the emulator in
 :data:`~workbench.es2.emulate.REAL` arithmetic) and takes each channel's minimum and maximum;
 :func:`stored_as` widens them by :data:`MARGIN` and turns them into ``(scale, offset)`` per
-tensor: offset 0 where a channel never goes below 0 (a ReLU), else its minimum; scale its span.  A sum adds stored values, so a
-conv's residual is stored at the scale of the conv's output (tied, the larger span of the two
+tensor: offset 0 where a channel never goes below 0 (a ReLU), else its minimum; scale its
+span.  A sum adds stored values, so a conv's residual is stored at the scale of the conv's output (tied, the larger span of the two
 wins; the offsets differ freely, the conv's bias absorbs them); a two-input add becomes a
 depthwise 1x1 conv of one input with the other as its residual, so that its weights carry the
 first's scale.  The front ends' fold (:meth:`workbench.ir.lowering.Scales.fold`) then moves
@@ -58,7 +58,8 @@ def ranges(graph: ir.Graph, images) -> dict[str, tuple[np.ndarray, np.ndarray]]:
                 v = values[op.name].reshape(-1, values[op.name].shape[-1])
                 low, high = v.min(0), v.max(0)
                 if op.name in found:
-                    low, high = np.minimum(found[op.name][0], low), np.maximum(found[op.name][1], high)
+                    low = np.minimum(found[op.name][0], low)
+                    high = np.maximum(found[op.name][1], high)
                 found[op.name] = (low, high)
     return found
 
@@ -68,7 +69,8 @@ def stored_as(graph: ir.Graph, found, margin=MARGIN) -> dict[str, tuple[np.ndarr
     the range widened by ``margin`` (its maximum times it; a signed one's minimum too), offset
     0 for a channel that never goes below 0, else that minimum; scale the span (at least
     1e-6), the larger of the two where a conv's residual ties a tensor to its output."""
-    found = {name: (np.minimum(low, 0) * margin, high * margin) for name, (low, high) in found.items()}
+    found = {name: (np.minimum(low, 0) * margin, high * margin)
+             for name, (low, high) in found.items()}
     scales = {name: np.maximum(high - low, 1e-6).astype(np.float64)
               for name, (low, high) in found.items()}
     offsets = {name: low.astype(np.float64) for name, (low, _) in found.items()}

@@ -69,9 +69,9 @@ def check_demux_size(op, shapes):
 # ReLU6 / ``Clip(0, m)`` computes ``y`` in [0, m]: it keeps the bounded ReLU and its kernel and
 # bias are divided by ``m``, so it stores ``y / m``.  Every tensor then stands for
 # ``real = scale * stored + offset`` (per channel; an offset from the input's normalisation,
-# ``x * s + o``, or a calibrated signed range), and each reader folds that back: a Conv into its kernel's
-# input-channel rows (the offset into its bias, where it pads no zeros: zero padding of the
-# normalised tensor is not zero of the stored one), a Dense into its weight rows and bias; max
+# ``x * s + o``, or a calibrated signed range), and each reader folds that back: a Conv into
+# its kernel's input-channel rows and its bias (where it pads, its padding then holds the
+# stored value of a real 0, ``Conv.pad_value``), a Dense into its weight rows and bias; max
 # and average pooling and upsampling keep it (they commute with a positive affine map), a
 # Concat concatenates the channels'.  A sum (an Add, a Conv's residual) adds stored values: its
 # parts must be stored at the scale of its own output (a residual's offset goes into the Conv's

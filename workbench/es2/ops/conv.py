@@ -210,7 +210,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                 # m[i, o]: input component i -> output component o
                 products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
                             if constants.kept(w[dy, dx, j])]
-                texel = f"(texture2D({sampler}, {where}){mask}{padding[j].format(dx=dx, dy=dy) if padded else ''})"
+                pad = padding[j].format(dx=dx, dy=dy) if padded else ""
+                texel = f"(texture2D({sampler}, {where}){mask}{pad})"
                 if channels is not None:  # the kept rows of mat4 * t, summed in its order
                     if products:
                         m = products[0][1]
@@ -242,7 +243,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     outputs = [(op.name, p) for p in packs]
     if partial:  # the whole texel of its half's texture
         name += f".s{stage.index}h{stage.half}"
-        outputs, channels = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)], None
+        outputs = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)]
+        channels = None
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
     return Pass(name, op.name, source, bindings, outputs, vectors,
