@@ -27,14 +27,13 @@ NETS = {"mobilenet_v2": zoo.mobilenet_v2_style, "resnet": zoo.resnet_style}
 
 def onnx_max_diff(model, proto):
     """The largest |ONNX Runtime - Keras| difference of the probabilities over the 500 test
-    images (NCHW for ONNX Runtime)."""
+    images."""
     import numpy as np
-    import onnxruntime as ort
+
+    from workbench.nets.onnx_model import OnnxModel
 
     images, _ = zoo.cifar10_test()
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = np.concatenate([session.run(None, {"input": x[None].transpose(0, 3, 1, 2)})[0]
-                          for x in images])
+    got = OnnxModel(proto).predict(images)
     return float(np.abs(got - model.predict(images, verbose=0)).max())
 
 

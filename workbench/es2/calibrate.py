@@ -16,11 +16,12 @@ by the store, as any value outside [0, 1].
 from __future__ import annotations
 
 from copy import deepcopy
+from itertools import takewhile
 
 import numpy as np
 
 from workbench import ir
-from workbench.es2.emulate import REAL, apply
+from workbench.es2.emulate import REAL, tensors
 from workbench.es2.record import record
 from workbench.ir.lowering import Scales, sums_as_convs
 from workbench.nets import activations
@@ -47,20 +48,18 @@ def needed(graph: ir.Graph) -> bool:
 def ranges(graph: ir.Graph, images) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per channel ``(minimum, maximum)`` over ``images`` (HxWxC in [0, 1]) of the output of
     every op with an unbounded activation, as computed without storage (float32)."""
+    # up to the logits (not stored in 8 bits)
+    head = list(takewhile(lambda op: record(op).stored is None, graph.ops))
     found = {}
     for image in images:
-        values = {graph.input.name: np.asarray(graph.input_image(image), np.float32)}
-        for op in graph.ops:
-            if record(op).stored is not None:  # the logits: not stored in 8 bits
-                break
-            values[op.name] = apply(op, values, REAL)
-            if unbounded(op):
-                v = values[op.name].reshape(-1, values[op.name].shape[-1])
-                low, high = v.min(0), v.max(0)
-                if op.name in found:
-                    low = np.minimum(found[op.name][0], low)
-                    high = np.maximum(found[op.name][1], high)
-                found[op.name] = (low, high)
+        values = tensors(graph, image, REAL, head)
+        for op in filter(unbounded, head):
+            v = values[op.name].reshape(-1, values[op.name].shape[-1])
+            low, high = v.min(0), v.max(0)
+            if op.name in found:
+                low = np.minimum(found[op.name][0], low)
+                high = np.maximum(found[op.name][1], high)
+            found[op.name] = (low, high)
     return found
 
 

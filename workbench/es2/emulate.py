@@ -108,13 +108,13 @@ def apply(op, tensors, arithmetic="float32"):
     return record(op).apply(op, tensors, arithmetic)
 
 
-def tensors(graph: ir.Graph, image, arithmetic="float32"):
+def tensors(graph: ir.Graph, image, arithmetic="float32", ops=None):
     """Every tensor of a run on an HxWxC image in [0, 1], ``{name: value}``, as the next op
     fetches it (8-bit levels as float32, or float16; a dense layer's
-    logits)."""
+    logits); ``ops``: the first of ``graph.ops`` to run (default all)."""
     image = graph.input_image(image)  # the GPU runner's checks and uint8 conversion
     values = {graph.input.name: quantize(image, arithmetic)}
-    for op in graph.ops:
+    for op in graph.ops if ops is None else ops:
         values[op.name] = apply(op, values, arithmetic)
     return values
 

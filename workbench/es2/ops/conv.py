@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench import ir
+from workbench.es2 import fixed16
 from workbench.es2.emulate import F32, luma, quantize
 from workbench.es2.limits import LimitError, Target, check_storage, fits
 from workbench.es2.ops import split
@@ -236,7 +237,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
             body.append(f"    {s} = {out};")
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
         body.append(f"    {target} = {out};")
-    source = (header(precision, many) + (split.PARTIAL_GLSL if parts or partial else "")
+    source = (header(precision, many) + (fixed16.GLSL if parts or partial else "")
               + uniform_declarations(samplers, vectors)
               + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
@@ -483,9 +484,8 @@ def stage_needs(op: ir.Conv, n=None) -> list[tuple[int, int, int]]:
     needs = []
     for k, run in enumerate(split.stages(op, n)):
         stage = split.Stage(k, n, run, None if k == n - 1 else 0)
-        extra = split.extra_inputs(stage, bool(op.residual))
-        needs.append((min(op.kernel.shape[2], ir.PACK * len(run)), len(run) + extra,
-                      op.size ** 2 * len(run) + extra))
+        needs.append((min(op.kernel.shape[2], ir.PACK * len(run)), stage.units(op),
+                      stage.fetches(op)))
     return needs
 
 
@@ -576,8 +576,7 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     pixels = h * w
     if split.count(op) > 1:  # every stage's programs, one pack each
         stages = [s for pack in range(op.out_packs()) for s in split.stage_list(op, pack)]
-        per_pixel = sum(op.size ** 2 * len(s.positions)
-                        + split.extra_inputs(s, bool(op.residual)) for s in stages)
+        per_pixel = sum(s.fetches(op) for s in stages)
         return Cost(multiply_adds=pixels * op.kernel.size, texel_fetches=pixels * per_pixel,
                     texture_bytes=pixels * 4 * len(textures(op, shapes)), programs=len(stages))
     programs = programs or [[p] for p in range(op.out_packs())]

@@ -27,7 +27,6 @@ from workbench.es2.emulate import load, store
 from workbench.glsl_text import glsl_float
 
 HALVES = ("xy", "zw")  # the components a partial-sum texture holds: 2 values a texel
-PARTIAL_GLSL = fixed16.GLSL  # enc2 / dec2 for the programs that write or read partial sums
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,16 @@ class Stage:
     def components(self) -> tuple[int, ...] | None:
         """The output components a partial stage computes (None: the last stage, all)."""
         return None if self.half is None else (2 * self.half, 2 * self.half + 1)
+
+    def units(self, op) -> int:
+        """Texture units of its program: its run's input packs, the partial sums it starts
+        from and, in the last stage, the residual."""
+        return len(self.positions) + _extra_inputs(self, bool(op.residual))
+
+    def fetches(self, op) -> int:
+        """Texel fetches a fragment of its program: each input pack of its run once a tap,
+        one texel of each partial-sum texture and of the residual."""
+        return op.size ** 2 * len(self.positions) + _extra_inputs(self, bool(op.residual))
 
     def reads(self, op, pack) -> list[tuple[str, int]]:
         """The partial-sum textures the stage starts from: none for the first."""
@@ -90,7 +99,7 @@ def stage_list(op, pack) -> list[Stage]:
             + [Stage(n - 1, n, runs[-1])])
 
 
-def extra_inputs(stage: Stage, residual: bool) -> int:
+def _extra_inputs(stage: Stage, residual: bool) -> int:
     """Texture units (and fetches a fragment) a stage needs beyond its input packs: the
     partial sums it starts from, and the residual in the last stage."""
     return (0 if stage.index == 0 else (1 if stage.half is not None else 2)) \
