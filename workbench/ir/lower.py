@@ -24,7 +24,7 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
-from workbench.ir.lowering import Scales
+from workbench.ir.lowering import Scales, leaky_relu
 from workbench.nets import activations
 from workbench.nets.layers import Act, AnchorResidual, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
@@ -52,14 +52,14 @@ def _keras_activation(layer, op, found):
     ``ReLU()`` (unbounded: ES 2.0 stores it with a calibrated scale)."""
     where = f"layer {layer.name!r}"
     if isinstance(layer, keras.layers.LeakyReLU):
-        op.activation = _leaky(layer.negative_slope, where)
+        op.activation = leaky_relu(layer.negative_slope, where)
         return
     if isinstance(layer, keras.layers.ReLU):
         if layer.threshold or (layer.negative_slope and layer.max_value is not None):
             raise LoweringError(f"{where}: a ReLU with a threshold, or a negative_slope and a "
                                 "max_value, has no GLSL form here")
         if layer.negative_slope:
-            op.activation = _leaky(layer.negative_slope, where)
+            op.activation = leaky_relu(layer.negative_slope, where)
             return
         if layer.max_value is None:
             op.activation = "relu"
@@ -71,21 +71,13 @@ def _keras_activation(layer, op, found):
         found.clip(op, 0, 6, where)
         return
     if name == "leaky_relu":  # keras.activations.leaky_relu's default slope
-        op.activation = _leaky(0.2, where)
+        op.activation = leaky_relu(0.2, where)
         return
     if name not in ("linear", "sigmoid", "relu"):
         raise LoweringError(f"{where}: Keras activation {name!r} has no [0, 1]-bounded GLSL "
                             f"form; use workbench.nets.layers.Act with one of "
                             f"{activations.names()}")
     op.activation = name
-
-
-def _leaky(slope, where) -> str:
-    """The activation name of a leaky ReLU of ``slope`` (one line where it has none)."""
-    try:
-        return activations.leaky_relu(float(slope)).name
-    except ValueError as err:
-        raise LoweringError(f"{where}: {err}") from None
 
 
 def _activation_name(layer) -> str:

@@ -38,8 +38,8 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
-from workbench.ir.lowering import Scales
-from workbench.nets import activations, storage
+from workbench.ir.lowering import Scales, leaky_relu
+from workbench.nets import storage
 
 OPSET_MIN = 11
 
@@ -358,10 +358,8 @@ def _activation(low, node, attrs):
         if op.residual:
             low.refuse(node, "HardSigmoid after a residual sum")
     if kind == "LeakyRelu":
-        try:
-            op.activation = activations.leaky_relu(float(attrs.get("alpha", 0.01))).name
-        except ValueError as err:
-            low.refuse(node, str(err))
+        op.activation = leaky_relu(attrs.get("alpha", 0.01),
+                                   f"node {node.name or node.output[0]!r} (LeakyRelu)")
         low.set(node.output[0], op.name)
         return
     op.activation = {"Sigmoid": "sigmoid", "Relu": "relu"}.get(kind, "bounded_relu")

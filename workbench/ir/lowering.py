@@ -7,6 +7,7 @@ import numpy as np
 
 from workbench.ir.graph import (Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample,
                                 explicit_pads)
+from workbench.nets import activations
 
 
 class LoweringError(ValueError):
@@ -188,6 +189,15 @@ class Scales:
                                 "or a Dense")
         for name in scaled & set(graph.origin or ()):
             del graph.origin[name]
+
+
+def leaky_relu(slope, where) -> str:
+    """The activation name of a leaky ReLU of ``slope`` (a LoweringError naming ``where``
+    for a slope outside [0, 1))."""
+    try:
+        return activations.leaky_relu(float(slope)).name
+    except ValueError as err:
+        raise LoweringError(f"{where}: {err}") from None
 
 
 def sums_as_convs(graph, which):
