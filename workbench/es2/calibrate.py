@@ -34,10 +34,9 @@ MARGIN = 1.5  # the calibrated ranges widened by this factor (values past them a
 
 def unbounded(op) -> bool:
     """Whether ``op``'s activation leaves [0, 1] (an op without one keeps its input's)."""
-    name = getattr(op, "activation", None)
-    if name is None:
+    if getattr(op, "activation", None) is None:
         return False
-    low, high = activations.get(name).output_range or (-np.inf, np.inf)
+    low, high = activations.of(op).output_range or (-np.inf, np.inf)
     return low < 0 or high > 1
 
 

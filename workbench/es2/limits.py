@@ -222,11 +222,13 @@ def check_passes(passes, limits: Limits = ES2, graph=None):
 
 
 def check_storage(layer, activation, limits):
-    """Raise :class:`LimitError` unless ``activation`` keeps a layer's output in the range of
-    its 8-bit storage."""
-    rng = activations.get(activation).output_range
+    """Raise :class:`LimitError` unless ``activation`` (a name, or a layer's own:
+    :func:`workbench.nets.activations.of`) keeps a layer's output in the range of its 8-bit
+    storage."""
+    act = activations.get(activation)
+    rng = act.output_range
     if rng is None or rng[0] < limits.storage_range[0] or rng[1] > limits.storage_range[1]:
-        raise LimitError(f"layer {layer!r}: activation {activation!r} does not keep the "
+        raise LimitError(f"layer {layer!r}: activation {act.name!r} does not keep the "
                          f"output in {limits.storage_range}, the range of {limits.storage} "
                          "storage; add a bounded activation")
 

@@ -229,7 +229,8 @@ def conv_kernel(op: ir.Conv, opts: Options) -> Kernel:
             "            }",
             "        }",
             "    }"]
-    act = activations.get(op.activation).glsl.format(x="v")
+    src += activations.glsl_arrays(op, op.out_packs())
+    act = activations.glsl(op, "v", "job * B + j")
     body += ["    if (!live) return;",
              "    for (int j = 0; j < B; j++) {",
              "        vec4 v = acc[j];"]
@@ -414,11 +415,10 @@ def add_kernel(op: ir.Add, shapes, opts: Options) -> Kernel:
     src = (header(opts) + _image(opts, 0, "u_a", "readonly") + _image(opts, 1, "u_b", "readonly")
            + _image(opts, 2, "u_out", "writeonly") + "uniform ivec2 u_out_size;\n"
            + _load_fn(opts, "load_a", "u_a") + _load_fn(opts, "load_b", "u_b"))
-    act = activations.get(op.activation).glsl.format(x="v")
     body = ["    ivec2 q = ivec2(gl_GlobalInvocationID.xy);",
             "    if (any(greaterThanEqual(q, u_out_size))) return;"]
     body += [f"    {{ vec4 v = load_a(q, {p}) + load_b(q, {p}); imageStore(u_out, ivec3(q, {p}), "
-             f"{act}); }}" for p in range(n)]
+             f"{activations.glsl(op, 'v', p)}); }}" for p in range(n)]
     src += "void main() {\n" + "\n".join(body) + "\n}\n"
     return Kernel(op.name, op.name, src, [(0, op.input, "read"), (1, op.other, "read"),
                                           (2, op.name, "write")], None,

@@ -9,7 +9,8 @@ row-major like numpy: row ``r`` of a tensor is texture row ``r`` (GL's ``gl_Frag
 Ops:
 
 * :class:`Input` -- the image (``rgb=True``: an RGB picture, 1 pack) or a C-channel tensor.
-* :class:`Conv` -- convolution + bias (+ residual) + activation, BatchNorm folded in.
+* :class:`Conv` -- convolution + bias (+ residual) + activation (a PRelu's slopes, one per
+  output channel, in ``activation_slope``), BatchNorm folded in.
   ``kernel`` is ``(k, k, cin // groups, cout)`` as ``tf.nn.conv2d``; ``luma_input`` means the
   input is the RGB image and the conv sees its full-range luma; ``residual`` names a tensor
   of the output's shape added before the activation; ``input_order`` is the binding order of
@@ -133,6 +134,9 @@ class Conv:
     pad_value: np.ndarray | None = None  # what a tap in the padding reads, per input channel
     #   (logical order), as its texture stores it: a tensor stored with an offset holds its real
     #   zero there (ir.lowering.Scales); None: 0
+    activation_slope: np.ndarray | None = None  # "prelu": its slope below 0, per output channel
+    activation_zero: np.ndarray | None = None  # "bounded_prelu" (ES 2.0's calibrated storage):
+    #   what a real 0 stores as, per output channel, added after the PRelu (nets.activations)
 
     @property
     def size(self):
@@ -291,6 +295,7 @@ class Add(SameChannelsPacks):
     input: str
     other: str
     activation: str = "linear"
+    activation_slope: np.ndarray | None = None  # as Conv's
 
     def out_shape(self, shapes, hw):
         return shapes[self.input]

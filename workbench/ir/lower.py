@@ -24,7 +24,7 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
-from workbench.ir.lowering import Scales, leaky_relu
+from workbench.ir.lowering import Scales, leaky_relu, prelu
 from workbench.nets import activations
 from workbench.nets.layers import Act, AnchorResidual, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
@@ -34,8 +34,8 @@ from workbench.nets.layers import DepthToSpace as D2S
 SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNormalization (after a conv)",
              "Activation / Act (after a conv or an Add; relu6 stored as y / 6)",
              "ReLU(max_value=m) (after a conv or an Add; stored as y / m)",
-             "ReLU / relu, LeakyReLU (after a conv or an Add; ES 2.0 stores it with a "
-             "calibrated scale)",
+             "ReLU / relu, LeakyReLU, PReLU (shared_axes=[1, 2]) (after a conv or an Add; "
+             "ES 2.0 stores it with a calibrated scale)",
              "ZeroPadding2D (before a conv with padding 'valid')",
              "Rescaling / Normalization (of the input, before the first convs)",
              "Add (of two tensors)",
@@ -49,8 +49,11 @@ SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNorm
 def _keras_activation(layer, op, found):
     """Give ``op`` (a Conv or an Add) the Keras activation of ``layer``: linear, sigmoid,
     relu6 (clipped at 6, stored as y / 6), a ReLU layer with a ``max_value``, or relu /
-    ``ReLU()`` (unbounded: ES 2.0 stores it with a calibrated scale)."""
+    ``ReLU()``, LeakyReLU, PReLU (unbounded: ES 2.0 stores them with a calibrated scale)."""
     where = f"layer {layer.name!r}"
+    if isinstance(layer, keras.layers.PReLU):
+        prelu(op, keras.ops.convert_to_numpy(layer.alpha), layer.input.shape[-1], where, -1)
+        return
     if isinstance(layer, keras.layers.LeakyReLU):
         op.activation = leaky_relu(layer.negative_slope, where)
         return
@@ -241,7 +244,7 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
             op.softmax = True
             tensor_of[id(layer.output)] = op.name
         elif isinstance(layer, (Act, keras.layers.Activation, keras.layers.ReLU,
-                                keras.layers.LeakyReLU)):
+                                keras.layers.LeakyReLU, keras.layers.PReLU)):
             op = last_conv(inputs[0], layer, "an activation", (Conv, Add))
             if isinstance(layer, Act):
                 op.activation = layer.activation

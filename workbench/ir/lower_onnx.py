@@ -9,9 +9,9 @@ Conv or Add before it (HardSigmoid's ``alpha x + beta`` into the conv's weights)
 depth-to-space (``nn.PixelShuffle``: one DepthToSpace node, or its Reshape-Transpose-Reshape)
 into the order of the conv's output channels.  ``Clip(0, m)`` (ReLU6) and Mul / Div / Sub /
 Add of constants on the input are folded into the weights (:class:`~workbench.ir.lowering.
-Scales`).  Relu and LeakyRelu are unbounded (ES 2.0 stores them with a calibrated scale,
-:mod:`workbench.es2.calibrate`); :attr:`Graph.origin` names the ONNX tensor each op stands
-for, so that a check can run ONNX Runtime beside the emulator and name a layer whose values
+Scales`).  Relu, LeakyRelu and PRelu are unbounded (ES 2.0 stores them with a calibrated
+scale, :mod:`workbench.es2.calibrate`); :attr:`Graph.origin` names the ONNX tensor each op
+stands for, so that a check can run ONNX Runtime beside the emulator and name a layer whose values
 leave [0, 1] (:func:`workbench.es2.onnx_check.ranges`).
 
 Each node type has one builder in :data:`BUILDERS`; anything else is refused naming the node,
@@ -38,14 +38,14 @@ from workbench.ir.graph import (
 )
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
-from workbench.ir.lowering import Scales, leaky_relu
+from workbench.ir.lowering import Scales, leaky_relu, prelu
 from workbench.nets import storage
 
 OPSET_MIN = 11
 
 SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (after a Conv)",
-             "Relu / LeakyRelu / Clip(0, m) / Sigmoid / HardSigmoid (after a Conv or Add; "
-             "Clip(0, m) stored as y / m)",
+             "Relu / LeakyRelu / PRelu (slope (C, 1, 1)) / Clip(0, m) / Sigmoid / HardSigmoid "
+             "(after a Conv or Add; Clip(0, m) stored as y / m)",
              "Mul / Div / Sub / Add of constants on the input (folded into the convs)",
              "Add (two tensors; a constant into the Conv or Gemm before it)",
              "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3)",
@@ -326,9 +326,8 @@ def _batchnorm(low, node, attrs):
 
 
 def _activation(low, node, attrs):
-    """Relu, LeakyRelu, Clip(0, m), Sigmoid, HardSigmoid fused into the Conv or Add before
-    it; the Clip
-    of an anchor residual into its depth-to-space."""
+    """Relu, LeakyRelu, PRelu, Clip(0, m), Sigmoid, HardSigmoid fused into the Conv or Add
+    before it; the Clip of an anchor residual into its depth-to-space."""
     if low.special.get(node.input[0], (None,))[0] == "anchored":
         _, demux, how, s = low.special[node.input[0]]
         bounds = [low.constant(node, i, what) for i, what in ((1, "min"), (2, "max"))]
@@ -360,6 +359,11 @@ def _activation(low, node, attrs):
     if kind == "LeakyRelu":
         op.activation = leaky_relu(attrs.get("alpha", 0.01),
                                    f"node {node.name or node.output[0]!r} (LeakyRelu)")
+        low.set(node.output[0], op.name)
+        return
+    if kind == "PRelu":
+        prelu(op, low.constant(node, 1, "the slope"), Graph(low.input, low.ops, op.name)
+              .channels(op.name), f"node {node.name or node.output[0]!r} (PRelu)", -3)
         low.set(node.output[0], op.name)
         return
     op.activation = {"Sigmoid": "sigmoid", "Relu": "relu"}.get(kind, "bounded_relu")
@@ -516,6 +520,8 @@ def _depth_to_space(low, node, source, block, mode):
         c = conv.cout // block ** 2
         order = [cc * block ** 2 + s for s in range(block ** 2) for cc in range(c)]
         conv.kernel, conv.bias = conv.kernel[..., order].copy(), conv.bias[order].copy()
+        if conv.activation_slope is not None:
+            conv.activation_slope = conv.activation_slope[order].copy()
     chroma = low.input.name if low.luma else None
     low.produce(node, DepthToSpace(low.name(node), source, block, chroma_from=chroma))
 
@@ -684,7 +690,7 @@ def _shape(low, node, attrs):
 BUILDERS = {
     "Conv": _conv, "BatchNormalization": _batchnorm,
     "Relu": _activation, "Clip": _activation, "Sigmoid": _activation, "HardSigmoid": _activation,
-    "LeakyRelu": _activation,
+    "LeakyRelu": _activation, "PRelu": _activation,
     "Add": _add, "Concat": _concat, "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_pool, "ReduceMean": _global_pool,
     "Flatten": _flatten, "Reshape": _flatten, "Squeeze": _flatten, "Transpose": _transpose,

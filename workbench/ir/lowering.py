@@ -103,8 +103,13 @@ class Scales:
         self.scale, self.offset = np.ones(channels), np.zeros(channels)
 
     def store(self, op, scale, offset=0.0):
-        """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1]."""
-        op.activation = "bounded_relu"
+        """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1]; a
+        leaky ReLU or PRelu as ``"bounded_prelu"`` (its slopes kept, the offset added after
+        it: :meth:`fold`), anything else as ``"bounded_relu"``."""
+        slope = activations.slopes(op, np.size(scale))
+        op.activation = "bounded_relu" if slope is None else "bounded_prelu"
+        if slope is not None:
+            op.activation_slope = slope
         self.stored[op.name] = (scale, offset)
 
     def clip(self, op, low, high, where):
@@ -166,7 +171,11 @@ class Scales:
                 op.weight = (op.weight * s[:, None]).astype(np.float32)
             elif isinstance(op, Conv):  # y = conv + residual: its offset into the bias
                 _fold_into_conv(op, *read(op.input))
-                bias = op.bias.astype(np.float64) - out[1]
+                offset = out[1]
+                if op.activation == "bounded_prelu":  # (prelu(y) - o) / s = prelu(y / s) - o / s
+                    op.activation_zero = np.broadcast_to(-offset / m, op.cout).astype(np.float32)
+                    offset = 0.0
+                bias = op.bias.astype(np.float64) - offset
                 if op.residual:
                     plain(op, op.residual, scale=m, offset=False,
                           why=_SUM.format(m=_describe(m, 0)))
@@ -200,6 +209,24 @@ def leaky_relu(slope, where) -> str:
         raise LoweringError(f"{where}: {err}") from None
 
 
+def prelu(op, slope, channels, where, axis):
+    """Give ``op`` (of ``channels`` output channels) a PRelu of ``slope``: one value
+    (``leaky_relu`` where it lies in [0, 1), else one a channel) or one per channel along
+    ``axis`` (ONNX's NCHW: -3, Keras' NHWC: -1); any other shape (a slope varying over space)
+    a LoweringError naming ``where``."""
+    try:
+        v = channel_vector(slope, channels, axis, where)
+    except LoweringError:
+        raise LoweringError(f"{where}: a PRelu slope of shape {np.shape(slope)}; one value or "
+                            f"one per channel of the {channels}, shared over space (Keras' "
+                            "shared_axes=[1, 2], ONNX's (C, 1, 1))") from None
+    if np.size(slope) == 1 and 0 <= v[0] < 1:
+        op.activation = leaky_relu(v[0], where)
+        return
+    check_finite(op.name, {"the PRelu's slope": v})
+    op.activation, op.activation_slope = "prelu", v.astype(np.float32)
+
+
 def sums_as_convs(graph, which):
     """Each two-input Add of ``graph`` for which ``which(op)`` holds becomes a depthwise 1x1
     conv of its ``input`` (weights 1, bias 0) with ``other`` as its residual: the same sum,
@@ -209,7 +236,8 @@ def sums_as_convs(graph, which):
     def conv(op):
         c = shapes[op.name][2]
         return Conv(op.name, op.input, np.ones((1, 1, 1, c), np.float32), np.zeros(c, np.float32),
-                    groups=c, activation=op.activation, residual=op.other)
+                    groups=c, activation=op.activation, residual=op.other,
+                    activation_slope=op.activation_slope)
 
     graph.ops = [conv(op) if isinstance(op, Add) and which(op) else op for op in graph.ops]
 

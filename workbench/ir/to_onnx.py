@@ -1,9 +1,10 @@
 """An IR graph written as ONNX, in the node patterns PyTorch's exporter writes (NCHW).
 
 For nets made in Keras that should enter as a PyTorch user's would (the tests of the ONNX
-front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + Clip(0, 1) or
-Sigmoid (the sigmoid-like activation as ``torch.clamp(0.05 x + torch.clamp(0.1 x, -0.05, 0.05)
-+ torch.clamp(0.05 x, -0.125, 0.125) + 0.5, 0, 1)``), a pack shuffle as ``x[:, index]``
+front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + Clip(0, 1), Relu,
+LeakyRelu, PRelu (a slope ``(C, 1, 1)``) or Sigmoid (the sigmoid-like activation as
+``torch.clamp(0.05 x + torch.clamp(0.1 x, -0.05, 0.05) + torch.clamp(0.05 x, -0.125, 0.125)
++ 0.5, 0, 1)``), a pack shuffle as ``x[:, index]``
 (Gather), MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShuffle (a
 DepthToSpace in CRD mode, or its Reshape-Transpose-Reshape; the conv before it writes its
 channels in that order), GlobalAveragePool + Flatten + Gemm (+ Softmax).  A luma net's
@@ -73,10 +74,18 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
         k = sum(n.op_type == "Mul" and n.name.startswith(f"/{layer}/") for n in nodes)
         return node("Mul", [x, const(f"{layer}.scale{k or ''}", factor)], layer)
 
-    def activation(out, op):
+    def activation(out, op, order=slice(None)):  # order: of a conv's output channels
         act = getattr(op, "activation", "linear")
         if act.startswith("leaky_relu:"):  # nn.LeakyReLU(slope)
             return node("LeakyRelu", [out], op.name, alpha=float(act.split(":", 1)[1]))
+        if act in ("prelu", "bounded_prelu"):  # nn.PReLU(channels): a slope (C, 1, 1)
+            slope = op.activation_slope[order].reshape(-1, 1, 1)
+            y = node("PRelu", [out, const(f"{op.name}.slope", slope)], op.name)
+            if act == "prelu":
+                return y
+            zero = op.activation_zero[order].reshape(-1, 1, 1)  # ES 2.0's calibrated storage
+            y = node("Add", [y, const(f"{op.name}.zero", zero)], op.name)
+            return clip(y, op.name, 0.0, 1.0)
         if act not in ACTIVATIONS:
             raise ValueError(f"layer {op.name!r}: activation {act!r} has no PyTorch layer; "
                              f"written: {', '.join(ACTIVATIONS)}")
@@ -115,7 +124,7 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
                 index = [4 * p + c for p in op.input_order for c in range(4)]
                 x = node("Gather", [x, const(f"{op.name}.shuffle", index, np.int64)], op.name,
                          axis=1)
-            kernel, bias = op.kernel, op.bias
+            kernel, bias, order = op.kernel, op.bias, slice(None)
             if op.name in crd:  # the PixelShuffle's order: channel c * b**2 + s from s * C + c
                 b = crd[op.name]
                 c = op.cout // b ** 2
@@ -127,7 +136,7 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
                      group=op.groups, dilations=[1, 1])
             if op.residual:
                 y = node("Add", [y, onnx_of[op.residual]], op.name)
-            onnx_of[op.name] = activation(y, op)
+            onnx_of[op.name] = activation(y, op, order)
         elif isinstance(op, DepthToSpace):
             if pixel_shuffle == "reshape":
                 n, c, b = 1, shapes[op.input][2] // op.block ** 2, op.block

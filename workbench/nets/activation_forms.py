@@ -115,3 +115,13 @@ def leaky_relu_tf(x, slope):
 
 def leaky_relu_ops(x, slope):
     return keras.ops.leaky_relu(x, slope)
+
+
+def prelu_tf(x, slope, zero=None):
+    y = tf.nn.relu(x) + slope * tf.minimum(x, 0.0)
+    return y if zero is None else tf.clip_by_value(y + zero, 0.0, 1.0)
+
+
+def prelu_ops(x, slope, zero=None):
+    y = keras.ops.relu(x) + slope * keras.ops.minimum(x, 0.0)
+    return y if zero is None else clip_ops(y + zero, 0.0, 1.0)

@@ -3,7 +3,7 @@
 Every activation here maps into [0, 1] (or is the identity), so that its output
 fits an RGBA8 texture of OpenGL ES 2.0.  The GLSL form is an expression template
 over a ``vec4`` (or ``float``) named ``{x}``; back ends fill it in with
-``act.glsl.format(x="sum")``.
+``act.glsl.format(x="sum")``, an IR op's with :func:`glsl` (a PRelu's per-channel slopes too).
 
 Register a new candidate with :func:`register` and it shows up in the layers,
 the code generators, the emulator and the figures.
@@ -16,12 +16,13 @@ forms, all that shaders and the emulator need, load no TensorFlow.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 import numpy as np
 
-from workbench.glsl_text import glsl_float
+from workbench.glsl_text import glsl_float, glsl_vec
 
 
 @dataclass(frozen=True)
@@ -99,21 +100,92 @@ def get(name: str | Activation) -> Activation:
 
 
 def leaky_relu(slope: float) -> Activation:
-    """``max(x, slope x)`` for a slope in [0, 1) (Keras' LeakyReLU, ONNX's LeakyRelu), named
-    ``"leaky_relu:<slope>"`` (registered at first use); unbounded below and above: ES 2.0
-    stores it with a calibrated scale and offset."""
+    """``slope x`` below 0, for a slope in [0, 1) (Keras' LeakyReLU, ONNX's LeakyRelu), named
+    ``"leaky_relu:<slope>"`` (registered at first use): :func:`prelu`'s numpy and GLSL forms
+    with one slope; unbounded below and above: ES 2.0 stores it with a calibrated scale and
+    offset (as ``"bounded_prelu"``, :meth:`workbench.ir.lowering.Scales.store`)."""
     if not 0 <= slope < 1:
         raise ValueError(f"leaky_relu's slope {slope}: one in [0, 1)")
     name = f"leaky_relu:{slope:.9g}"
     if name not in _REGISTRY:
-        a = np.float32(slope)
-        register(Activation(
-            name=name, tf_fn=_Form("leaky_relu_tf", slope),
-            np_fn=lambda x: np.maximum(_float(x), _float(x) * a.astype(_float(x).dtype)),
-            glsl=f"max({{x}}, {glsl_float(a)} * {{x}})",
-            description=f"leaky ReLU, slope {slope:.9g} below 0 (unbounded)",
-            output_range=(-float("inf"), float("inf")), ops_fn=_Form("leaky_relu_ops", slope)))
+        register(replace(prelu(np.float32(slope)), name=name,
+                         glsl=_PRELU_GLSL.format(x="{x}", a=glsl_float(slope)),
+                         tf_fn=_Form("leaky_relu_tf", slope),
+                         description=f"leaky ReLU, slope {slope:.9g} below 0 (unbounded)",
+                         ops_fn=_Form("leaky_relu_ops", slope)))
     return _REGISTRY[name]
+
+
+# --- PRelu: a slope per channel ---------------------------------------------------------------
+# An IR op's (Conv, Add) activation "prelu" takes its ``activation_slope``, one per output
+# channel; ES 2.0 stores it calibrated as "bounded_prelu", ``clamp(prelu(x) + zero, 0, 1)``: a
+# positive scale commutes with a PRelu (into the weights), the offset comes after it, as
+# ``activation_zero`` (the stored value of a real 0; :meth:`workbench.ir.lowering.Scales.fold`).
+# Their GLSL forms hold ``{a}`` and ``{z}``, an output pack's values (:func:`glsl`).
+_PRELU_GLSL = "(max({x}, 0.0) + {a} * min({x}, 0.0))"
+PARAMETERS = {"prelu": ("activation_slope",), "bounded_prelu": ("activation_slope",
+                                                                "activation_zero")}
+
+
+def _prelu_np(x, slope, zero=None):
+    x = _float(x)
+    y = np.maximum(x, 0) + np.asarray(slope, np.float32).astype(x.dtype) * np.minimum(x, 0)
+    return y if zero is None else np.clip(y + np.asarray(zero, np.float32).astype(x.dtype), 0, 1)
+
+
+def prelu(slope, zero=None) -> Activation:
+    """``max(x, 0) + slope min(x, 0)``, ``slope`` one value or one per channel (the last axis);
+    with ``zero`` (the same) ES 2.0's stored form ``clamp(prelu(x) + zero, 0, 1)``."""
+    slope = np.asarray(slope, np.float32)
+    if zero is None:
+        return Activation("prelu", _Form("prelu_tf", slope), partial(_prelu_np, slope=slope),
+                          _PRELU_GLSL, "PReLU: a slope per channel below 0 (unbounded)",
+                          (-float("inf"), float("inf")), _Form("prelu_ops", slope))
+    zero = np.asarray(zero, np.float32)
+    return Activation("bounded_prelu", _Form("prelu_tf", slope, zero),
+                      partial(_prelu_np, slope=slope, zero=zero),
+                      f"clamp({_PRELU_GLSL} + {{z}}, 0.0, 1.0)",
+                      "PReLU stored with a calibrated offset, clamped to [0, 1]",
+                      ops_fn=_Form("prelu_ops", slope, zero))
+
+
+def of(op) -> Activation:
+    """The activation of IR op ``op`` (a Conv or an Add): its ``activation`` by name, a PRelu's
+    with its per-channel parameters (:data:`PARAMETERS`)."""
+    if op.activation not in PARAMETERS:
+        return get(op.activation)
+    return prelu(*(getattr(op, field) for field in PARAMETERS[op.activation]))
+
+
+def glsl(op, x, pack) -> str:
+    """The GLSL of ``op``'s activation on ``x``, a ``vec4`` of its output pack ``pack``: a
+    PRelu's parameters as that pack's ``vec4`` literals, or, for ``pack`` GLSL code of an int
+    (a pack chosen at run time), read from the arrays :func:`glsl_arrays` declares."""
+    fields = PARAMETERS.get(op.activation, ())
+    if isinstance(pack, str):
+        values = [f"{f.upper()}[{pack}]" for f in fields]
+    else:
+        values = [glsl_vec(getattr(op, f)[4 * pack:4 * pack + 4]) for f in fields]
+    return of(op).glsl.format(x=x, **dict(zip("az", values)))
+
+
+def glsl_arrays(op, packs) -> str:
+    """GLSL ES 3 ``const vec4`` arrays of ``op``'s PRelu parameters, one a pack (of ``packs``)
+    (:func:`glsl`); empty for another activation."""
+    return "".join(
+        f"const vec4 {f.upper()}[{packs}] = vec4[{packs}]("
+        f"{', '.join(glsl_vec(getattr(op, f)[4 * p:4 * p + 4]) for p in range(packs))});\n"
+        for f in PARAMETERS.get(op.activation, ()))
+
+
+def slopes(op, channels):
+    """The slopes below 0 of ``op``'s leaky ReLU or PRelu, one per of its ``channels``
+    output channels (float32); None for another activation."""
+    if op.activation == "prelu":
+        return np.broadcast_to(op.activation_slope, channels).astype(np.float32)
+    if op.activation.startswith("leaky_relu:"):
+        return np.full(channels, float(op.activation.split(":", 1)[1]), np.float32)
+    return None
 
 
 def names() -> list[str]:

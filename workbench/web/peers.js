@@ -44,8 +44,11 @@ const PEER_ACTIVATIONS = {
   linear: (tf, x) => x,
 };
 
-function peerActivation(tf, name, op) {
+// `slope`, `zero`: a PRelu's, one per channel (tensors), for "prelu" and "bounded_prelu".
+function peerActivation(tf, name, op, slope, zero) {
   if (name.startsWith("leaky_relu:")) return (x) => tf.leakyRelu(x, Number(name.split(":")[1]));
+  if (name === "prelu") return (x) => tf.prelu(x, slope);
+  if (name === "bounded_prelu") return (x) => tf.clipByValue(tf.add(tf.prelu(x, slope), zero), 0, 1);
   const fn = PEER_ACTIVATIONS[name];
   if (!fn) throw new Error(`op ${op}: activation ${name} has no TF.js form in peers.js (known: ${Object.keys(PEER_ACTIVATIONS)})`);
   return (x) => fn(tf, x);
@@ -81,17 +84,18 @@ function buildTfjsNet(realm, { spec, values: mine }, grouping) {
   const values = new realm.Float32Array(mine);  // typed arrays of the realm (TF.js checks instanceof)
   const view = ([offset, shape]) => values.subarray(offset, offset + sizeOf(shape));
   const tensor = (entry) => tf.tensor(view(entry), entry[1]);
+  const prelu = (op) => [op.slope && tensor(op.slope), op.zero && tensor(op.zero)];
   const ops = spec.ops.map((op) => {
     if (op.kind === "conv") {
       const split = op.groups > 1 && grouping === "split";
       const kernel = op.groups > 1 && !split ? blockDiagonal(realm, view(op.kernel), op.kernel[1], op.groups) : tensor(op.kernel);
       const bias = tensor(op.bias);
-      return { ...op, act: peerActivation(tf, op.activation, op.name), split,
+      return { ...op, act: peerActivation(tf, op.activation, op.name, ...prelu(op)), split,
         filters: split ? tf.split(kernel, op.groups, 3) : [kernel], biases: split ? tf.split(bias, op.groups) : [bias],
         indices: op.gather ? tf.tensor1d(op.gather, "int32") : null };
     }
     if (op.kind === "dense") return { ...op, w: tensor(op.weight), b: tensor(op.bias) };
-    if (op.kind === "add") return { ...op, act: peerActivation(tf, op.activation, op.name) };
+    if (op.kind === "add") return { ...op, act: peerActivation(tf, op.activation, op.name, ...prelu(op)) };
     return op;
   });
   return { tf, spec, ops, lumaFilter: tf.tensor(spec.luma, [1, 1, 3, 1]) };

@@ -7,7 +7,8 @@ output) and ``tfjs.bin`` (every weight array as float32, little-endian, C order;
 ``[offset, shape]`` in float32 elements).  Ops as :mod:`workbench.ir.graph`:
 
 * ``conv``: kernel ``(k, k, cin // groups, cout)`` as ``tf.conv2d``, bias, stride, padding
-  (TF's 'same' / 'valid'), groups, activation (a name of :mod:`workbench.nets.activations`),
+  (TF's 'same' / 'valid'), groups, activation (a name of :mod:`workbench.nets.activations`;
+  ``"prelu"`` with ``slope``, one per output channel, ``"bounded_prelu"`` with ``zero`` too),
   ``residual`` (a tensor added before the activation), ``luma`` (the input is RGB; the conv
   sees its full-range luma, :data:`workbench.ir.LUMA`), ``gather`` (the input channels in
   the order the conv reads them: a channel shuffle's binding order, else ``null``);
@@ -102,7 +103,15 @@ def _conv(op: ir.Conv, channels, array) -> dict:
         gather = list(range(op.cin))
     return dict(kind="conv", kernel=array(op.kernel), bias=array(op.bias), stride=op.stride,
                 padding=_padding(op.padding), groups=op.groups, activation=op.activation,
-                residual=op.residual, luma=op.luma_input, gather=gather and gather[:op.cin])
+                residual=op.residual, luma=op.luma_input, gather=gather and gather[:op.cin],
+                **_prelu(op, array))
+
+
+def _prelu(op, array) -> dict:
+    """A PRelu's ``slope`` and, stored calibrated (``"bounded_prelu"``), ``zero``, one per
+    output channel, or ``None``."""
+    return {key: None if getattr(op, f, None) is None else array(getattr(op, f))
+            for key, f in (("slope", "activation_slope"), ("zero", "activation_zero"))}
 
 
 # The TF.js back end's op table: ``op type -> entry(op, input channels, array)``, read by
@@ -121,7 +130,7 @@ ENTRIES = {
     ir.Upsample: lambda op, channels, array: dict(kind="upsample", scale=op.scale,
                                                   interpolation=op.interpolation),
     ir.Add: lambda op, channels, array: dict(kind="add", other=op.other,
-                                             activation=op.activation),
+                                             activation=op.activation, **_prelu(op, array)),
     ir.Concat: lambda op, channels, array: dict(kind="concat", others=list(op.others)),
 }
 

@@ -17,7 +17,7 @@ from workbench.nets import activations
 
 def program(op: ir.Add, pack: int, precision="highp") -> Pass:
     vectors = {"u_out_size": ("size", op.name)}
-    act = activations.get(op.activation).glsl.format(x="s")
+    act = activations.glsl(op, "s", pack)
     source = (header(precision) + uniform_declarations(["u_a", "u_b"], vectors)
               + "void main() {\n    vec2 uv = gl_FragCoord.xy / u_out_size;\n"
               "    vec4 s = texture2D(u_a, uv) + texture2D(u_b, uv);\n"
@@ -35,7 +35,7 @@ def passes(op: ir.Add, shapes, target: Target) -> list[Pass]:
 def apply(op: ir.Add, tensors, arithmetic):
     """The stored output, as the next op fetches it."""
     a, b = tensors[op.input], tensors[op.other]
-    return quantize(np.asarray(activations.get(op.activation).np_fn(a + b), a.dtype), arithmetic)
+    return quantize(np.asarray(activations.of(op).np_fn(a + b), a.dtype), arithmetic)
 
 
 def check(op: ir.Add, shapes, limits):
@@ -43,7 +43,7 @@ def check(op: ir.Add, shapes, limits):
     if shapes[op.input] != shapes[op.other]:
         raise ir.LoweringError(f"layer {op.name!r}: adds {op.input!r} {shapes[op.input]} and "
                                f"{op.other!r} {shapes[op.other]}, of different shapes")
-    check_storage(op.name, op.activation, limits)
+    check_storage(op.name, activations.of(op), limits)
 
 
 def cost(op: ir.Add, shapes, programs=None) -> Cost:

@@ -232,7 +232,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         if op.residual and not residual_first:
             body.append(f"    {s} += texture2D({residuals[k]}, gl_FragCoord.xy / u_out_size);")
         target = f"gl_FragData[{k}]" if many else "gl_FragColor"
-        out = activations.get(op.activation).glsl.format(x=s)
+        out = activations.glsl(op, s, packs[k])
         if op.storage != "linear":  # the activation, then its companded value
             body.append(f"    {s} = {out};")
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
@@ -420,7 +420,7 @@ def emulate(op: ir.Conv, x, residual=None):
         out += term
     if residual is not None and not first:
         out += residual[..., :op.cout]
-    return np.asarray(storage.encode(activations.get(op.activation).np_fn(out), op.storage), F)
+    return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
 
 
 def _added(values):
@@ -463,7 +463,7 @@ def check(op: ir.Conv, shapes, limits):
     one-target form, and 8-bit storage."""
     for need in stage_needs(op):
         _check_need(op, need, limits)
-    check_storage(op.name, op.activation, limits)
+    check_storage(op.name, activations.of(op), limits)
 
 
 def _check_need(op, need, limits):
