@@ -238,16 +238,16 @@ def shuffle_visualiser(channels=128, step=8, iterations=3,
 # --- SR before/after viewer ---------------------------------------------------------------
 
 def sr_viewer_images(model, hr_images, kernel="bicubic_aa", scale=2, gpu=True,
-                     precision="highp") -> dict:
+                     target=None) -> dict:
     """Compute what :func:`sr_viewer` shows: ``{name: {"ground truth", "bicubic", "net",
     "GPU"}}`` (HxWx3 float32 in [0, 1]) for ``hr_images`` (``[(name, rgb)]``, e.g. an
     ``SRSet.images``), the low-resolution input made with ``kernel``.  ``gpu=False`` leaves the
-    ES 2.0 shaders out."""
+    ES 2.0 shaders out; ``target``: what they are compiled for (:func:`workbench.es2.compile`)."""
     from workbench import es2
     from workbench.data import images
     from workbench.nets import superres
 
-    net = es2.compile(model, precision=precision) if gpu else None
+    net = es2.compile(model, target) if gpu else None
     out = {}
     for name, hr in hr_images:
         hr = images.modcrop(hr, scale)

@@ -64,7 +64,7 @@ def outputs(entry, expected):
     return np.frombuffer(base64.b64decode(entry["output"]), np.uint8).reshape(expected.shape)
 
 
-@pytest.mark.parametrize("options", [{}, {"device": "videocore4", "shared": True}])
+@pytest.mark.parametrize("options", [{}, {"target": "videocore4", "shared": True}])
 def test_sr_bundle_replays_the_moderngl_bytes(tmp_path, options):
     """Also with the weights as uniform arrays (shared=True): run.py compiles each distinct
     program once and sets each pass's arrays."""
@@ -167,7 +167,7 @@ def test_mediump_bundle_passes_its_own_check(tmp_path):
     mediump in neither exactly (it matched only 67.5 % of the highp emulator's bytes), and
     the bundle passes on the machine that made it."""
     model = load_model(reference_sr())
-    net = es2.compile(model, precision="mediump")
+    net = es2.compile(model, es2.Target.of(precision="mediump"))
     directory = bundle.bundle(net, model, tmp_path / "m", inputs=bundle.test_images(net.graph, 1))
     spec = json.loads((directory / "bundle.json").read_text())
     assert spec["precision"] == "mediump" and 1 <= spec["levels"] <= 8

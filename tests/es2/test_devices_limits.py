@@ -4,6 +4,8 @@ References: the profiles' numbers against the sources named in limits.py; tiled 
 the untiled run of the same net (GPU and emulator, byte for byte); the receptive field against a
 direct measurement in the emulator (one input pixel changed, which output pixels move).
 """
+import argparse
+import json
 import re
 from dataclasses import replace
 
@@ -68,14 +70,14 @@ def test_net_that_fits_a_larger_device_whole_is_split_for_a_smaller_one():
     x = inputs = keras.Input((None, None, 32))
     y = GroupConv2D(32, 1, name="L3")(x)
     model = keras.Model(inputs, Act("bounded_relu")(keras.layers.Add()([y, x])))
-    assert getattr(es2.compile(model, device="adreno3xx").graph.op("L3"), "split", 1) == 1
+    assert getattr(es2.compile(model, "adreno3xx").graph.op("L3"), "split", 1) == 1
     for target in (es2.Target.of("videocore4"), es2.Target.of(limits.ES2)):
         assert es2.compile(model, target).graph.op("L3").split == 2
 
 
 def test_one_target_validated_once():
     """``es2.Target.of`` resolves the device and checks precision and render targets once;
-    compile takes the target or the three (not both), and the command line makes one."""
+    compile takes a target (or a profile's name), and the command line makes one."""
     from workbench.run.cli import _target, parser
 
     target = es2.Target.of("videocore4")
@@ -87,24 +89,28 @@ def test_one_target_validated_once():
     with pytest.raises(limits.LimitError, match="draw_buffers = 4 exceeds the videocore4"):
         es2.Target.of("videocore4", draw_buffers=4)
     model = _model(4, GroupConv2D(4, 3, name="c"), Act("bounded_relu"))
-    with pytest.raises(ValueError, match="either a target or device"):
-        es2.compile(model, target, precision="highp")
     with pytest.raises(TypeError, match="an es2.Target"):
+        es2.compile(model, limits.ES2)
+    with pytest.raises(ValueError, match="unknown device profile 'mediump'"):
         es2.compile(model, "mediump")
+    with pytest.raises(TypeError, match="precision"):
+        es2.compile(model, precision="mediump")  # the loose options are gone
     net = es2.compile(model, es2.Target.of("mali400"))
     assert net.precision == "mediump" and "precision mediump float;" in net.passes[0].source
+    assert net.target == es2.compile(model, "mali400").target == es2.Target.of("mali400")
     args = parser().parse_args(["upscale", "in.png", "out.png", "--device", "adreno3xx",
                                 "--draw-buffers", "4", "--precision", "mediump"])
     assert _target(args) == es2.Target(limits.profile("adreno3xx"), "mediump", 4)
+    assert _target(parser().parse_args(["upscale", "in.png", "out.png"])) is None
 
 
 def test_fixed_input_size_is_checked_against_the_device_texture_size():
     model = _model(4, GroupConv2D(4, 3, name="c"), Act("bounded_relu"), size=100)
     es2.compile(model)  # ES2 leaves the size to the runtime
-    es2.compile(model, device="videocore4")
+    es2.compile(model, "videocore4")
     with pytest.raises(limits.LimitError, match=r"^layer 'image.*': texture side of .* \(100x100\) "
                        r"for a 100x100 input = 100 exceeds the es2-minimum limit of 64$"):
-        es2.compile(model, device="es2-minimum")
+        es2.compile(model, "es2-minimum")
 
 
 def test_channels_per_output_budget():
@@ -120,18 +126,66 @@ def test_channels_per_output_budget():
 
 def test_highp_on_a_mediump_device_is_refused_and_its_default_is_mediump():
     model = _model(4, GroupConv2D(4, 3), Act("bounded_relu"))
-    assert es2.compile(model, device="mali400").precision == "mediump"
-    assert es2.compile(model, device="videocore4").precision == "highp"
+    assert es2.compile(model, "mali400").precision == "mediump"
+    assert es2.compile(model, "videocore4").precision == "highp"
     with pytest.raises(limits.LimitError, match="mali400 fragment shaders have no highp"):
-        es2.compile(model, precision="highp", device="mali400")
+        es2.compile(model, es2.Target.of("mali400", "highp"))
+
+
+@pytest.mark.parametrize("target", [es2.Target.of("videocore4"), es2.Target.of("mali400"),
+                                    es2.Target.of(draw_buffers=2),
+                                    es2.Target.of(replace(limits.ES2, texture_units=16))])
+def test_a_saved_net_keeps_its_target(tmp_path, target):
+    """A net saved and loaded keeps what it was compiled for (a profile by its name, other
+    limits whole); a folder written before nets kept theirs loads as ES 2.0 with its own
+    precision and render targets."""
+    net = es2.compile(_model(8, GroupConv2D(8, 3, name="c"), Act("bounded_relu")), target)
+    assert net.target == target
+    net.save(tmp_path)
+    path = tmp_path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    named = target.limits.name in limits.PROFILES
+    assert isinstance(manifest["target"]["limits"], str) == named
+    assert es2.load(tmp_path).target == es2.load_net(tmp_path)[0].target == target
+    del manifest["target"]
+    path.write_text(json.dumps(manifest))
+    old = es2.load(tmp_path)
+    assert old.target == es2.Target.of(None, net.precision, net.draw_buffers)
+
+
+COMPILING = ("upscale", "export-web", "bundle", "bench")  # the commands that compile a net
+
+
+def test_every_compiling_command_has_the_device_options_alike():
+    """--device, --precision and --draw-buffers on every command that compiles a net, with
+    the same help and the device's defaults (bundle defaulted to highp, bench had no
+    --precision)."""
+    from workbench.run.cli import parser
+
+    commands = next(a.choices for a in parser()._actions
+                    if isinstance(a, argparse._SubParsersAction))
+    options = {name: {o: (a.help, a.default, a.choices, a.type) for a in command._actions
+                      for o in a.option_strings if o in ("--device", "--precision",
+                                                         "--draw-buffers")}
+               for name, command in commands.items()}
+    assert {name for name, found in options.items() if found} == set(COMPILING)
+    assert all(options[name] == options["upscale"] for name in COMPILING)
+    assert len(options["upscale"]) == 3
+    assert all(default is None for _, default, _, _ in options["upscale"].values())
 
 
 def test_cli_bad_device_is_one_line_and_exit_2(tmp_path, capsys):
     for command in (["upscale", "in.png", str(tmp_path / "out.png")],
-                    ["export-web", "--out", str(tmp_path / "page")]):
+                    ["export-web", "--out", str(tmp_path / "page")],
+                    ["bundle", "--out", str(tmp_path / "bundle")],
+                    ["bench", "sr", "--size", "8"]):
         assert main(command + ["--device", "pi5"]) == 2
         err = capsys.readouterr().err
         assert re.fullmatch(r"error: unknown device profile 'pi5'; valid: .*webgl1-minimum\n", err)
+    assert main(["bundle", "--out", str(tmp_path / "bundle"), "--device", "mali400",
+                 "--precision", "highp"]) == 2
+    assert "error: precision 'highp': mali400 fragment shaders have no highp" in \
+        capsys.readouterr().err
 
 
 # --- tiling -----------------------------------------------------------------------------------

@@ -58,24 +58,24 @@ def test_statistics_lines_of_each_driver(line, stats):
     assert drivers.parse_stats(line) == stats
 
 
-def test_unknown_target_is_one_line_naming_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown driver target 'a999'; valid: vc4, v3d, a305"):
-        drivers.target("a999")
+def test_unknown_driver_is_one_line_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown driver 'a999'; valid: vc4, v3d, a305"):
+        drivers.driver("a999")
 
 
 def test_missing_build_is_one_line_naming_make_drivers(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORKBENCH_DRIVERS", str(tmp_path))
     assert "make drivers" in drivers.available()
     with pytest.raises(drivers.DriversUnavailable, match="run `make drivers`"):
-        es2.compile(_small(), device="gc2000", check_driver=True)
-    assert main(["drivers", "--model", "sr", "--target", "vc4", "--out", str(tmp_path)]) == 2
+        es2.compile(_small(), "gc2000", check_driver=True)
+    assert main(["drivers", "--model", "sr", "--driver", "vc4", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: the target GPUs' drivers are not built") and "\n" not in err
 
 
 def test_a_profile_without_a_driver_is_refused_with_the_cure():
-    with pytest.raises(ValueError, match="names no driver target.*check_driver='vc4'"):
-        es2.compile(_small(), device="webgl1-minimum", check_driver=True)
+    with pytest.raises(ValueError, match="names no driver to check with.*check_driver='vc4'"):
+        es2.compile(_small(), "webgl1-minimum", check_driver=True)
 
 
 def test_split_programs_give_the_bytes_of_whole_packs():
@@ -94,7 +94,7 @@ def test_split_programs_give_the_bytes_of_whole_packs():
     # 3x3x8 taps + a bias = 73 literals a channel: 4 channels 81 slots (with 8 for the
     # coordinates), 2 channels 45, 1 channel 27; the 6-channel layer's last pack has 2 channels
     for budget, channels, programs in ((50, 2, 4 + 3), (30, 1, 8 + 6)):
-        net = es2.compile(model, device=replace(limits.ES2, constant_vectors=budget))
+        net = es2.compile(model, es2.Target.of(replace(limits.ES2, constant_vectors=budget)))
         assert {len(p.channels) for p in net.passes} == {channels}
         assert len(net.passes) == programs
         np.testing.assert_array_equal(net.run(image), expected)
@@ -106,7 +106,7 @@ def test_split_programs_give_the_bytes_of_whole_packs():
 
 def test_split_programs_cost_passes_and_fetches_not_bytes():
     model = load_model(reference_sr())
-    plain, vivante = es2.compile(model), es2.compile(model, device="gc2000")
+    plain, vivante = es2.compile(model), es2.compile(model, "gc2000")
     a, b = plain.cost((64, 64)), vivante.cost((64, 64))
     assert [b[k].programs for k in ("L2", "L4")] == [2 * a["L2"].programs, 2 * a["L4"].programs]
     assert b["L2"].texel_fetches == 2 * a["L2"].texel_fetches
@@ -138,15 +138,15 @@ def test_profiles_ask_no_more_than_their_driver_offers(device):
 
 
 @needs_build
-@pytest.mark.parametrize("target", ["vc4", "gc2000"])
-def test_tiny_classifier_through_the_driver_reads_its_statistics(target):
-    net = es2.compile(dogs_classifier("tiny"), device=compilers.profile_for(target))
-    reports = es2_drivers.check(net, target)
+@pytest.mark.parametrize("driver", ["vc4", "gc2000"])
+def test_tiny_classifier_through_the_driver_reads_its_statistics(driver):
+    net = es2.compile(dogs_classifier("tiny"), compilers.profile_for(driver))
+    reports = es2_drivers.check(net, driver)
     assert len(reports) == len(net.passes)
     assert all(r.ok for r in reports), [r.errors for r in reports if not r.ok]
     for r in reports:
         assert r.stats["instructions"] > 0
-        if target == "vc4":
+        if driver == "vc4":
             assert r.stats["threads"] in (1, 2)
             assert r.stats["estimated_cycles"] >= r.stats["instructions"]
         else:
@@ -171,7 +171,7 @@ def test_vivante_refuses_the_sr_nets_grouped_3x3_programs_while_gl_says_success(
 @needs_build
 def test_the_gc2000_net_is_taken_and_computes_what_tf_computes():
     model = load_model(reference_sr())
-    for net in (es2.compile(model, device="gc2000", check_driver=True),
+    for net in (es2.compile(model, "gc2000", check_driver=True),
                 es2.compile(model, check_driver="gc2000", fit=True)):
         assert {p.op for p in net.passes if p.channels} == {"L2", "L4"}
         image = np.random.default_rng(1).random((48, 40, 3)).astype(np.float32)
@@ -191,7 +191,7 @@ def test_the_gc2000_net_is_taken_and_computes_what_tf_computes():
 @needs_build
 def test_fit_gives_videocore4s_5x5_layer_two_threads():
     model = load_model(reference_sr())
-    net = es2.compile(model, device="videocore4", fit=True)
+    net = es2.compile(model, "videocore4", fit=True)
     assert len(net.changes) == 1 and net.changes[0].startswith("layer 'L1': padding masks")
     reports = es2_drivers.check(net, "vc4")
     assert {r.stats["threads"] for p, r in zip(net.passes, reports) if p.op == "L1"} == {2}
@@ -202,8 +202,8 @@ def test_fit_gives_videocore4s_5x5_layer_two_threads():
 @needs_build
 def test_tune_keeps_the_summation_order_vc4_runs_fastest_and_the_emulator_follows(tmp_path):
     model = load_model(reference_sr())
-    fitted = es2.compile(model, device="videocore4", fit=True)
-    net = es2.compile(model, device="videocore4", tune=True)
+    fitted = es2.compile(model, "videocore4", fit=True)
+    net = es2.compile(model, "videocore4", tune=True)
     cycles = {name: [r.stats["estimated_cycles"] for r in es2_drivers.check(n, "vc4")]
               for name, n in (("fit", fitted), ("tune", net))}
     assert sum(cycles["tune"]) < 0.75 * sum(cycles["fit"])  # 30,488 -> 19,633 at this commit
@@ -259,8 +259,8 @@ def test_cli_prints_the_drivers_table(tmp_path, capsys):
     per_madd = float(row["vc4 (tuned): cycles"].split(" / ")[0])
     assert per_madd == pytest.approx(cycles / kernel.get_weights()[0].size, abs=0.006)
     assert 1 < per_madd < 3 and "| sr | L2 |" in out
-    assert main(["drivers", "--target", "vc5"]) == 2
-    assert capsys.readouterr().err.strip().startswith("error: unknown driver target 'vc5'")
+    assert main(["drivers", "--driver", "vc5"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: unknown driver 'vc5'")
 
 
 @needs_build
@@ -276,10 +276,10 @@ def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(3)
     table = limits.profile(device)
-    precision = limits.check_precision(None, table)
+    precision = es2.Target.of(device).precision
     for model, image in ((load_model(reference_sr()), rng.random((24, 20, 3))),
                          (compilers.classifier("cifar10"), rng.random((32, 32, 3)))):
-        net = es2.compile(model, device=device, precision=precision, fit=True)
+        net = es2.compile(model, device, fit=True)
         assert all(r.ok for r in es2_drivers.check(net, table.driver))
         if precision == "highp":  # llvmpipe computes mediump in float32: no byte prediction
             kept, plain = net.run(image, keep=True), es2.compile(model).run(image, keep=True)

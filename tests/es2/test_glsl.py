@@ -273,14 +273,13 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
     sr = sr_x2()
     for model, x, buffers in ((sr, image, 1), (strided, _image(17, 15, 8), 2),
                               (residual, _image(15, 13, 8), 1)):
-        net = es2.compile(model, draw_buffers=buffers)
+        net = es2.compile(model, es2.Target.of(draw_buffers=buffers))
         graph = drivers.ordered(net.graph, {
             op.name: {"order": order, "residual_first": first and bool(op.residual)}
             for op in net.graph.ops if isinstance(op, ir.Conv)})
         assert all(isinstance(op, ConvForm) and op.order == order
                    for op in graph.ops if isinstance(op, ir.Conv))
-        ordered = es2.Net(graph, es2.generate(graph, es2.Target.of(draw_buffers=buffers)),
-                          "highp")
+        ordered = es2.Net(graph, es2.generate(graph, net.target), net.target)
         stored, predicted = ordered.run(x, keep=True), ordered.emulate(x, keep=True)
         for name in stored:
             np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
@@ -300,7 +299,7 @@ def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):
     residual = _model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid_like"), residual=True)
     for model, image in ((sr, _image(40, 36, 3, seed=12)), (residual, _image(15, 13, 8))):
         plain = es2.compile(model)
-        shared = es2.compile(model, device="videocore4", shared=True)
+        shared = es2.compile(model, "videocore4", shared=True)
         assert [p.name for p in shared.passes] == [p.name for p in plain.passes]
         assert all(p.arrays["u_w"].dtype == np.float32 for p in shared.passes if p.arrays)
         assert {p.op for p in shared.passes if p.arrays} == {
@@ -309,7 +308,7 @@ def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):
         for name in literal:
             np.testing.assert_array_equal(stored[name], literal[name], err_msg=name)
     assert len({p.source for p in shared.passes}) < len(shared.passes)
-    sr_shared = es2.compile(sr, device="videocore4", shared=True)
+    sr_shared = es2.compile(sr, "videocore4", shared=True)
     assert len(sr_shared.passes) == 32 and len({p.source for p in sr_shared.passes}) == 5
     with pytest.raises(limits.LimitError, match="fragment uniform vectors"):
         limits.check_passes(sr_shared.passes)  # the ES 2.0 minimum: 16 vec4s
@@ -336,7 +335,7 @@ def test_sr_x2_cost_at_256():
 def test_every_generated_shader_passes_glslang():
     if os.environ.get("WORKBENCH_SKIP_GLSLANG"):
         pytest.skip("WORKBENCH_SKIP_GLSLANG is set")
-    nets = [es2.compile(sr_x2()), es2.compile(sr_x2(), precision="mediump"),
+    nets = [es2.compile(sr_x2()), es2.compile(sr_x2(), es2.Target.of(precision="mediump")),
             es2.compile(_model(8, GroupConv2D(8, 3, groups=2, strides=2), Act("sigmoid_like"),
                                 residual=False)),
             es2.compile(_model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid"), residual=True)),
@@ -379,10 +378,10 @@ def test_save_and_load_round_trip(tmp_path):
     image = _image(10, 12, 3, seed=6)
     np.testing.assert_array_equal(again.run(image), net.run(image))
     np.testing.assert_array_equal(again.emulate(image), net.emulate(image))
-    # a folder keeps its precision: asked for another, load_net says so (it ignored it)
-    assert es2.load_net(tmp_path, precision="highp")[0].precision == "highp"
+    # a folder keeps its precision: a target of another, load_net says so (it ignored it)
+    assert es2.load_net(tmp_path, es2.Target.of(precision="highp"))[0].precision == "highp"
     with pytest.raises(ValueError, match="written for highp, not mediump; compile the model"):
-        es2.load_net(tmp_path, precision="mediump")
+        es2.load_net(tmp_path, es2.Target.of(precision="mediump"))
 
 
 def test_missing_gl_gives_a_clear_error(monkeypatch):
@@ -424,7 +423,7 @@ def test_shuffle_is_a_binding_order_and_changes_the_result():
     assert [b.pack for b in net.passes[-1].inputs] == [5, 7]   # group 3 reads logical packs 6, 7
     # The same net with the binding order dropped computes something else.
     second.input_order = None
-    wrong = es2.Net(net.graph, es2.generate(net.graph), "highp")
+    wrong = es2.Net(net.graph, es2.generate(net.graph))
     assert np.abs(wrong.run(_image(6, 5, 32, seed=8)) - net.run(_image(6, 5, 32, seed=8))).max() > 0.05
 
 

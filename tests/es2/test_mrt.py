@@ -27,6 +27,7 @@ from workbench.nets.models import dogs_classifier, sr_x2
 pytestmark = pytest.mark.gl
 
 MRT4 = replace(limits.ES2, draw_buffers=4)
+MRT4_TARGET = es2.Target.of(draw_buffers=4)
 
 
 def _image(h, w, c=3, seed=0):
@@ -37,7 +38,7 @@ def _image(h, w, c=3, seed=0):
 def sr():
     keras.utils.set_random_seed(5)
     model = sr_x2()
-    return es2.compile(model), es2.compile(model, draw_buffers=4)
+    return es2.compile(model), es2.compile(model, MRT4_TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def tiny():
     keras.utils.set_random_seed(3)
     model = dogs_classifier("tiny")  # 16x16 input, residual units, shuffles, a fixed16 dense
     classify.calibrate_batchnorm(model, np.stack([_image(16, 16, seed=s) for s in range(8)]))
-    return es2.compile(model), es2.compile(model, draw_buffers=4)
+    return es2.compile(model), es2.compile(model, MRT4_TARGET)
 
 
 def _expected_fetches(graph, hw, draw_buffers, table=limits.ES2):
@@ -95,7 +96,7 @@ def test_mrt_bytes_equal_one_target_and_emulator(which, hw, request):
 def test_sr_fetches_and_programs():
     keras.utils.set_random_seed(5)
     model = sr_x2()
-    one, mrt = es2.compile(model), es2.compile(model, draw_buffers=4)
+    one, mrt = es2.compile(model), es2.compile(model, MRT4_TARGET)
     # L1 12 packs -> 3 programs, L2 4 groups of 2 -> 4, L3 6 -> 2, L4 2 groups of 2 -> 2, L5, demux
     assert [len(p.outputs) for p in mrt.passes] == [4, 4, 4, 2, 2, 2, 2, 4, 2, 2, 2, 1, 1]
     hw = (256, 256)
@@ -129,7 +130,7 @@ def test_programs_stay_within_units_and_fetches(channels, units, outputs):
     x = keras.Input((None, None, channels))
     model = keras.Model(x, Act("bounded_relu")(keras.layers.Add()([GroupConv2D(channels, 3)(x), x])))
     table = replace(limits.ES2, texture_units=units, draw_buffers=4)
-    net = es2.compile(model, device=table)
+    net = es2.compile(model, es2.Target.of(table))
     assert [len(p.outputs) for p in net.passes] == outputs
     hw = (8, 8)
     assert cost.total(net.cost(hw).values()).texel_fetches == _expected_fetches(net.graph, hw, 4, table)
@@ -145,12 +146,12 @@ def test_draw_buffers_follow_the_device():
     model = sr_x2()
     assert limits.profile("adreno3xx").draw_buffers == 4
     assert all(limits.profile(d).draw_buffers == 1 for d in ("videocore4", "mali400", "es2-minimum"))
-    assert es2.compile(model, device="adreno3xx").draw_buffers == 4  # the device's default
+    assert es2.compile(model, "adreno3xx").draw_buffers == 4  # the device's default
     assert es2.compile(model).draw_buffers == 1
     with pytest.raises(limits.LimitError, match="draw_buffers = 4 exceeds the videocore4 limit of 1"):
-        es2.compile(model, device="videocore4", draw_buffers=4)
+        es2.Target.of("videocore4", draw_buffers=4)
     with pytest.raises(ValueError, match="draw_buffers must be a whole number >= 1, not 0"):
-        es2.compile(model, draw_buffers=0)
+        es2.Target.of(draw_buffers=0)
 
 
 def test_save_load_and_older_manifests(sr, tmp_path):
@@ -162,7 +163,7 @@ def test_save_load_and_older_manifests(sr, tmp_path):
     np.testing.assert_array_equal(again.run(image), mrt.run(image))
     with pytest.raises(limits.LimitError, match="render targets per program = 4 exceeds the "
                                                 "videocore4 limit of 1"):
-        es2.load_net(tmp_path / "mrt", device="videocore4")
+        es2.load_net(tmp_path / "mrt", "videocore4")
     # a net saved before draw buffers: each pass has "output", not "outputs"
     one.save(tmp_path / "old")
     path = tmp_path / "old" / "manifest.json"
@@ -177,7 +178,7 @@ def test_save_load_and_older_manifests(sr, tmp_path):
 
 def test_runtime_without_enough_draw_buffers_is_refused(monkeypatch):
     keras.utils.set_random_seed(5)
-    net = es2.compile(sr_x2(), draw_buffers=4)
+    net = es2.compile(sr_x2(), MRT4_TARGET)
     monkeypatch.setitem(gl.worker().info, "GL_MAX_DRAW_BUFFERS", 2)
     with pytest.raises(ValueError, match="the net writes 4 render targets per pass, over this "
                                          "GPU's GL_MAX_DRAW_BUFFERS of 2; compile it with "

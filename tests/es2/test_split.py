@@ -93,7 +93,7 @@ def test_partial_sums_keep_their_bound_without_saturating():
 def test_device_limits_choose_the_stages(device):
     """gc2000 keeps literals in its 64 uniform slots: stages of 3 packs at 2 channels a
     program; videocore4 binds by its 8 texture units and 64 fetches, as ES 2.0."""
-    net = es2.compile(wide_model(width=32, residual=True), device=device)
+    net = es2.compile(wide_model(width=32, residual=True), device)
     expected = {"gc2000": 3, "videocore4": 2}[device]
     assert net.graph.op("wide").split == expected
     x = image(3, (12, 9, 3))

@@ -237,7 +237,7 @@ def test_an_exported_pages_manifest_lists_every_file_of_the_page(tmp_path):
     edited page loaded for `devices --moderngl`; now every file but the self-check's (which
     check.json ties to the manifest's bytes) is listed and checked, naming the file."""
     site = tmp_path / "site"
-    web.export(es2.compile(_sr(1), draw_buffers=4), site)
+    web.export(es2.compile(_sr(1), es2.Target.of(draw_buffers=4)), site)
     listed = set(json.loads((site / "manifest.json").read_text())["files"])
     on_disk = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
     assert any(f.startswith("fallback/") for f in listed)

@@ -174,7 +174,7 @@ def test_the_dog_classifier_on_the_gpu_is_the_emulator_op_by_op_and_tf_top1(dogs
 
     model, net = dogs
     if shared:
-        net = es2.compile(model, device="videocore4", shared=True)
+        net = es2.compile(model, "videocore4", shared=True)
         assert len(net.passes) == 1134 and len({p.source for p in net.passes}) <= 27
     images = np.stack([bm.sample(picture, model.beatmup_input)  # a cat, a dog
                        for picture in (data.chelsea(), data.coffee())]).astype(np.float32) / 255

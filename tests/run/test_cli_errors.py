@@ -65,11 +65,12 @@ def test_a_classifier_given_to_upscale_is_refused_before_it_runs(tmp_path, capsy
     assert not (tmp_path / "out.png").exists()
 
 
-def test_an_empty_target_list_and_a_profile_path_are_refused(tmp_path, capsys):
-    """`drivers --target ''` wrote an empty drivers.json, then a traceback; `--profile ../..`
-    wrote outside the figures folder."""
-    assert main(["drivers", "--target", "", "--out", str(tmp_path)]) == 2
-    assert "--target '' names no target" in _one_line(capsys)
+def test_an_empty_driver_list_and_a_profile_path_are_refused(tmp_path, capsys):
+    """`drivers --target ''` wrote an empty drivers.json, then a traceback (--target: the
+    older name of --driver); `--profile ../..` wrote outside the figures folder."""
+    for option in ("--driver", "--target"):
+        assert main(["drivers", option, "", "--out", str(tmp_path)]) == 2
+        assert "--driver '' names no driver" in _one_line(capsys)
     assert list(tmp_path.iterdir()) == []
     from workbench.files import figures_dir
 

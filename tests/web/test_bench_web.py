@@ -190,7 +190,8 @@ def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
     with a line."""
     monkeypatch.setenv(tfjs.CACHE_ENV, str(tmp_path / "empty"))
     monkeypatch.setenv(ort.CACHE_ENV, str(tmp_path / "empty"))
-    monkeypatch.setattr(peers, "PAGE_VARIANTS", {"mediump": ({"precision": "mediump"}, "m")})
+    monkeypatch.setattr(peers, "PAGE_VARIANTS",
+                        {"mediump": ({"target": es2.Target.of(precision="mediump")}, "m")})
     monkeypatch.setitem(browser.GLS, "llvmpipe", browser.GLS["swiftshader"])
     keras.utils.set_random_seed(0)
     [result] = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1,

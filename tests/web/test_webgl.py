@@ -180,12 +180,31 @@ def test_page_tiles_an_image_over_its_texture_limit(sr):
     assert np.array_equal(tiled["output"], untiled["output"])
 
 
+def test_fallback_programs_fit_the_nets_own_target(tmp_path):
+    """The page's fallbacks are generated for the net's own target: an adreno3xx mediump net
+    (16 texture units, 4 render targets) whose conv reads 9 textures ships, for 2 and for 1
+    render targets, the mediump programs adreno3xx has for them (2 outputs a program), not
+    those of the ES 2.0 limits (8 units: 1 output a program) in highp; also from its folder."""
+    x = inputs = keras.Input((None, None, 32))
+    y = GroupConv2D(32, 1, name="L3")(x)
+    model = keras.Model(inputs, Act("bounded_relu")(keras.layers.Add()([y, x])))
+    net = es2.compile(model, es2.Target.of("adreno3xx", "mediump"))
+    net.save(tmp_path / "net")
+    for net in (net, es2.load(tmp_path / "net")):
+        fallbacks = web.page.fallback_passes(net)
+        for room in (2, 1):
+            fewer = es2.compile(model, es2.Target.of("adreno3xx", "mediump", room))
+            shipped = [q for rooms in fallbacks.values() for _, q in rooms[room]]
+            assert {len(q.outputs) for q in shipped} == {room}
+            assert {q.source for q in shipped} <= {p.source for p in fewer.passes}
+
+
 def test_fallback_programs_write_the_mrt_pages_bytes(sr, tmp_path):
     """A draw_buffers=4 page where the browser offers fewer targets runs the programs
     webgl.json ships for its passes (generated in Python, no GLSL edited in JS): the
     one-target ones are the one-target net's programs, and every form writes the same bytes."""
     model, one, _, _ = sr
-    mrt = es2.compile(model, draw_buffers=4)
+    mrt = es2.compile(model, es2.Target.of(draw_buffers=4))
     web.export(mrt, tmp_path)
     spec = json.loads((tmp_path / "webgl.json").read_text())
     single = {tuple(p.outputs): p.source for p in one.passes}  # by (tensor, pack)s
@@ -301,7 +320,7 @@ def test_pooling_net_page_writes_the_emulators_bytes(gl, shared, tmp_path):
                   keras.layers.AveragePooling2D(3, 1, padding="same"), GroupConv2D(4, 1),
                   Act("sigmoid_like")):
         x = layer(x)
-    net = es2.compile(keras.Model(inputs, x), **({"device": "videocore4", "shared": True}
+    net = es2.compile(keras.Model(inputs, x), **({"target": "videocore4", "shared": True}
                                                  if shared else {}))
     assert any(p.arrays for p in net.passes) == shared
     web.export(net, tmp_path)

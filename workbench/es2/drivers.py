@@ -1,8 +1,8 @@
 """An ES 2.0 net through the target GPUs' own compilers (:mod:`workbench.gl.drivers`).
 
-:func:`check` compiles every program of a net with a target's Mesa driver (on its drm-shim)
-and returns what the driver said of each; :func:`require` refuses, in one line naming the
-program, the target and the driver's message, a net the target's compiler cannot take;
+:func:`check` compiles every program of a net with a Mesa driver (on its drm-shim) and
+returns what the driver said of each; :func:`require` refuses, in one line naming the
+program, the driver and its message, a net the driver's compiler cannot take;
 :func:`fit` re-plans the refused layers with fewer output channels a program (a compiler
 that keeps literals in a small constant file, as Vivante's does, then takes them) until the
 driver accepts, and keeps VideoCore IV's programs within its two-thread register budget
@@ -25,13 +25,13 @@ CHANNELS = (4, 2, 1)  # output channels a conv program may write, most first
 
 
 class DriverRejected(LimitError):
-    """A target's compiler refused a program; the message names program, target and why."""
+    """A driver's compiler refused a program; the message names program, driver and why."""
 
 
-def check(net, target: str) -> list[drivers.ProgramReport]:
-    """What the driver of ``target`` (:data:`workbench.gl.drivers.TARGETS`) says of every
+def check(net, driver: str) -> list[drivers.ProgramReport]:
+    """What the Mesa driver ``driver`` (:data:`workbench.gl.drivers.DRIVERS`) says of every
     program of ``net``, in pass order."""
-    return _reports(net.passes, target)
+    return _reports(net.passes, driver)
 
 
 def failures(net, reports) -> list[tuple]:
@@ -39,28 +39,28 @@ def failures(net, reports) -> list[tuple]:
     return [(p, r) for p, r in zip(net.passes, reports) if not r.ok]
 
 
-def rejection(target: str, failed) -> str:
+def rejection(driver: str, failed) -> str:
     """One line for the first refused program."""
     p, r = failed[0]
-    t = drivers.target(target)
+    t = drivers.driver(driver)
     more = f" ({len(failed) - 1} more programs refused)" if len(failed) > 1 else ""
     return (f"program {p.name!r} (layer {p.op!r}): the {t.gpu} compiler ({t.name}, Mesa "
             f"{drivers.MESA_VERSION}) refuses it: {r.errors[0] if r.errors else 'no reason given'}"
             f"{more}")
 
 
-def require(net, target: str):
-    """Raise :class:`DriverRejected` when ``target``'s compiler refuses a program of ``net``;
+def require(net, driver: str):
+    """Raise :class:`DriverRejected` when ``driver``'s compiler refuses a program of ``net``;
     returns the reports otherwise."""
-    reports = check(net, target)
+    reports = check(net, driver)
     failed = failures(net, reports)
     if failed:
-        raise DriverRejected(rejection(target, failed))
+        raise DriverRejected(rejection(driver, failed))
     return reports
 
 
-def fit(graph, generate, target: str):
-    """Passes of ``graph`` that ``target``'s compiler takes, and runs well: ``generate(options)``
+def fit(graph, generate, driver: str):
+    """Passes of ``graph`` that ``driver``'s compiler takes, and runs well: ``generate(options)``
     makes the passes with ``{conv layer: {"channels": n, "inline_masks": bool}}``.
 
     1. Each refused convolution gets the next smaller count of output channels a program
@@ -74,9 +74,9 @@ def fit(graph, generate, target: str):
     1 channel, or one of another op, raises :class:`DriverRejected`."""
     options: dict[str, dict] = {}
     changes = []
-    gpu = drivers.target(target).gpu
+    gpu = drivers.driver(driver).gpu
     while True:
-        passes, reports = _compiled(generate, options, target)
+        passes, reports = _compiled(generate, options, driver)
         failed = [(p, r) for p, r in zip(passes, reports) if not r.ok]
         if not failed:
             break
@@ -84,7 +84,7 @@ def fit(graph, generate, target: str):
             now = _channels(passes, layer)
             smaller = [c for c in CHANNELS if c < now]
             if "channels" not in layer_options(graph.op(layer)) or not smaller:
-                raise DriverRejected(rejection(target, failed) + "; nothing left to split")
+                raise DriverRejected(rejection(driver, failed) + "; nothing left to split")
             options.setdefault(layer, {})["channels"] = smaller[0]
             changes.append(f"layer {layer!r}: {smaller[0]} output channel"
                            f"{'s' if smaller[0] > 1 else ''} a program (was {now}): the {gpu} "
@@ -94,7 +94,7 @@ def fit(graph, generate, target: str):
                            and _padded(graph.op(p.op)))
     for layer in single:
         trial = {**options, layer: {**options.get(layer, {}), "inline_masks": True}}
-        new_passes, new_reports = _compiled(generate, trial, target)
+        new_passes, new_reports = _compiled(generate, trial, driver)
         before, after = (_layer_stat(ps, rs, layer, "estimated_cycles")
                          for ps, rs in ((passes, reports), (new_passes, new_reports)))
         if all(r.ok for r in new_reports) and after < before:
@@ -106,9 +106,9 @@ def fit(graph, generate, target: str):
     return passes, reports, changes, options
 
 
-def tune(graph, generate, target: str, options=None):
+def tune(graph, generate, driver: str, options=None):
     """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
-    ``target``'s compiler runs fastest by its own numbers: each convolution whose programs
+    ``driver``'s compiler runs fastest by its own numbers: each convolution whose programs
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
     masks computed once or per tap and its residual added last or first where it has them,
     and keeps the form with the fewest spills, then the most threads, then the fewest
@@ -118,7 +118,7 @@ def tune(graph, generate, target: str, options=None):
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
-    passes, reports = _compiled(generate, options, target)
+    passes, reports = _compiled(generate, options, driver)
     layers = [op.name for op in graph.ops
               if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
     metric = "estimated_cycles" if any("estimated_cycles" in r.stats for r in reports) \
@@ -136,7 +136,7 @@ def tune(graph, generate, target: str, options=None):
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
-        tried.append((trial, *_compiled(generate, trial, target)))
+        tried.append((trial, *_compiled(generate, trial, driver)))
     changes = []
     for layer in layers:
         keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}))
@@ -145,10 +145,10 @@ def tune(graph, generate, target: str, options=None):
         if best < before:
             options[layer] = chosen
             changes.append(f"layer {layer!r}: {_described(chosen)} on "
-                           f"{drivers.target(target).gpu}: {metric.replace('_', ' ')} "
+                           f"{drivers.driver(driver).gpu}: {metric.replace('_', ' ')} "
                            f"{before[-1]:,} -> {best[-1]:,}")
     if changes:
-        passes, reports = _compiled(generate, options, target)
+        passes, reports = _compiled(generate, options, driver)
     return passes, reports, changes, options
 
 
@@ -191,29 +191,29 @@ def layer_options(op) -> tuple[str, ...]:
     return record(op).layer_options(op) if record(op).layer_options else ()
 
 
-_COMPILED: dict[tuple, drivers.ProgramReport] = {}  # (target, source, render targets) -> report
+_COMPILED: dict[tuple, drivers.ProgramReport] = {}  # (driver, source, render targets) -> report
 
 
-def _reports(passes, target) -> list[drivers.ProgramReport]:
-    """A report a pass; a program is compiled once a process and target (passes that share
+def _reports(passes, driver) -> list[drivers.ProgramReport]:
+    """A report a pass; a program is compiled once a process and driver (passes that share
     a program, weights as uniforms, share it; :func:`tune`'s forms recompile only what
     changed)."""
     missing = {}
     for p in passes:
-        key = (target, p.source, len(p.outputs))
+        key = (driver, p.source, len(p.outputs))
         if key not in _COMPILED:
             missing.setdefault(key, p.name)
     if missing:
-        reports = drivers.compile_programs(target, VERTEX_SHADER,
+        reports = drivers.compile_programs(driver, VERTEX_SHADER,
                                            [(name, source, targets)
                                             for (_, source, targets), name in missing.items()])
         _COMPILED.update(zip(missing, reports))
-    return [replace(_COMPILED[target, p.source, len(p.outputs)], name=p.name) for p in passes]
+    return [replace(_COMPILED[driver, p.source, len(p.outputs)], name=p.name) for p in passes]
 
 
-def _compiled(generate, options, target):
+def _compiled(generate, options, driver):
     passes = generate(options)
-    return passes, _reports(passes, target)
+    return passes, _reports(passes, driver)
 
 
 def _reason(failed, layer) -> str:

@@ -41,8 +41,8 @@ class Limits:
     constant_vectors: int | None = None  # vec4 slots a fragment shader's uniforms and literal
     #                                   constants share, where the compiler keeps literals in the
     #                                   uniform file (Vivante); None: literals cost no uniforms
-    driver: str | None = None         # the Mesa driver target that checks it
-    #                                   (:data:`workbench.gl.drivers.TARGETS`)
+    driver: str | None = None         # the Mesa driver that checks it
+    #                                   (:data:`workbench.gl.drivers.DRIVERS`)
 
     @property
     def channels_per_program(self):

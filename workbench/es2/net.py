@@ -39,10 +39,12 @@ CONVENTIONS = (
 
 
 class Net:
-    """A net as ES 2.0 passes.  Images are HxWxC float in [0, 1] (HxWx3 RGB for luma nets)."""
+    """A net as ES 2.0 passes.  Images are HxWxC float in [0, 1] (HxWx3 RGB for luma nets).
+    ``target``: what its passes were generated for (:class:`workbench.es2.limits.Target`), so
+    that programs generated again (the page's fallbacks) fit the same limits."""
 
-    def __init__(self, graph: ir.Graph, passes: list[Pass], precision="highp"):
-        self.graph, self.passes, self.precision = graph, passes, precision
+    def __init__(self, graph: ir.Graph, passes: list[Pass], target=limits.Target()):
+        self.graph, self.passes, self.target = graph, passes, target
         self.changes: list[str] = []  # what compile(fit=True or tune=True) changed for a driver
         self._runner = None
 
@@ -99,6 +101,11 @@ class Net:
         return emulate.run(self.graph, image, keep=keep, arithmetic=arithmetic)
 
     @property
+    def precision(self) -> str:
+        """The shaders' float precision (``"highp"`` or ``"mediump"``)."""
+        return self.target.precision
+
+    @property
     def draw_buffers(self) -> int:
         """The most render targets one of its programs writes (1: plain ES 2.0)."""
         return max(len(p.outputs) for p in self.passes)
@@ -147,6 +154,7 @@ class Net:
             "format": "workbench-es2/1",
             "name": self.graph.name,
             "precision": self.precision,
+            "target": _saved_target(self.target),
             "conventions": CONVENTIONS,
             "input": asdict(self.graph.input),
             "input_size": self.graph.input_size,
@@ -192,27 +200,26 @@ def output_spec(graph: ir.Graph) -> dict:
     return {"tensor": graph.output, "packs": ir.packs(c), "kind": "image", "channels": c}
 
 
-def compile(model, target: limits.Target | None = None, *, luma_input=None, dense="fixed16",
-            mediump_warn_db=None, check_driver=False, fit=False, tune=False, shared=False,
-            calibration=None, device=None, precision=None, draw_buffers=None) -> Net:
+def compile(model, target: limits.Target | str | None = None, *, luma_input=None,
+            dense="fixed16", mediump_warn_db=None, check_driver=False, fit=False, tune=False,
+            shared=False, calibration=None) -> Net:
     """Keras or ONNX model -> IR -> limits check -> passes.
 
-    ``target``: what to compile for (:class:`workbench.es2.limits.Target`: the device's
-    limits, the shaders' precision, the render targets a program may write), default
-    ``Target.of(device, precision, draw_buffers)``: ``device`` a profile name
-    (``"videocore4"``, see :data:`workbench.es2.limits.PROFILES`) or a
-    :class:`~workbench.es2.limits.Limits`, default :data:`~workbench.es2.limits.ES2`;
-    ``precision`` ``"highp"`` or ``"mediump"``, default the device's; ``draw_buffers`` the
-    render targets a convolution's program may write (``GL_EXT_draw_buffers``), default the
-    device's (1 for ES2), with no device named any number (the runtime checks
-    GL_MAX_DRAW_BUFFERS).  ``dense``: number format of a final Dense layer, ``"fixed16"`` or
-    ``"float"`` (see :class:`workbench.ir.Dense`).  ``mediump_warn_db``: warn
+    ``target``: what to compile for, a :class:`workbench.es2.limits.Target` (the device's
+    limits, the shaders' precision, the render targets a convolution's program may write:
+    ``Target.of(device, precision, draw_buffers)`` checks them once), or for short a device
+    profile's name (``"videocore4"``, see :data:`workbench.es2.limits.PROFILES`), meaning
+    ``Target.of(name)`` (its precision and render targets); default ``Target()``: the
+    :data:`~workbench.es2.limits.ES2` limits, highp, one render target.  ``dense``: number
+    format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
+    :class:`workbench.ir.Dense`).  ``mediump_warn_db``: warn
     (:class:`workbench.es2.mediump.MediumpWarning`) when on a float16-mediump GPU an op's
     output is predicted below this PSNR against highp.  ``check_driver``: compile every
     program with the device's own compiler (its Mesa driver on a drm-shim,
-    :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a target name) and
-    refuse, naming program, target and message, what it refuses; ``fit``: instead split the
-    refused layers' programs until it takes them (``net.changes`` says what changed);
+    :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a driver's name,
+    ``"vc4"``) and refuse, naming program, driver and message, what it refuses; ``fit``:
+    instead split the refused layers' programs until it takes them (``net.changes`` says
+    what changed);
     ``tune``: fit, then keep the form of each layer's programs that the driver runs fastest
     by its own numbers (:func:`workbench.es2.drivers.tune`).  ``shared``: the weights of
     each layer whose programs can hold them as uniform arrays set at each draw, so that one
@@ -223,7 +230,7 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     (:func:`workbench.es2.samples.test_images`)."""
     from workbench.es2 import calibrate, samples
 
-    target = _target(target, device, precision, draw_buffers)
+    target = _target(target)
     table = target.limits
     graph = ir.from_model(model, luma_input=luma_input, dense=dense)
     if calibrate.needed(graph):
@@ -250,8 +257,8 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     gpu = (check_driver if isinstance(check_driver, str) else table.driver) \
         if (check_driver or fit) else None
     if (check_driver or fit) and gpu is None:
-        raise ValueError(f"device {table.name!r} names no driver target to check with; name "
-                         "one (check_driver='vc4') or a device profile that has one")
+        raise ValueError(f"device {table.name!r} names no driver to check with; name one "
+                         "(check_driver='vc4') or a device profile that has one")
     if fit:
         passes, _, changes, options = drivers.fit(graph, passes_with, gpu)
         if tune:
@@ -261,22 +268,40 @@ def compile(model, target: limits.Target | None = None, *, luma_input=None, dens
     else:
         passes = passes_with()
         if gpu:
-            drivers.require(Net(graph, passes, target.precision), gpu)
-    net = Net(graph, passes, target.precision)
+            drivers.require(Net(graph, passes, target), gpu)
+    net = Net(graph, passes, target)
     net.changes = changes
     return net
 
 
-def _target(target, device, precision, draw_buffers) -> limits.Target:
-    """``target``, or the one ``device``, ``precision`` and ``draw_buffers`` name (not both)."""
-    if target is None:
-        return limits.Target.of(device, precision, draw_buffers)
+def _target(target) -> limits.Target:
+    """``target`` as :func:`compile` takes it (a Target, a profile's name or None) -> a Target."""
+    if target is None or isinstance(target, str):
+        return limits.Target.of(target)
     if not isinstance(target, limits.Target):
         raise TypeError(f"target: an es2.Target (es2.Target.of(device, precision, "
-                        f"draw_buffers)), not {type(target).__name__}")
-    if (device, precision, draw_buffers) != (None, None, None):
-        raise ValueError("give either a target or device/precision/draw_buffers, not both")
+                        f"draw_buffers)) or a device profile's name, not {type(target).__name__}")
     return target
+
+
+def _saved_target(target: limits.Target) -> dict:
+    """``target`` as a manifest keeps it beside its ``precision``: ``limits``, the profile's
+    name where it is one (else every limit), and ``draw_buffers``."""
+    table = target.limits
+    named = limits.PROFILES.get(table.name) == table
+    return {"limits": table.name if named else asdict(table), "draw_buffers": target.draw_buffers}
+
+
+def _loaded_target(manifest: dict, passes) -> limits.Target:
+    """The target of a saved net (checked again by ``Target.of``); a manifest written before
+    nets kept theirs: the ES 2.0 limits with as many render targets as its passes write."""
+    saved = manifest.get("target") or {"limits": None,
+                                       "draw_buffers": max(len(p.outputs) for p in passes)}
+    table = saved["limits"]
+    if isinstance(table, dict):  # JSON lists back to tuples
+        table = limits.Limits(**{k: tuple(v) if isinstance(v, list) else v
+                                 for k, v in table.items()})
+    return limits.Target.of(table, manifest["precision"], saved["draw_buffers"])
 
 
 def prepared(graph: ir.Graph, table) -> ir.Graph:
@@ -289,29 +314,28 @@ def prepared(graph: ir.Graph, table) -> ir.Graph:
     return replace(graph, ops=ops)
 
 
-def load_net(path, target: limits.Target | None = None, *, device=None, precision=None,
-             draw_buffers=None, input_size=None):
+def load_net(path, target: limits.Target | str | None = None, *, input_size=None):
     """A compiled net from a ``.keras`` or ``.onnx`` model (compiled for ``target``, see
     :func:`compile`; ``input_size`` ``(height, width)`` fixes an ONNX model's dynamic size)
-    or from a folder written by :meth:`Net.save` (as saved, checked against the target's
-    limits with the folder's own precision and render targets).  An ONNX model's 8-bit
-    storage is checked on sample images first (:func:`workbench.es2.onnx_check.require`:
-    refused, or a warning, where its values leave [0, 1]).  Returns ``(net, model_or_None)``
-    (the model: Keras, or an :class:`~workbench.nets.onnx_model.OnnxModel`).  A folder's
-    shaders keep their precision: another ``precision`` asked for is refused in one line."""
+    or from a folder written by :meth:`Net.save` (as saved, checked against the limits of
+    ``target``, default its own: a program writing more render targets than they allow names
+    its layer).  An ONNX model's 8-bit storage is checked on sample images first
+    (:func:`workbench.es2.onnx_check.require`: refused, or a warning, where its values leave
+    [0, 1]).  Returns ``(net, model_or_None)`` (the model: Keras, or an
+    :class:`~workbench.nets.onnx_model.OnnxModel`).  A folder's shaders keep their
+    precision: a target of another precision is refused in one line."""
     from workbench.es2 import onnx_check, samples
 
     path = Path(path)
     if path.is_dir():
         net = load(path)
-        if precision is not None and precision != net.precision:
+        target = net.target if target is None else _target(target)
+        if target.precision != net.precision:
             raise ValueError(f"{path}: its shaders were written for {net.precision}, not "
-                             f"{precision}; compile the model again for {precision}")
-        given = _target(target, device, precision, None).limits if (target or device) else None
-        table = limits.profile(given, net.draw_buffers)  # as saved: its programs name the layer
-        limits.check_precision(net.precision, table)     # that has more targets than allowed
-        limits.check(net.graph, table)
-        limits.check_passes(net.passes, table, net.graph)
+                             f"{target.precision}; compile the model again for "
+                             f"{target.precision}")
+        limits.check(net.graph, target.limits)
+        limits.check_passes(net.passes, target.limits, net.graph)
         return net, None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras or .onnx file, or a saved "
@@ -319,7 +343,7 @@ def load_net(path, target: limits.Target | None = None, *, device=None, precisio
     from workbench.nets.models import load_model  # (Keras: only for a model file)
 
     model = load_model(path, input_size)
-    net = compile(model, _target(target, device, precision, draw_buffers))
+    net = compile(model, target)
     if net.graph.input_size:  # the checks below run it at that size
         plan.require_memory(net.graph, net.graph.input_size, "give a smaller --input-size")
     if ir.is_onnx(model):
@@ -410,4 +434,4 @@ def _load(directory: Path, manifest: dict) -> Net:
                    {name: _arrays(data[file], directory / file)
                     for name, file in p.get("arrays", {}).items()})
               for p in manifest["passes"]]
-    return Net(graph, passes, manifest["precision"])
+    return Net(graph, passes, _loaded_target(manifest, passes))

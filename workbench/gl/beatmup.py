@@ -396,11 +396,11 @@ def parse_dump(app, text) -> Capture:
     return Capture(app, programs, draws[half:], links)
 
 
-def compile_captured(target, captured: Capture):
-    """The captured programs through the Mesa driver of ``target``
+def compile_captured(driver, captured: Capture):
+    """The captured programs through the Mesa driver ``driver``
     (:func:`workbench.gl.drivers.compile_programs`): a report each, in ``programs`` order."""
     from workbench.gl import drivers
 
     return drivers.compile_programs(
-        target, "", [(f"{captured.app}.{i}", fragment, 1, vertex)
+        driver, "", [(f"{captured.app}.{i}", fragment, 1, vertex)
                      for i, (vertex, fragment) in enumerate(captured.programs)])

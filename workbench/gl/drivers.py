@@ -6,7 +6,7 @@ drm-shims: libraries preloaded into a process that fake the kernel driver, so th
 GL driver and its back-end compiler run on x86 (Mesa's own CI compiles its shader database
 this way).  Nothing is drawn anywhere: command streams go to a no-op.
 
-:func:`compile_programs` compiles ES 2.0 programs through one :data:`TARGETS` driver in a child
+:func:`compile_programs` compiles ES 2.0 programs through one of the :data:`DRIVERS` in a child
 process (``python -m workbench.gl.drivers``, with the shim preloaded and the build's EGL
 first on the library path; never in the caller's process), draws each once (most of these
 drivers run their back end at the first draw) and returns, per program, the GL status, the
@@ -47,66 +47,66 @@ class DriversUnavailable(FileNotFoundError):
 
 
 @dataclass(frozen=True)
-class Target:
-    """One GPU as a Mesa driver sees it.  ``driver``: the DRI driver the loader is told to
+class Driver:
+    """One GPU as a Mesa driver sees it.  ``dri``: the DRI driver the loader is told to
     use; ``shim``: the drm-shim library; ``env``: what selects the GPU model in the shim;
     ``debug``: the variable and value that make the compiler report its statistics."""
 
     name: str
     gpu: str
-    driver: str
+    dri: str
     shim: str
     debug: tuple[str, str]
     env: tuple = ()
 
 
 def _adreno(gpu_id):
-    return Target(f"a{gpu_id}", f"Adreno {gpu_id}", "msm", "freedreno",
+    return Driver(f"a{gpu_id}", f"Adreno {gpu_id}", "msm", "freedreno",
                   ("FD_MESA_DEBUG", "shaderdb"), (("FD_GPU_ID", str(gpu_id)),))
 
 
 def _vivante(model):
-    return Target(model.lower(), f"Vivante {model}", "etnaviv", "etnaviv",
+    return Driver(model.lower(), f"Vivante {model}", "etnaviv", "etnaviv",
                   ("ETNA_MESA_DEBUG", "shaderdb,dbg_msgs"), (("ETNA_SHIM_GPU", model),))
 
 
 def _mali(model, gpu_id, flag):
-    return Target(model.lower(), f"Mali-{model}", "panfrost", "panfrost",
+    return Driver(model.lower(), f"Mali-{model}", "panfrost", "panfrost",
                   (flag, "shaderdb"), (("PAN_GPU_ID", gpu_id),))
 
 
 # Pi Zero-3 and Pi 4; Adreno 305 / 320 / 530 (Snapdragon 400, 600, 820 phones); Vivante GC2000 /
 # GC3000 (i.MX6 Quad / QuadPlus boards); Mali-T720 / T860 (Midgard: budget phones, RK3399
 # boards), Mali-G52 (Bifrost), Mali-400 (Utgard: Allwinner boards, phones of 2012-2014)
-TARGETS = {t.name: t for t in (
-    Target("vc4", "VideoCore IV", "vc4", "vc4", ("VC4_DEBUG", "shaderdb")),
-    Target("v3d", "VideoCore VI", "v3d", "v3d", ("V3D_DEBUG", "shaderdb")),
+DRIVERS = {t.name: t for t in (
+    Driver("vc4", "VideoCore IV", "vc4", "vc4", ("VC4_DEBUG", "shaderdb")),
+    Driver("v3d", "VideoCore VI", "v3d", "v3d", ("V3D_DEBUG", "shaderdb")),
     _adreno(305), _adreno(320), _adreno(530),
     _vivante("GC2000"), _vivante("GC3000"),
     _mali("T720", "720", "MIDGARD_MESA_DEBUG"), _mali("T860", "860", "MIDGARD_MESA_DEBUG"),
     _mali("G52", "7212", "BIFROST_MESA_DEBUG"),
-    Target("mali400", "Mali-400", "lima", "lima", ("LIMA_DEBUG", "shaderdb")),
+    Driver("mali400", "Mali-400", "lima", "lima", ("LIMA_DEBUG", "shaderdb")),
 )}
 
 
-# The drivers table's targets: the Pi 0-3 and Pi 4, Adreno 3xx/5xx, Vivante, Mali Midgard,
-# Bifrost and Utgard.
-TABLE_TARGETS = ("vc4", "v3d", "a320", "a530", "gc2000", "t720", "t860", "g52", "mali400")
-# The targets whose driver gives an ES 3.1 context here (compute shaders; Mesa 22.3's v3d on
-# its shim offers none)
-ES31_TARGETS = ("a530", "t860", "g52")
+# The drivers table's: the Pi 0-3 and Pi 4, Adreno 3xx/5xx, Vivante, Mali Midgard, Bifrost
+# and Utgard.
+TABLE_DRIVERS = ("vc4", "v3d", "a320", "a530", "gc2000", "t720", "t860", "g52", "mali400")
+# The drivers that give an ES 3.1 context here (compute shaders; Mesa 22.3's v3d on its shim
+# offers none)
+ES31_DRIVERS = ("a530", "t860", "g52")
 
 
-def target(name) -> Target:
-    if name not in TARGETS:
-        raise ValueError(f"unknown driver target {name!r}; valid: {', '.join(TARGETS)}")
-    return TARGETS[name]
+def driver(name) -> Driver:
+    if name not in DRIVERS:
+        raise ValueError(f"unknown driver {name!r}; valid: {', '.join(DRIVERS)}")
+    return DRIVERS[name]
 
 
 def available() -> str | None:
     """None when the driver build is there, else why not (one line naming the command)."""
     lib = build_dir() / "lib"
-    missing = [f"lib{t.shim}_noop_drm_shim.so" for t in TARGETS.values()
+    missing = [f"lib{t.shim}_noop_drm_shim.so" for t in DRIVERS.values()
                if not (lib / f"lib{t.shim}_noop_drm_shim.so").exists()]
     if not (lib / "libEGL.so.1").exists() or missing:
         return (f"the target GPUs' drivers are not built ({build_dir()}): run `{BUILD_COMMAND}` "
@@ -114,7 +114,7 @@ def available() -> str | None:
     return None
 
 
-def environment(t: Target) -> dict:
+def environment(t: Driver) -> dict:
     """The child process's environment: the shim preloaded, the build's EGL and DRI drivers
     first, the compiler's statistics on, no shader cache (a cached shader is not compiled)."""
     lib = build_dir() / "lib"
@@ -124,7 +124,7 @@ def environment(t: Target) -> dict:
         "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(lib),
                                                          os.environ.get("LD_LIBRARY_PATH")])),
         "LIBGL_DRIVERS_PATH": str(lib / "dri"),
-        "MESA_LOADER_DRIVER_OVERRIDE": t.driver,
+        "MESA_LOADER_DRIVER_OVERRIDE": t.dri,
         "EGL_PLATFORM": "surfaceless",
         "PYOPENGL_PLATFORM": "egl",
         "MESA_SHADER_CACHE_DISABLE": "true",
@@ -149,34 +149,34 @@ class ProgramReport:
     messages: list = field(default_factory=list)
 
 
-def compile_compute(target_name, programs, timeout=600):
+def compile_compute(driver_name, programs, timeout=600):
     """Compile and link ES 3.1 compute ``programs`` (``[(name, source)]``) through the driver
-    of ``target_name`` (an ES 3.1 context: :data:`ES31_TARGETS`); a :class:`ProgramReport`
+    ``driver_name`` (an ES 3.1 context: :data:`ES31_DRIVERS`); a :class:`ProgramReport`
     each."""
-    t = target(target_name)
+    t = driver(driver_name)
     raw = _ask(t, {"compute": True, "vertex": "",
                    "programs": [(name, source, 1) for name, source in programs]}, timeout)
     return [report(r, raw["info"]) for r in raw["records"]]
 
 
-def compile_programs(target_name, vertex, programs, timeout=600):
+def compile_programs(driver_name, vertex, programs, timeout=600):
     """Compile ``programs`` (``[(name, fragment source, render targets)]``, or with a vertex
     source of its own as a 4th element) with the vertex shader ``vertex`` through the driver
-    of ``target_name``; a :class:`ProgramReport` each.  Each is drawn once over a 4x4 quad
-    that every vertex attribute reads."""
-    t = target(target_name)
+    ``driver_name``; a :class:`ProgramReport` each.  Each is drawn once over a 4x4 quad that
+    every vertex attribute reads."""
+    t = driver(driver_name)
     raw = _ask(t, {"vertex": vertex, "programs": list(programs)}, timeout)
     return [report(r, raw["info"]) for r in raw["records"]]
 
 
-def info(target_name) -> dict:
-    """What the driver of ``target_name`` answers: GL_RENDERER, its limits
+def info(driver_name) -> dict:
+    """What the driver ``driver_name`` answers: GL_RENDERER, its limits
     (``GL_MAX_TEXTURE_SIZE``, ...) and extensions (a list)."""
-    return _ask(target(target_name), {"vertex": "", "programs": []}, 120)["info"]
+    return _ask(driver(driver_name), {"vertex": "", "programs": []}, 120)["info"]
 
 
-def _ask(t: Target, request: dict, timeout) -> dict:
-    """Run the child process for target ``t`` on ``request``; its reply."""
+def _ask(t: Driver, request: dict, timeout) -> dict:
+    """Run the child process for the driver ``t`` on ``request``; its reply."""
     why = available()
     if why:
         raise DriversUnavailable(why)

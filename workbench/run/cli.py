@@ -41,12 +41,27 @@ def _sweep(args):
     return 0
 
 
+def _add_device_options(p):
+    """``--device``, ``--precision`` and ``--draw-buffers`` of a command that compiles a net;
+    :func:`_target` reads them."""
+    from workbench.es2.limits import PROFILES
+    p.add_argument("--device", metavar="NAME", help="check the net against this device's "
+                   f"limits: {', '.join(PROFILES)} (default: the ES 2.0 limits)")
+    p.add_argument("--precision", choices=("highp", "mediump"), help="float precision of the "
+                   "shaders (default: the device's: highp, or mediump on a device without highp)")
+    p.add_argument("--draw-buffers", type=int, metavar="N", help="render targets a "
+                   "convolution's program may write (GL_EXT_draw_buffers / WEBGL_draw_buffers; "
+                   "default: the device's, 1 for ES 2.0; an exported page splits them where the "
+                   "browser lacks the extension)")
+
+
 def _target(args):
-    """The one :class:`workbench.es2.Target` of a command, from its ``--device``,
-    ``--precision`` and ``--draw-buffers`` (those it has)."""
+    """The :class:`workbench.es2.Target` of :func:`_add_device_options`' options (checked
+    once: a bad value is refused in one line), or None where none is given: a model is then
+    compiled for plain ES 2.0, a saved shader folder loads for its own target."""
     from workbench import es2
-    return es2.Target.of(getattr(args, "device", None), getattr(args, "precision", None),
-                         getattr(args, "draw_buffers", None))
+    given = (args.device, args.precision, args.draw_buffers)
+    return None if given == (None, None, None) else es2.Target.of(*given)
 
 
 def _upscale(args):
@@ -137,21 +152,22 @@ def _report(args):
 
 
 def _drivers(args):
-    from workbench.gl.drivers import target
+    from workbench import es2
+    from workbench.gl.drivers import driver
     from workbench.nets.models import load_model, reference_sr
     from workbench.studies import compilers
 
-    targets = _names(args.target)
-    if not targets:
-        raise ValueError(f"--target {args.target!r} names no target; e.g. --target vc4,gc2000")
-    for name in targets:
-        target(name)  # an unknown name: one line before any work
+    names = _names(args.driver)
+    if not names:
+        raise ValueError(f"--driver {args.driver!r} names no driver; e.g. --driver vc4,gc2000")
+    for name in names:
+        driver(name)  # an unknown name: one line before any work
     with _owned_out(args, [compilers.TABLE, compilers.RESULT, *_figure(compilers.FIGURE)]):
         models, sizes = {}, {}
         for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
             if name in ("sr", "sr-mrt4"):
                 models[name] = (load_model(reference_sr()),
-                                {"draw_buffers": 4} if name != "sr" else {})
+                                {"target": es2.Target.of(draw_buffers=4)} if name != "sr" else {})
                 sizes[name] = ("sr", 256)
             elif name in ("cifar10", "dogs120"):
                 models[name] = (compilers.classifier(name), {})
@@ -159,7 +175,7 @@ def _drivers(args):
                     sizes[name] = ("dogs120", 385)
             else:
                 models[Path(name).stem] = (load_model(name), {})
-        compilers.run(models, targets, args.out, sizes)
+        compilers.run(models, names, args.out, sizes)
     return 0
 
 
@@ -231,18 +247,6 @@ def _bench(args):
     return 0
 
 
-def _add_device_options(p):
-    from workbench.es2.limits import PROFILES
-    p.add_argument("--precision", choices=("highp", "mediump"), help="float precision of the "
-                   "shaders (default: highp, or mediump on a device without highp)")
-    p.add_argument("--device", metavar="NAME", help="check the net against this device's "
-                   f"limits: {', '.join(PROFILES)} (default: the ES 2.0 limits)")
-    p.add_argument("--draw-buffers", type=int, metavar="N", help="render targets a "
-                   "convolution's program may write (GL_EXT_draw_buffers / WEBGL_draw_buffers; "
-                   "default: the device's, 1 for ES 2.0; an exported page splits them where the "
-                   "browser lacks the extension)")
-
-
 def _add_force(p):
     p.add_argument("--force", action="store_true", help="replace files of the names this "
                    "command writes in --out even where the workbench did not write them (its "
@@ -274,7 +278,7 @@ def _add_model_and_out(p, model_kinds, what):
 
 def parser() -> argparse.ArgumentParser:
     from workbench.data import fetch
-    from workbench.gl.drivers import TABLE_TARGETS as DRIVER_TARGETS
+    from workbench.gl.drivers import TABLE_DRIVERS
 
     top = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
     top.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -351,10 +355,10 @@ def parser() -> argparse.ArgumentParser:
                    ".onnx model, or sr / sr-mrt4 (the SR reference checkpoint, one or 4 render "
                    "targets a program), cifar10 (the reference classifier, else random "
                    "weights), dogs120 (random weights, 385x385, ~1,100 programs: minutes a "
-                   "target); default: sr, sr-mrt4, cifar10")
-    p.add_argument("--target", default=",".join(DRIVER_TARGETS), help="comma-separated "
-                   f"driver targets (default: {','.join(DRIVER_TARGETS)}; also "
-                   "a305, gc3000)")
+                   "driver); default: sr, sr-mrt4, cifar10")
+    p.add_argument("--driver", "--target", default=",".join(TABLE_DRIVERS), help="comma-"
+                   f"separated Mesa drivers (default: {','.join(TABLE_DRIVERS)}; also a305, "
+                   "gc3000; --target is its older name)")
     p.add_argument("--out", help="folder for drivers.md, drivers.json and the figure (default: "
                    "the figures folder)")
     _add_force(p)
@@ -375,7 +379,7 @@ def parser() -> argparse.ArgumentParser:
                             "ES 2.0 GPU with only Python, numpy and PyOpenGL (run.py), checked "
                             "against the emulator's bytes and TensorFlow's outputs")
     _add_model_and_out(p, ".keras or .onnx model", "the bundle")
-    p.add_argument("--precision", default="highp", choices=("highp", "mediump"))
+    _add_device_options(p)
     p.add_argument("--threshold", type=float, help="run.py's default least share of output "
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")
     p.set_defaults(func=_bundle)
@@ -423,9 +427,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive, default=64, help="activation: batch size")
     p.add_argument("--steps", type=_positive, default=20, help="train, activation: steps per round")
     p.add_argument("--no-profile", action="store_true", help="train: skip the op profile")
-    p.add_argument("--device", help="sr: the device profile the net must fit (see upscale)")
-    p.add_argument("--draw-buffers", type=int, metavar="N", help="sr: render targets a "
-                   "convolution's program may write (see upscale)")
+    _add_device_options(p)  # sr
     p.set_defaults(func=_bench)
     return top
 

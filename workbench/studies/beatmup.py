@@ -37,7 +37,7 @@ from workbench.studies import compilers
 
 RESULT, TABLE = "beatmup.json", "beatmup.md"
 WOOF = "imagewoof_val"
-TARGETS = ("vc4", "v3d", "a320", "t720", "mali400", "gc2000")
+DRIVERS = ("vc4", "v3d", "a320", "t720", "mali400", "gc2000")
 SIZE = 256  # the x2 timing's input side, as the article's
 DOGS_SIDE = 385
 MEASURED_MS = {("x2", board): ms for board, ms in (
@@ -168,7 +168,7 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
     cold = beatmup.classify_timed(first)
     their_start_s = time.perf_counter() - start - sum(cold.times_ms) / 1e3
     start = time.perf_counter()
-    net = es2.compile(model, device="videocore4", shared=True)  # a program a layer shape
+    net = es2.compile(model, "videocore4", shared=True)  # a program a layer shape
     net.run(beatmup_model.sample(first, step).astype(np.float32) / 255)
     ours_compile_s = time.perf_counter() - start
     their_probs, tf_probs, gpu_probs = [], [], []
@@ -228,11 +228,11 @@ def classifier_timing(net, paths, step) -> dict:
 
 def implementations(model_path) -> dict:
     """``{net: {implementation: (check, draws, programs)}}`` for x2 (a 256x256 photo) and the
-    classifier (one photo): ``check(target)`` compiles that side's programs through the
-    target's driver once (a report each; asked again, the same reports), ``draws``
+    classifier (one photo): ``check(driver)`` compiles that side's programs through the
+    Mesa driver once (a report each; asked again, the same reports), ``draws``
     ``[(program index, fragments)]`` of one inference.  Beatmup's side is what its apps handed
     to GL; ours is the reference checkpoint as compiled by default and for
-    ``device="videocore4", tune=True``, and the imported classifier by default and with
+    ``"videocore4", tune=True``, and the imported classifier by default and with
     weights as uniforms, tuned (``shared=True, tune=True``); ``programs``: distinct programs
     (passes of one shape share one)."""
     from workbench import es2
@@ -242,12 +242,11 @@ def implementations(model_path) -> dict:
     picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
     sr = load_model(reference_sr())
     ours = {"x2": {"workbench": es2.compile(sr),
-                   "workbench (videocore4, tuned)": es2.compile(sr, device="videocore4",
-                                                                tune=True)},
+                   "workbench (videocore4, tuned)": es2.compile(sr, "videocore4", tune=True)},
             "classifier": {"workbench": es2.compile(beatmup_model.load(model_path)),
                            "workbench (videocore4, shared, tuned)": es2.compile(
-                               beatmup_model.load(model_path), device="videocore4",
-                               shared=True, tune=True)}}
+                               beatmup_model.load(model_path), "videocore4", shared=True,
+                               tune=True)}}
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
         captured = beatmup.capture(app, picture)
@@ -293,8 +292,8 @@ def layer_budget(found) -> list[dict]:
     return rows
 
 
-def compile_all(found, targets=TARGETS) -> list[dict]:
-    """One row per (net, implementation, target): programs taken, instructions (sum over the
+def compile_all(found, driver_names=DRIVERS) -> list[dict]:
+    """One row per (net, implementation, driver): programs taken, instructions (sum over the
     programs, and per image weighted by each draw's fragments), vc4's estimated cycles the
     same two ways, the fewest threads, the most spills, the first refusal."""
     rows = []
@@ -302,19 +301,19 @@ def compile_all(found, targets=TARGETS) -> list[dict]:
         if net == "x2 layers":
             continue
         for side, (check, draw_list, programs) in sides.items():
-            for target in targets:
-                if side.endswith("tuned)") and target != "vc4":  # tuned for vc4
+            for driver in driver_names:
+                if side.endswith("tuned)") and driver != "vc4":  # tuned for vc4
                     continue
-                reports = [asdict(r) for r in check(target)]
+                reports = [asdict(r) for r in check(driver)]
                 ok = all(r["ok"] for r in reports)
                 stats = [r["stats"] for r in reports]
-                row = {"net": net, "implementation": side, "target": target,
+                row = {"net": net, "implementation": side, "target": driver,
                        "programs": programs, "draws": len(draw_list),
                        "refused": sum(not r["ok"] for r in reports),
                        "instructions": sum(s.get("instructions", 0) for s in stats),
                        "instruction-fragments (G)": compilers.weighted(
                            reports, draw_list, "instructions") / 1e9 if ok else None}
-                if target == "vc4" and ok:
+                if driver == "vc4" and ok:
                     row["estimated cycles"] = sum(s["estimated_cycles"] for s in stats)
                     row["cycle-fragments (G)"] = compilers.weighted(reports, draw_list) / 1e9
                     row["fewest threads"] = min(s["threads"] for s in stats)
@@ -368,7 +367,7 @@ def _calibrate(vc4, board, mhz):
 
 # --- the run ---------------------------------------------------------------------------------
 
-def run(model_path=None, which="val", rounds=5, runs=3, targets=TARGETS, out=None) -> dict:
+def run(model_path=None, which="val", rounds=5, runs=3, driver_names=DRIVERS, out=None) -> dict:
     """The ``bench beatmup`` command: the three tables into ``out`` (default the figures
     folder) as ``beatmup.md`` / ``beatmup.json``, and printed.  Mesa's shader cache starts
     empty (a folder of the run's own): each side's first compile is a compile, not a cache
@@ -389,7 +388,7 @@ def run(model_path=None, which="val", rounds=5, runs=3, targets=TARGETS, out=Non
              "classifier": classifier(model_path, which, rounds)}
     if drivers.available() is None:
         found = implementations(model_path)
-        rows = compile_all(found, targets)
+        rows = compile_all(found, driver_names)
         saved["compilers"] = {"mesa": drivers.MESA_VERSION, "rows": rows, "pi": pi_model(rows),
                               "x2 layers": layer_budget(found)}
     else:

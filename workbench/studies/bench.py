@@ -82,7 +82,8 @@ def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=
     keras.utils.set_random_seed(seed)
     model = model or sr_x2()
     image = np.random.default_rng(seed).random((size, size, 3)).astype(np.float32)
-    nets = {1: es2.compile(model), draw_buffers: es2.compile(model, draw_buffers=draw_buffers)}
+    nets = {1: es2.compile(model),
+            draw_buffers: es2.compile(model, es2.Target.of(draw_buffers=draw_buffers))}
     result = {n: {"programs": len(net.passes),
                   "fetches": cost.total(net.cost((size, size)).values()).texel_fetches}
               for n, net in nets.items()}

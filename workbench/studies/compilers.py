@@ -1,11 +1,11 @@
 """The target GPUs' own compilers on the shipped nets: the drivers table, a figure, and a time
 predicted for the Raspberry Pi from VideoCore IV's compiler (``python -m workbench drivers``).
 
-Every program of each net goes through each target's Mesa driver (:mod:`workbench.es2.drivers`):
-the table says per target and net how many programs it takes, how large the largest is, the
+Every program of each net goes through each GPU's Mesa driver (:mod:`workbench.es2.drivers`):
+the table says per driver and net how many programs it takes, how large the largest is, the
 fewest threads, the most spills, and why it refused what it refused.  Each net is also
-compiled as ``es2.compile(..., device=<the target's profile>, tune=True)`` plans it where
-a profile names that target (refusals cured, then each layer's programs in the form that
+compiled as ``es2.compile(..., <the driver's device profile>, tune=True)`` plans it where
+a profile names that driver (refusals cured, then each layer's programs in the form that
 compiler runs fastest), so the table shows the refusal and its cure side by side.
 
 Pi time model (:func:`predict_pi`): VideoCore IV has 12 QPUs (3 slices of 4); a QPU runs one
@@ -32,7 +32,7 @@ from workbench.gl import drivers
 RESULT, TABLE, FIGURE = "drivers.json", "drivers.md", "drivers_instructions"  # of the SR nets;
 # a notebook that writes another table beside them names it (classifier_deploy: "drivers_classifier")
 NAMES = ("drivers", "drivers_classifier")
-DEFAULT_TARGETS = drivers.TABLE_TARGETS
+DEFAULT_DRIVERS = drivers.TABLE_DRIVERS
 QPUS, FRAGMENTS_PER_INSTRUCTION, CLOCKS_PER_INSTRUCTION = 12, 16, 4
 BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
 
@@ -48,47 +48,45 @@ def classifier(preset):
     return dogs_classifier(preset)
 
 
-def profile_for(target) -> str | None:
-    """The device profile whose ``driver`` is ``target`` (None: no profile names it)."""
-    return next((p.name for p in limits.PROFILES.values() if p.driver == target), None)
+def profile_for(driver) -> str | None:
+    """The device profile whose ``driver`` is ``driver`` (None: no profile names it)."""
+    return next((p.name for p in limits.PROFILES.values() if p.driver == driver), None)
 
 
-def compile_nets(models: dict, targets=DEFAULT_TARGETS) -> dict:
+def compile_nets(models: dict, driver_names=DEFAULT_DRIVERS) -> dict:
     """Every net of ``models`` (``{label: (keras model, es2.compile options)}``) through each
-    target: ``{label:
-    {target: {"passes": [...], "reports": [...], "changes": [...], "compiled_for": ...}}}``.
-    A net is compiled for the ES 2.0 limits, and where a profile names the target also
-    for that profile with ``tune=True``: the row of that net is ``"<target> (tuned)"``."""
+    driver: ``{label: {"targets": {driver: {"passes": [...], "reports": [...], "changes":
+    [...], "compiled_for": ...}}, ...}}``.  A net is compiled for the ES 2.0 limits, and where
+    a profile names the driver also for that profile (as many of the net's render targets as
+    it allows) with ``tune=True``: the row of that net is ``"<driver> (tuned)"``."""
     from workbench import es2
 
     results = {}
     for label, (model, options) in models.items():
         plain = es2.compile(model, **options)
         rows = {}
-        for target in targets:
-            rows[target] = _row(plain, es2_drivers.check(plain, target), "ES 2.0")
-            device = profile_for(target)
+        for name in driver_names:
+            rows[name] = _row(plain, es2_drivers.check(plain, name), "ES 2.0")
+            device = profile_for(name)
             if device:
-                table = limits.profile(device)
-                tuned = es2.compile(model, **{
-                    **options, "device": device, "tune": True,
-                    "precision": limits.check_precision(None, table),
-                    "draw_buffers": min(options.get("draw_buffers", 1), table.draw_buffers)})
-                rows[f"{target} (tuned)"] = _row(tuned, es2_drivers.check(tuned, target),
-                                                 f"profile {device}, tune=True", tuned.changes)
-            if target in drivers.ES31_TARGETS:
-                rows[f"{target} (ES 3.1)"] = _compute_row(model, target)
+                most = min(plain.target.draw_buffers, limits.profile(device).draw_buffers)
+                tuned = es2.compile(model, **{**options, "tune": True,
+                                              "target": es2.Target.of(device, draw_buffers=most)})
+                rows[f"{name} (tuned)"] = _row(tuned, es2_drivers.check(tuned, name),
+                                               f"profile {device}, tune=True", tuned.changes)
+            if name in drivers.ES31_DRIVERS:
+                rows[f"{name} (ES 3.1)"] = _compute_row(model, name)
         results[label] = {"programs": len(plain.passes), "targets": rows,
                           "net": plain, "input_size": plain.graph.input_size}
     return results
 
 
-def _compute_row(model, target):
-    """The net's ES 3.1 compute kernels (:mod:`workbench.es31`) through ``target``'s driver."""
+def _compute_row(model, driver):
+    """The net's ES 3.1 compute kernels (:mod:`workbench.es31`) through the driver ``driver``."""
     from workbench import es31
 
     net = es31.compile(model)
-    reports = drivers.compile_compute(target, [(k.name, k.source) for k in net.kernels])
+    reports = drivers.compile_compute(driver, [(k.name, k.source) for k in net.kernels])
     return {"compiled_for": "ES 3.1 compute", "changes": [],
             "passes": [{"name": k.name, "op": k.op, "outputs": 1} for k in net.kernels],
             "reports": [asdict(r) for r in reports], "net": net}
@@ -103,12 +101,12 @@ def _row(net, reports, compiled_for, changes=()):
 
 
 def summary_rows(results) -> list[dict]:
-    """One row per (net, target): programs taken / refused, the largest program, the fewest
+    """One row per (net, driver): programs taken / refused, the largest program, the fewest
     threads, the most registers and spills, the first refusal."""
     rows = []
     for label, result in results.items():
         for key, row in result["targets"].items():
-            target = drivers.target(key.split(" ")[0])
+            driver = drivers.driver(key.split(" ")[0])
             reports = row["reports"]
             stats = [r["stats"] for r in reports if r["stats"]]
             failed = [r for r in reports if not r["ok"]]
@@ -119,7 +117,7 @@ def summary_rows(results) -> list[dict]:
 
             threads = [s["threads"] for s in stats if "threads" in s]
             rows.append({
-                "net": label, "target": key, "GPU": target.gpu,
+                "net": label, "target": key, "GPU": driver.gpu,
                 "compiled for": row["compiled_for"],
                 "programs ok": f"{len(reports) - len(failed)} / {len(reports)}",
                 "largest (instructions)": most("instructions"),
@@ -243,11 +241,11 @@ def figure(results, label):
             continue
         values = [r["stats"].get("instructions", float("nan")) for r in row["reports"]]
         ok = [r["ok"] for r in row["reports"]]
-        line, = ax.plot(range(len(values)), values, marker=".", label=drivers.target(key).gpu)
+        line, = ax.plot(range(len(values)), values, marker=".", label=drivers.driver(key).gpu)
         refused = [i for i, good in enumerate(ok) if not good]
         if refused:
             ax.plot(refused, [0] * len(refused), "x", color=line.get_color(), markersize=8,
-                    label=f"{drivers.target(key).gpu}: refused")
+                    label=f"{drivers.driver(key).gpu}: refused")
     names = [p["name"] for p in next(iter(result["targets"].values()))["passes"]]
     step = max(1, len(names) // 16)
     ax.set_xticks(range(0, len(names), step), names[::step], rotation=60, fontsize=7)
@@ -308,13 +306,13 @@ def report_section(directory) -> str | None:
     return "\n\n".join(section(saved) for saved in found if saved) or None
 
 
-def run(models: dict, targets=DEFAULT_TARGETS, out=None, pi_sizes=None) -> dict:
+def run(models: dict, driver_names=DEFAULT_DRIVERS, out=None, pi_sizes=None) -> dict:
     """The ``drivers`` command: compile, save into ``out`` (default the figures folder), print."""
     why = drivers.available()
     if why:
         raise drivers.DriversUnavailable(why)
     out = Path(out) if out else figures_dir()
-    saved = save_results(out, compile_nets(models, targets), pi_sizes)
+    saved = save_results(out, compile_nets(models, driver_names), pi_sizes)
     print(section(saved))
     print(f"\nwritten: {out / TABLE}, {out / RESULT}, {out / FIGURE}.png/.svg")
     return saved

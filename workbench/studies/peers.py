@@ -75,7 +75,8 @@ PEER_NAMES = {"webgl": "TF.js webgl", "wasm": "TF.js wasm, 1 thread", "wasm-thre
               "threaded", "ort-webgl": "onnxruntime-web webgl"}  # rows of peers that did not run
 # More rows of our page: name -> (``es2.compile`` options, what a program writes).  A browser
 # that offers fewer draw buffers runs a variant's passes in smaller groups (the row says so).
-PAGE_VARIANTS = {f"{n} render targets (MRT)": ({"draw_buffers": n}, f"a program per {n} output packs")
+PAGE_VARIANTS = {f"{n} render targets (MRT)": ({"target": es2.Target.of(draw_buffers=n)},
+                                                f"a program per {n} output packs")
                  for n in (4, 8)}
 PAGE_PROGRAMS = "a program per output pack"
 GROUPINGS = ("split", "block-diagonal")

@@ -49,7 +49,7 @@ import base64
 import contextlib
 import io
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlencode
@@ -60,7 +60,6 @@ from PIL import Image
 from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import plan, shaders, tiling
-from workbench.es2.limits import Target
 from workbench.es2.net import output_spec
 from workbench.files import content_bytes, json_text, sha256, write_folder
 from workbench.web import browser
@@ -266,10 +265,9 @@ def fallback_passes(net) -> dict[str, dict[int, list]]:
 
 
 def _generate(net, draw_buffers) -> list:
-    """The passes of ``net``'s graph generated anew, up to ``draw_buffers`` render targets a
-    program (within the ES 2.0 limits)."""
-    return shaders.generate(net.graph, Target.of(precision=net.precision,
-                                                 draw_buffers=draw_buffers))
+    """The passes of ``net``'s graph generated anew for its target (its limits and
+    precision), up to ``draw_buffers`` render targets a program."""
+    return shaders.generate(net.graph, replace(net.target, draw_buffers=draw_buffers))
 
 
 def export(net, directory, labels=None, force=False, check_model=None) -> Path:
