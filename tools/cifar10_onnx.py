@@ -18,21 +18,17 @@ import sys
 from pathlib import Path
 
 import workbench  # noqa: F401  (TF settings first)
-from tools.cifar10_reference import scored
+from tools import cifar10_reference
 from workbench import ir
-from workbench.data import datasets
 from workbench.ir.to_onnx import to_onnx
-from workbench.nets import classify, onnx_model
+from workbench.nets import onnx_model
 
-RECIPE = dict(preset="cifar10", net="plain", activation="bounded_relu", quantize=True,
-              augment=True, optimizer="adam", learning_rate=3e-3, schedule="cosine", batch=64,
-              val_limit=100, seed=0)
+RECIPE = cifar10_reference.RECIPE.replace(net="plain", activation="bounded_relu")
 OPSET = 17
 
 
 def train(run_dir, epochs=30):
-    classify.train(run_dir, data=datasets.classification_root("cifar10"), epochs=int(epochs),
-                   verbose=2, **RECIPE)
+    cifar10_reference.train(run_dir, epochs, RECIPE)
 
 
 def export(run_dir, stem="models/cifar10_plain"):
@@ -42,20 +38,18 @@ def export(run_dir, stem="models/cifar10_plain"):
     def as_onnx(keras_model):
         protos.append(to_onnx(ir.from_keras(keras_model), OPSET))
         return onnx_model.OnnxModel(protos[-1], stem.name)
-    keras_model, result, fields = scored(run_dir, "cifar10_onnx.py", as_onnx)
+    keras_model, result, fields = cifar10_reference.scored(run_dir, "cifar10_onnx.py", as_onnx)
     epochs_done = fields["epochs_done"]
     stem.parent.mkdir(parents=True, exist_ok=True)
     onnx_path = stem.with_suffix(".onnx")
     partial = onnx_path.with_name(f".{onnx_path.name}.partial")
     partial.write_bytes(protos[0].SerializeToString())
     partial.replace(onnx_path)
-    recipe = {k: v for k, v in fields["recipe_extra"].items() if k != "activation"}
     card = {
         "model": onnx_path.name, "net": "workbench.nets.models.plain_classifier, as ONNX",
         "parameters": keras_model.count_params(), "opset": OPSET,
-        "recipe": {"function": "workbench.nets.classify.train", **RECIPE, **recipe},
-        **{k: fields[k] for k in ("epochs_done", "finished", "training_minutes", "data",
-                                  "machine")},
+        **{k: fields[k] for k in ("recipe", "epochs_done", "finished", "training_minutes",
+                                  "data", "machine")},
         "test": {"images": result["images"], "top1_keras": result["keras_top1"],
                  "top1_onnxruntime": result["top1_TF"], "top1_gpu": result["top1_GPU"],
                  "gpu_top1_equals_onnxruntime": result["gpu_top1_equals_tf"],

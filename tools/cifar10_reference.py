@@ -24,13 +24,14 @@ from workbench.nets.models import load_model
 from workbench.run.report import machine
 from workbench.studies import deploy
 
-RECIPE = dict(preset="cifar10", quantize=True, augment=True, optimizer="adam",
-              learning_rate=3e-3, schedule="cosine", batch=64, val_limit=100, seed=0)
+RECIPE = classify.ClassifierRecipe(preset="cifar10", quantize=True, augment=True,
+                                   optimizer="adam", learning_rate=3e-3, schedule="cosine",
+                                   batch=64, val_limit=100, seed=0)
 
 
-def train(run_dir, epochs=60):
-    classify.train(run_dir, data=datasets.classification_root("cifar10"), epochs=int(epochs),
-                   verbose=2, **RECIPE)
+def train(run_dir, epochs=60, recipe=RECIPE):
+    classify.train(run_dir, recipe.replace(data=datasets.classification_root("cifar10"),
+                                           epochs=int(epochs)))
 
 
 def scored(run_dir, tool, reference=None):
@@ -39,12 +40,12 @@ def scored(run_dir, tool, reference=None):
     Keras checkpoint giving the model the GPU net is compiled from and compared with (default
     the checkpoint itself); ``tool``: the script that reproduces it."""
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / training.CONFIG).read_text())
+    recipe = classify.ClassifierRecipe.of_run(run_dir)
     history = json.loads((run_dir / training.HISTORY).read_text())
     model = load_model(run_dir / training.CHECKPOINT)
     root = datasets.classification_root("cifar10")
-    images, labels, _ = datasets.classification_arrays(root, "test", config["input_size"],
-                                                       classes=config["class_names"])
+    images, labels, _ = datasets.classification_arrays(root, "test", recipe.input_size,
+                                                       classes=list(recipe.classes))
     reference = reference(model) if reference else model
     net = es2.compile(reference)
     start = time.time()
@@ -54,19 +55,19 @@ def scored(run_dir, tool, reference=None):
                                   == labels).mean())
     epochs_done = len(history["loss"])
     fields = {
-        "epochs_done": epochs_done, "epochs_planned": config["epochs"],
-        "finished": epochs_done >= config["epochs"],
+        "epochs_done": epochs_done, "epochs_planned": recipe.epochs,
+        "finished": epochs_done >= recipe.epochs,
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
-        "data": f"CIFAR-10: {len(config['class_names'])} classes, the first 2,000 training images "
+        "data": f"CIFAR-10: {len(recipe.classes)} classes, the first 2,000 training images "
                 "a class of cls/cifar10/train (WORKBENCH_DATA); scored on all 10,000 test images",
         "machine": f"{machine()} (shared with other work), TF CPU, Python "
                    f"{platform.python_version()}",
         "reproduce": f"WORKBENCH_DATA=... PYTHONPATH=. python tools/{tool} train {run_dir} "
-                     f"{config['epochs']}; python tools/{tool} export {run_dir}",
+                     f"{recipe.epochs}; python tools/{tool} export {run_dir}",
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "recipe_extra": {"epochs_planned": config["epochs"], "bn_momentum": config["bn_momentum"],
-                         "activation": config["activation"],
-                         "steps_per_epoch": config["steps_per_epoch"]},
+        # the run's recipe; its data is the card's "data" (a path of the training machine)
+        "recipe": {"function": "workbench.nets.classify.train",
+                   **{k: v for k, v in recipe.to_dict().items() if k != "data"}},
     }
     return model, result, fields
 
@@ -80,10 +81,8 @@ def export(run_dir, stem="models/cifar10_reference"):
     card = {
         "model": stem.with_suffix(".keras").name, "net": "dogs-net units, preset cifar10",
         "parameters": model.count_params(),
-        "recipe": {"function": "workbench.nets.classify.train", **RECIPE,
-                   **fields["recipe_extra"]},
-        **{k: fields[k] for k in ("epochs_done", "finished", "training_minutes", "data",
-                                  "machine")},
+        **{k: fields[k] for k in ("recipe", "epochs_done", "finished", "training_minutes",
+                                  "data", "machine")},
         "test": {"images": result["images"], "top1_tf": result["top1_TF"],
                  "top1_gpu": result["top1_GPU"], "gpu_top1_equals_tf": result["gpu_top1_equals_tf"],
                  "max_logit_diff_gpu_tf": result["max_logit_diff_gpu_tf"],

@@ -2,9 +2,10 @@
 
 Usage: python tools/sr_ablation.py OUT.jsonl RUNS_DIR STEPS SEEDS ROW [ROW ...]
 ROW: name=option:value,... e.g. "sesr=expand:256"; rows already in OUT are skipped.
-Options: those of ``superres.train``, lists with dashes (``widths:32-16-16-12``,
-``scales:1-0.9-0.8`` or ``scales:fsrcnn``), and ``data:NAME``, the SR training set under the
-data root's ``sr/`` (default ``train``; ``train291`` is T91 + BSD200).
+Options: the fields of ``sr_recipes.SRRecipe``, lists with dashes (``widths:32-16-16-12``,
+``scales:1-0.9-0.8`` or ``scales:fsrcnn``, ``kernels:bilinear-bicubic``), and ``data:NAME``,
+the SR training set under the data root's ``sr/`` (default ``train``; ``train291`` is T91 +
+BSD200).
 """
 import json
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
 from workbench.nets import superres
+from workbench.nets.sr_recipes import SRRecipe
 
 
 def parse(row):
@@ -24,6 +26,8 @@ def parse(row):
         out[key] = _value(value)
     if "widths" in out:
         out["widths"] = tuple(int(w) for w in str(out["widths"]).split("-"))
+    if "kernels" in out:
+        out["kernels"] = tuple(out["kernels"].split("-"))
     if "scales" in out:
         out["scales"] = (datasets.FSRCNN_SCALES if out["scales"] == "fsrcnn" else
                          tuple(float(f) for f in str(out["scales"]).split("-")))
@@ -53,13 +57,13 @@ def main(out, runs, steps, seeds, *rows):
                 continue
             start = time.time()
             source = opts.pop("data", "train")
-            key = (source, tuple(opts.get("kernels", superres.TRAIN_KERNELS)),
-                   tuple(opts.get("scales", (1.0,))))  # pairs made once per data set
+            recipe = SRRecipe.from_dict({**opts, "steps": steps, "seed": seed})
+            key = (source, recipe.kernels, recipe.scales)  # pairs made once per data set
             if key not in data:
                 images = [im for _, im in datasets.sr_images(source).images]
                 data[key] = datasets.sr_training_pairs(images, superres.SCALE, *key[1:])
             model, hist = superres.train(data[key], Path(runs) / f"{name}-s{seed}-{steps}",
-                                         steps=steps, seed=seed, verbose=0, **opts)
+                                         recipe, verbose=0)
             minutes = hist.get("seconds", time.time() - start) / 60
             rec = {"row": name, "seed": seed, "steps": steps, "data": source, "options": opts,
                    "minutes": round(minutes, 2), "loss": hist["loss"][-1]}

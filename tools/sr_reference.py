@@ -2,7 +2,7 @@
 
   python tools/sr_reference.py train RUN_DIR STEPS [option:value ...]   (resumable)
 
-Options: the recipe options of ``superres.train`` (``widths:32-16-16-12`` for another member of
+Options: the fields of ``sr_recipes.SRRecipe`` (``widths:32-16-16-12`` for another member of
 the family) and ``data:NAME``, the SR training set under the data root's ``sr/`` (default
 ``train``; ``train291`` is T91 + BSD200).
   python tools/sr_reference.py export RUN_DIR [OUT_STEM]                (from checkpoint.keras)
@@ -29,6 +29,7 @@ import keras
 import workbench  # noqa: F401  (TF settings first)
 from workbench.data import datasets
 from workbench.nets import sr_recipes, superres, training
+from workbench.nets.sr_recipes import SRRecipe
 from workbench.run.report import machine
 from workbench.studies import sr_ablation
 
@@ -44,7 +45,7 @@ DATA = {80: "80 JPEG photos of sr/train",
 def train(run_dir, steps, *opts):
     _, options = parse("ref=" + ",".join(opts))
     images = [im for _, im in datasets.sr_images(options.pop("data", "train")).images]
-    superres.train(images, run_dir, steps=int(steps), verbose=2, **options)
+    superres.train(images, run_dir, SRRecipe.from_dict({"steps": int(steps), **options}))
 
 
 def anchor(checkpoint, out, *opts):
@@ -102,30 +103,26 @@ Replaced only by a better checkpoint; the ones before:
 def export(run_dir, stem="models/sr_x2_reference"):
     run_dir, stem = Path(run_dir), Path(stem)
     config = json.loads((run_dir / training.CONFIG).read_text())
+    recipe = SRRecipe.from_dict(config)
     history = json.loads((run_dir / training.HISTORY).read_text())
     model = keras.models.load_model(run_dir / training.CHECKPOINT)
     deploy = sr_recipes.collapse(model)
     stem.parent.mkdir(parents=True, exist_ok=True)
     training.save_model(deploy, stem.with_suffix(".keras"))
     sets = [datasets.sr_images(n) for n in ("Set5", "Set14")]
-    steps_done = len(history["loss"]) * config["steps_per_epoch"]
-    options = {k: config[k] for k in ("expand", "qat", "init", "anchor", "anchor_scale",
-                                      "anchor_storage", "loss", "batch", "patch", "learning_rate",
-                                      "seed", "flips", "scales", "init_model", "teacher",
-                                      "teacher_weight")
-               if k in config}
-    anchor, law = config.get("anchor"), config.get("anchor_storage", "linear")
+    steps_done = len(history["loss"]) * recipe.steps_per_epoch
+    anchor, law = recipe.anchor, recipe.anchor_storage
     net = "sr_x2 (workbench.nets.models)" + (
-        f" + AnchorResidual({anchor}, {config['anchor_scale']}"
+        f" + AnchorResidual({anchor}, {recipe.anchor_scale}"
         f"{', ' + repr(law) if law != 'linear' else ''}) (workbench.nets.layers)"
         if anchor else "")
     card = {
         "model": stem.with_suffix(".keras").name, "net": net,
         "deployed_parameters": deploy.count_params(),
         "widths": "-".join(str(deploy.get_layer(f"L{i}").filters) for i in range(1, 5)),
-        "recipe": {"function": "workbench.nets.superres.train", **options,
-                   "steps_planned": config["steps"], "optimizer": "Adam, cosine decay to 1 %"},
-        "steps_done": steps_done, "finished": steps_done >= config["steps"],
+        "recipe": {"function": "workbench.nets.superres.train", **recipe.to_dict(),
+                   "optimizer": "Adam, cosine decay to 1 %"},
+        "steps_done": steps_done, "finished": steps_done >= recipe.steps,
         "training_minutes": round(history.get("seconds", 0) / 60, 1),
         "data": DATA.get(config["train_images"], f"{config['train_images']} images") +
                 " (WORKBENCH_DATA), bicubic_aa LR",
@@ -137,11 +134,10 @@ def export(run_dir, stem="models/sr_x2_reference"):
             "GPU (ES 2.0, llvmpipe)": {name: r["psnr"] for name, r in
                                        sr_ablation.gpu_psnr(deploy, sets).items()}},
         "reproduce": (f"WORKBENCH_DATA=... PYTHONPATH=. python tools/sr_reference.py train {run_dir} "
-                      f"{config['steps']} "
+                      f"{recipe.steps} "
                       + ("data:train291 " if config["train_images"] == 291 else "")
-                      + (f"widths:{_text(config['widths'])} "
-                         if config.get("widths") else "")
-                      + " ".join(f"{k}:{_text(v)}" for k, v in options.items() if v is not None) +
+                      + " ".join(f"{k}:{_text(v)}" for k, v in recipe.changed().items()
+                                 if k != "steps") +
                       f"; python tools/sr_reference.py export {run_dir}"),
         "exported": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
@@ -149,7 +145,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
     stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
     psnr = card["psnr_y_studio_crop2_bicubic_aa"]
     anchor_text = (f"; its sub-pixels correct the {anchor} x2 upsampling of the input luma, "
-                   f"`clip(anchor + {config['anchor_scale']} (q - 0.5), 0, 1)`, which the SR "
+                   f"`clip(anchor + {recipe.anchor_scale} (q - 0.5), 0, 1)`, which the SR "
                    "demux adds on the GPU from the chroma's own fetches" if anchor else "")
     if law != "linear":
         anchor_text += (f"; q is stored in its 8-bit texture by the {law} law "
@@ -160,7 +156,7 @@ def export(run_dir, stem="models/sr_x2_reference"):
 Deployable net: `{card['model']}`, the plain `workbench.nets.models.sr_x2` layers
 ({card['deployed_parameters']:,} parameters, widths {card['widths']}){anchor_text}.
 Recipe: `{json.dumps(card['recipe'])}`.
-Steps: {steps_done:,} of {config['steps']:,} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
+Steps: {steps_done:,} of {recipe.steps:,} ({'finished' if card['finished'] else 'INTERMEDIATE'}),
 {card['training_minutes']} training minutes on {card['machine']}.
 Data: {card['data']}.
 

@@ -244,8 +244,8 @@ def test_default_dataset_missing_names_the_fix(monkeypatch, tmp_path):
 def test_train_resume_and_final_models(tmp_path, monkeypatch):
     make_folder(tmp_path / "data", "train", n=6)
     make_folder(tmp_path / "data", "test", n=3, seed=1)
-    kwargs = dict(preset="tiny", data=tmp_path / "data", epochs=3, batch=6, keep_best=2,
-                  learning_rate=1e-2, quantize=True, verbose=0)
+    recipe = classify.ClassifierRecipe(preset="tiny", data=tmp_path / "data", epochs=3, batch=6,
+                                       keep_best=2, learning_rate=1e-2, quantize=True)
     run = tmp_path / "run"
     keep = classify.KeepBest.on_epoch_end
 
@@ -256,18 +256,18 @@ def test_train_resume_and_final_models(tmp_path, monkeypatch):
 
     monkeypatch.setattr(classify.KeepBest, "on_epoch_end", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        classify.train(run, **kwargs)
+        classify.train(run, recipe, verbose=0)
     loss = json.loads((run / "history.json").read_text())["loss"]
     assert len(loss) == 2
     monkeypatch.setattr(classify.KeepBest, "on_epoch_end", keep)
-    model, history = classify.train(run, **kwargs)
+    model, history = classify.train(run, recipe, verbose=0)
     assert history["loss"][:2] == loss and len(history["loss"]) == 3
     assert len(history["val_accuracy"]) == 3
     best = classify.best_checkpoints(run)
     assert sorted(p.name for p in best) == ["epoch001.keras", "epoch003.keras"]
     accuracy = [history["val_accuracy"][int(p.stem[5:]) - 1] for p in best]
     assert accuracy == sorted(accuracy, reverse=True)
-    again, history2 = classify.train(run, **kwargs)  # finished: trains nothing
+    again, history2 = classify.train(run, recipe, verbose=0)  # finished: trains nothing
     assert history2 == history
     np.testing.assert_array_equal(again.get_weights()[0], model.get_weights()[0])
     results = classify.finish(run, export="average")
@@ -281,8 +281,9 @@ def test_train_resume_and_final_models(tmp_path, monkeypatch):
 
 def test_validation_data_takes_val_limit_else_limit(tmp_path):
     make_folder(tmp_path, "test", n=5)
-    config = {"data": str(tmp_path), "input_size": 16, "class_names": ["a", "b", "c"], "limit": 4}
-    count = lambda c: sum(len(y) for _, y in classify.validation_data(c))  # noqa: E731
-    assert count(config) == 12                          # a run from before val_limit: limit
-    assert count({**config, "val_limit": 2}) == 6
-    assert count({**config, "limit": None, "val_limit": None}) == 15
+    recipe = classify.ClassifierRecipe(data=tmp_path, input_size=16, classes=["a", "b", "c"],
+                                       limit=4)
+    count = lambda r: sum(len(y) for _, y in classify.validation_data(r))  # noqa: E731
+    assert count(recipe) == 12
+    assert count(recipe.replace(val_limit=2)) == 6
+    assert count(recipe.replace(limit=None)) == 15

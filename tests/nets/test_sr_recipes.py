@@ -7,8 +7,8 @@ import tensorflow as tf
 from workbench.nets import storage
 from workbench.nets.layers import AnchorResidual, Quantize8, anchor_subpixels
 from workbench.nets.models import sr_x2
-from workbench.nets.sr_recipes import (CollapsibleConv, charbonnier, collapse, sr_x2_recipe,
-                                       with_anchor)
+from workbench.nets.sr_recipes import (CollapsibleConv, SRRecipe, charbonnier, collapse,
+                                       sr_x2_recipe, with_anchor)
 
 
 def randomize(model, seed=0):
@@ -147,9 +147,9 @@ def test_train_writes_the_plain_deployable_net(tmp_path):
     rng = np.random.default_rng(0)
     photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
     # 4 steps in epochs of at most 3: 2 epochs of 2 (not 2 of 3: 6 steps, as it once was)
-    model, history = superres.train(photos, tmp_path / "run", steps=4, batch=2, patch=12,
-                                    expand=16, qat=False, init="identity", verbose=0,
-                                    steps_per_epoch=3)
+    recipe = SRRecipe(steps=4, batch=2, patch=12, expand=16, qat=False, init="identity",
+                      steps_per_epoch=3)
+    model, history = superres.train(photos, tmp_path / "run", recipe, verbose=0)
     saved = load_model(tmp_path / "run" / "model.keras")
     assert saved.count_params() == 7340 == sr_x2().count_params()
     assert [type(saved.get_layer(f"L{i}")) for i in range(1, 6)] == [GroupConv2D] * 5
@@ -172,35 +172,37 @@ def test_a_family_member_trains_and_collapses_to_its_widths(tmp_path):
 
     rng = np.random.default_rng(1)
     photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
-    superres.train(photos, tmp_path / "run", steps=2, batch=2, patch=12, expand=16,
-                   init="identity", verbose=0, widths=(32, 16, 16, 12))
+    superres.train(photos, tmp_path / "run", SRRecipe(steps=2, batch=2, patch=12, expand=16,
+                                                       widths=(32, 16, 16, 12)), verbose=0)
     saved = load_model(tmp_path / "run" / "model.keras")
     assert saved.count_params() == 3200 == sr_x2(widths=(32, 16, 16, 12)).count_params()
     assert json.loads((tmp_path / "run" / "config.json").read_text())["widths"] == [32, 16, 16, 12]
 
 
-def test_augmentation_options_are_recorded_only_off_their_defaults(tmp_path):
-    """``flips``, ``scales`` and ``teacher`` change the run's config only when set (runs made before the
-    options existed resume); a run with other augmentation does not resume the old one."""
+def test_augmentation_and_distillation_are_in_the_run_config(tmp_path):
+    """``flips``, ``scales`` and ``teacher`` are recorded in the run's config; a run with other
+    augmentation does not resume the old one."""
     import json
 
     from workbench.nets import superres
 
     rng = np.random.default_rng(2)
     photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
-    common = dict(steps=1, batch=2, patch=12, expand=16, init="identity", verbose=0)
-    superres.train(photos, tmp_path / "plain", **common)
+    plain = SRRecipe(steps=1, batch=2, patch=12, expand=16)
+    superres.train(photos, tmp_path / "plain", plain, verbose=0)
     config = json.loads((tmp_path / "plain" / "config.json").read_text())
-    assert "flips" not in config and "scales" not in config and config["train_images"] == 2
-    superres.train(photos, tmp_path / "aug", flips=False, scales=(1.0, 0.8), **common)
+    assert config["flips"] is True and config["scales"] == [1.0] and config["train_images"] == 2
+    superres.train(photos, tmp_path / "aug", plain.replace(flips=False, scales=(1.0, 0.8)),
+                   verbose=0)
     config = json.loads((tmp_path / "aug" / "config.json").read_text())
     assert config["flips"] is False and config["scales"] == [1.0, 0.8]
     assert config["train_images"] == 2
-    superres.train(photos, tmp_path / "aug", **common)
+    superres.train(photos, tmp_path / "aug", plain, verbose=0)
     assert [p.name.split("-")[0] for p in tmp_path.glob("aug.replaced-*")] == ["aug.replaced"]
     # distillation from a trained net (here the plain one): recorded with its weight
     teacher = tmp_path / "plain" / "model.keras"
-    superres.train(photos, tmp_path / "taught", teacher=teacher, teacher_weight=0.3, **common)
+    superres.train(photos, tmp_path / "taught", plain.replace(teacher=teacher, teacher_weight=0.3),
+                   verbose=0)
     config = json.loads((tmp_path / "taught" / "config.json").read_text())
     assert config["teacher"] == str(teacher) and config["teacher_weight"] == 0.3
 

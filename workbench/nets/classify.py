@@ -4,14 +4,16 @@ Conventions: images are float32 RGB in [0, 1], (N, H, W, 3); labels are int clas
 models output logits (softmax on the CPU); top-1 accuracy is a fraction in [0, 1].
 
 A training run lives in one folder: ``checkpoint.keras``, ``history.json`` (training and
-validation loss and top-1 per epoch) and ``config.json`` (see :mod:`workbench.nets.training`:
-re-running resumes, a run with changed settings is moved aside), and ``best/epochNNN.keras``,
+validation loss and top-1 per epoch) and ``config.json``, its :class:`ClassifierRecipe` (see
+:mod:`workbench.nets.training`: re-running resumes, a run with changed settings is moved
+aside), and ``best/epochNNN.keras``,
 the k checkpoints with the best validation top-1.
 A dataset without a ``val`` split is validated on its ``test`` split (CIFAR-10): the best
 epochs are then chosen on the test set, so the last epoch's top-1 is the unbiased number.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from pathlib import Path
@@ -22,12 +24,13 @@ import tensorflow as tf
 
 from workbench.data import datasets
 from workbench.files import read_json
-from workbench.nets import training
+from workbench.nets import activations, training
 from workbench.nets.models import (CLASSIFIER_PRESETS, dogs_classifier, load_model,
                                    plain_classifier)
 
 BEST_DIR = "best"
 OPTIMIZERS = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop}
+SCHEDULES = ("cosine", "step", "constant")
 
 
 def lr_schedule(kind, learning_rate, epochs, steps_per_epoch, decay_start=None,
@@ -49,7 +52,7 @@ def lr_schedule(kind, learning_rate, epochs, steps_per_epoch, decay_start=None,
                 if boundaries else learning_rate)
     if kind == "constant":
         return learning_rate
-    raise ValueError(f"unknown lr schedule {kind!r}; use 'cosine', 'step' or 'constant'")
+    raise ValueError(f"unknown lr schedule {kind!r}; use one of {', '.join(SCHEDULES)}")
 
 
 def compile_classifier(model, optimizer="adam", learning_rate=1e-3):
@@ -124,57 +127,106 @@ def calibrate_batchnorm(model, images):
     return model
 
 
-def train(run_dir, *, preset="cifar10", data=None, classes=None, input_size=None, epochs=20,
-          batch=64, optimizer="adam", learning_rate=3e-3, schedule="cosine", decay_start=None,
-          decay_every=None, bn_momentum=0.75, augment=True, quantize=False, keep_best=3,
-          limit=None, val_limit=None, steps_per_epoch=None, seed=0, activation="sigmoid_like",
-          net="dogs", verbose=2):
-    """Train ``dogs_classifier(preset)`` (``net="plain"``: :func:`plain_classifier` at the
-    preset's input size) on the image folders ``data`` (default: CIFAR-10
-    under the data root); resumable.  Validation after every epoch (``val`` split, else
-    ``test``); the ``keep_best`` best checkpoints by validation top-1 are kept.
+@dataclasses.dataclass(frozen=True)
+class ClassifierRecipe(training.Recipe):
+    """Every parameter of a classifier training (:func:`train`), checked when made; the run's
+    ``config.json``.
 
-    ``classes``: see :func:`class_list`; ``activation``: a registered name (see
-    :mod:`workbench.nets.activations`); ``quantize``: quantisation-aware training (8-bit
-    activations, see :class:`workbench.nets.layers.Quantize8`); ``limit``: images per class;
-    ``val_limit``: images per class of the validation split (default ``limit``);
-    ``steps_per_epoch``: default one pass over the training images.  Returns ``(model,
-    history)``: the last model and ``history[metric]`` per epoch (``loss``, ``accuracy``,
-    ``val_loss``, ``val_accuracy``; training metrics are on augmented batches).
+    The net: ``dogs_classifier(preset)`` (``net="plain"``: :func:`plain_classifier` at the
+    preset's input size) with ``activation`` (a registered name, :mod:`workbench.nets.activations`),
+    BatchNorm momentum ``bn_momentum``, ``quantize``: quantisation-aware training (8-bit
+    activations, :class:`workbench.nets.layers.Quantize8`).  The data: the image folders
+    ``data`` (default: CIFAR-10 under the data root), ``classes`` (:func:`class_list`),
+    ``input_size`` (default the preset's), ``limit`` images a class (default all),
+    ``val_limit`` images a class of the validation split (default ``limit``), ``augment``:
+    random flips and crops.  The optimisation: ``epochs`` of ``steps_per_epoch`` (default one
+    pass over the training images) batches of ``batch``, ``optimizer`` (:data:`OPTIMIZERS`) at
+    ``learning_rate`` on the ``schedule`` of :func:`lr_schedule`; the ``keep_best`` best
+    checkpoints by validation top-1 are kept.  A run's recipe (:func:`train`) has ``data``,
+    ``classes``, ``input_size`` and ``steps_per_epoch`` resolved.
     """
-    if net not in ("dogs", "plain"):
-        raise ValueError(f"net {net!r}: 'dogs' or 'plain'")
+    preset: str = "cifar10"
+    net: str = "dogs"
+    activation: str = "sigmoid_like"
+    bn_momentum: float = 0.75
+    quantize: bool = False
+    data: str | None = None
+    classes: str | tuple[str, ...] | None = None
+    input_size: int | None = None
+    limit: int | None = None
+    val_limit: int | None = None
+    augment: bool = True
+    epochs: int = 20
+    steps_per_epoch: int | None = None
+    batch: int = 64
+    optimizer: str = "adam"
+    learning_rate: float = 3e-3
+    schedule: str = "cosine"
+    decay_start: int | None = None
+    decay_every: int | None = None
+    keep_best: int = 3
+    seed: int = 0
+
+    RENAMED = {"class_names": "classes"}  # runs before recipes named their resolved classes so
+
+    def _check(self):
+        self._choice("preset", tuple(CLASSIFIER_PRESETS))
+        self._choice("net", ("dogs", "plain"))
+        self._choice("optimizer", tuple(OPTIMIZERS))
+        self._choice("schedule", SCHEDULES)
+        self._whole("epochs", "batch", "keep_best")
+        self._whole("seed", least=0)
+        self._whole("decay_start", least=0, optional=True)
+        self._whole("input_size", "limit", "val_limit", "steps_per_epoch", "decay_every",
+                    optional=True)
+        self._positive("learning_rate")
+        self._fraction("bn_momentum")
+        self._flag("quantize", "augment")
+        if not isinstance(self.data, (str, type(None))):
+            self._refuse("data", "want an image-folder dataset's path, or None")
+        if not (self.classes in (None, "imagenet120") or isinstance(self.classes, tuple)
+                and all(isinstance(c, str) for c in self.classes)):
+            self._refuse("classes", "want None, 'imagenet120' or a list of class folder names")
+        try:
+            activations.get(self.activation)
+        except ValueError as err:
+            self._refuse("activation", f"want a registered activation ({err})")
+
+
+def train(run_dir, recipe: ClassifierRecipe, verbose=2):
+    """Train the net of ``recipe`` (:class:`ClassifierRecipe`) on its data; resumable.
+    Validation after every epoch (``val`` split, else ``test``); the ``keep_best`` best
+    checkpoints by validation top-1 are kept.  Returns ``(model, history)``: the last model and
+    ``history[metric]`` per epoch (``loss``, ``accuracy``, ``val_loss``, ``val_accuracy``;
+    training metrics are on augmented batches)."""
     run_dir = Path(run_dir)
-    root = Path(data) if data else datasets.classification_root("cifar10")
-    size = input_size or CLASSIFIER_PRESETS[preset]["input_size"]
-    paths, _, names = datasets.image_folder_files(root, "train", class_list(classes), limit)
-    steps = steps_per_epoch or math.ceil(len(paths) / batch)
-    config = dict(preset=preset, data=str(root), class_names=names, input_size=size,
-                  epochs=epochs, batch=batch, optimizer=optimizer, learning_rate=learning_rate,
-                  schedule=schedule, decay_start=decay_start, decay_every=decay_every,
-                  bn_momentum=bn_momentum, augment=augment, quantize=quantize,
-                  keep_best=keep_best, limit=limit, steps_per_epoch=steps, seed=seed,
-                  activation=activation)
-    if val_limit is not None:  # only then: runs from before val_limit still resume
-        config["val_limit"] = val_limit
-    if net != "dogs":  # likewise
-        config["net"] = net
-    keras.utils.set_random_seed(seed)
-    train_ds, _ = datasets.image_folder(root, "train", size, batch=batch, classes=names,
-                                        limit=limit, augment=augment, shuffle=True,
-                                        repeat=True, seed=seed)
-    val_ds = validation_data(config)
+    root = Path(recipe.data) if recipe.data else datasets.classification_root("cifar10")
+    paths, _, names = datasets.image_folder_files(root, "train", class_list(recipe.classes),
+                                                  recipe.limit)
+    recipe = recipe.replace(  # as the run records it: the data, classes and sizes it found
+        data=str(root), classes=names,
+        input_size=recipe.input_size or CLASSIFIER_PRESETS[recipe.preset]["input_size"],
+        steps_per_epoch=recipe.steps_per_epoch or math.ceil(len(paths) / recipe.batch))
+    keras.utils.set_random_seed(recipe.seed)
+    train_ds, _ = datasets.image_folder(root, "train", recipe.input_size, batch=recipe.batch,
+                                        classes=names, limit=recipe.limit,
+                                        augment=recipe.augment, shuffle=True, repeat=True,
+                                        seed=recipe.seed)
+    val_ds = validation_data(recipe)
 
     def build():
-        builder = {"dogs": functools.partial(dogs_classifier, preset),
-                   "plain": plain_classifier}[net]
-        model = builder(input_size=size, classes=len(names), activation=activation,
-                        bn_momentum=bn_momentum, quantize=quantize)
-        rate = lr_schedule(schedule, learning_rate, epochs, steps, decay_start, decay_every)
-        return compile_classifier(model, optimizer, rate)
+        builder = {"dogs": functools.partial(dogs_classifier, recipe.preset),
+                   "plain": plain_classifier}[recipe.net]
+        model = builder(input_size=recipe.input_size, classes=len(names),
+                        activation=recipe.activation, bn_momentum=recipe.bn_momentum,
+                        quantize=recipe.quantize)
+        rate = lr_schedule(recipe.schedule, recipe.learning_rate, recipe.epochs,
+                           recipe.steps_per_epoch, recipe.decay_start, recipe.decay_every)
+        return compile_classifier(model, recipe.optimizer, rate)
 
-    return training.fit(build, train_ds, run_dir, epochs, steps, verbose, config=config,
-                        validation_data=val_ds, callbacks=[KeepBest(run_dir, keep_best)])
+    return training.fit(build, train_ds, run_dir, recipe.epochs, recipe.steps_per_epoch, verbose,
+                        config=recipe.to_dict(), read_config=ClassifierRecipe.read_config,
+                        validation_data=val_ds, callbacks=[KeepBest(run_dir, recipe.keep_best)])
 
 
 class KeepBest(keras.callbacks.Callback):
@@ -205,14 +257,12 @@ def best_checkpoints(run_dir, extra=()):
     return sorted(paths, key=lambda p: (-accuracy[epoch[p] - 1], epoch[p]))
 
 
-def validation_data(config):
-    """The validation batches of a run from its ``config.json``: the data's validation split,
-    ``val_limit`` images per class (``limit`` when not given; older runs have no ``val_limit``)."""
-    limit = config.get("val_limit")
-    limit = config["limit"] if limit is None else limit
-    ds, _ = datasets.image_folder(config["data"], validation_split(config["data"]),
-                                  config["input_size"], batch=256, classes=config["class_names"],
-                                  limit=limit)
+def validation_data(recipe: ClassifierRecipe):
+    """The validation batches of a run's recipe (:meth:`ClassifierRecipe.of_run`): the data's
+    validation split, ``val_limit`` images per class (``limit`` when not given)."""
+    limit = recipe.limit if recipe.val_limit is None else recipe.val_limit
+    ds, _ = datasets.image_folder(recipe.data, validation_split(recipe.data), recipe.input_size,
+                                  batch=256, classes=list(recipe.classes), limit=limit)
     return ds
 
 
@@ -229,16 +279,16 @@ def finish(run_dir, export="last"):
     if export not in ("average", "best", "last"):
         raise ValueError(f"export must be 'average', 'best' or 'last', not {export!r}")
     run_dir = Path(run_dir)
-    config = read_json(run_dir / training.CONFIG)
-    split = validation_split(config["data"])
-    val_ds = validation_data(config)
+    recipe = ClassifierRecipe.of_run(run_dir)
+    split = validation_split(recipe.data)
+    val_ds = validation_data(recipe)
     models = final_models(run_dir)
     top1 = {label: evaluate(model, val_ds) for label, model in models.items()}
     label = next(k for k in models if k.startswith(export))
     training.save_model(models[label], run_dir / "model.keras")
-    return {"preset": config["preset"], "data": config["data"], "validation_split": split,
-            "classes": len(config["class_names"]), "quantize": config["quantize"],
-            "epochs": config["epochs"], "params": models[label].count_params(), "top1": top1,
+    return {"preset": recipe.preset, "data": recipe.data, "validation_split": split,
+            "classes": len(recipe.classes), "quantize": recipe.quantize,
+            "epochs": recipe.epochs, "params": models[label].count_params(), "top1": top1,
             "exported": label,
             "best_epochs": [int(p.stem[len("epoch"):]) for p in best_checkpoints(run_dir)],
             "note": ("the best epochs were chosen on this split, so only 'last' is unbiased"

@@ -1,6 +1,7 @@
 """Training recipes for the x2 SR net that keep the deployed net :func:`models.sr_x2`.
 
-Options (each a parameter of :func:`sr_x2_recipe` and :func:`workbench.nets.superres.train`):
+:class:`SRRecipe` holds every parameter of a training (:func:`workbench.nets.superres.train`);
+those that shape the training-time net (each a parameter of :func:`sr_x2_recipe` too):
 
 * ``expand`` -- collapsible linear blocks (SESR, Bhardwaj et al. 2022): every conv is
   trained as a k x k conv to ``expand`` hidden channels (split evenly over the layer's
@@ -25,12 +26,15 @@ Tensors: NHWC float32; luma in [0, 1]; sub-pixel channel ``c = 2 dy + dx``.  Lik
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from workbench.data.images import KERNELS
+from workbench.nets import storage, training
 from workbench.nets.layers import (PACKAGE, Act, AnchorResidual, DepthToSpace, GroupConv2D,
                                    Quantize8, anchor_subpixels, conv2d_ops, grouped_conv2d,
                                    on_tensorflow)
@@ -233,3 +237,76 @@ def charbonnier(y_true, y_pred, eps=1e-3):
 
 
 LOSSES = {"l1": "mean_absolute_error", "mse": "mean_squared_error", "charbonnier": charbonnier}
+
+
+@dataclasses.dataclass(frozen=True)
+class SRRecipe(training.Recipe):
+    """Every parameter of an x2 SR training (:func:`workbench.nets.superres.train`), checked
+    when made; the run's ``config.json`` (with the count of training images).
+
+    ``steps`` in epochs of at most ``steps_per_epoch`` (:func:`superres.epoch_plan`), batches
+    of ``batch`` random LR patches of ``patch`` x ``patch`` pixels, Adam with a cosine decay of
+    ``learning_rate`` to 1 %, ``loss`` one of :data:`LOSSES`.  The net: a fresh
+    :func:`sr_x2_recipe` (``init``, ``expand``, ``qat``, ``anchor``, ``anchor_scale``,
+    ``anchor_storage``: the module docstring; ``widths``: the channels of L1..L4, default the
+    reference net's, :data:`models.SR_WIDTHS`; a member of the family, as ``(32, 16, 16, 12)``),
+    or ``init_model``, the path of a ``.keras`` model to fine-tune.  The data: ``kernels``, the
+    degradations LR patches are made with (one at random a patch); ``flips``, each patch one of
+    the 8 flips / 90-degree rotations; ``scales``, each image also shrunk by these factors
+    (FSRCNN's scale augmentation, :data:`workbench.data.datasets.FSRCNN_SCALES`); ``teacher``,
+    the path of a trained x2 SR ``.keras`` model to distil (the target is ``(1 -
+    teacher_weight) * HR + teacher_weight * teacher(LR)``).
+    """
+    steps: int
+    steps_per_epoch: int = 250
+    batch: int = 16
+    patch: int = 48
+    learning_rate: float = 2e-3
+    loss: str = "l1"
+    seed: int = 0
+    init: str = "identity"
+    expand: int | None = None
+    qat: bool = False
+    anchor: str | None = None
+    anchor_scale: float = 0.5
+    anchor_storage: str = "linear"
+    widths: tuple[int, ...] | None = None
+    init_model: str | None = None
+    kernels: tuple[str, ...] = ("bicubic_aa",)
+    flips: bool = True
+    scales: tuple[float, ...] = (1.0,)
+    teacher: str | None = None
+    teacher_weight: float = 0.5
+
+    RUN_ENTRIES = ("train_images",)
+
+    def _check(self):
+        self._whole("steps", "steps_per_epoch", "batch", "patch")
+        self._whole("seed", least=0)
+        self._whole("expand", optional=True)
+        self._positive("learning_rate", "anchor_scale")
+        self._fraction("teacher_weight")
+        self._flag("qat", "flips")
+        self._choice("loss", tuple(LOSSES))
+        self._choice("init", ("he", "identity"))
+        self._choice("anchor", (None, "nearest", "bilinear"))
+        self._choice("anchor_storage", storage.LAWS)
+        for name in ("init_model", "teacher"):
+            if not isinstance(getattr(self, name), (str, type(None))):
+                self._refuse(name, "want the path of a .keras model, or None")
+        if not isinstance(self.kernels, tuple) or not self.kernels or \
+                not set(self.kernels) <= set(KERNELS):
+            self._refuse("kernels", f"want some of {', '.join(KERNELS)}")
+        if self.widths is not None and not (isinstance(self.widths, tuple) and len(
+                self.widths) == len(SR_WIDTHS) and all(map(training.is_whole, self.widths))):
+            self._refuse("widths", f"want {len(SR_WIDTHS)} whole numbers >= 1 (L1..L4's "
+                         "channels), or None")
+        if not isinstance(self.scales, tuple) or not self.scales or not all(
+                isinstance(f, (int, float)) and 0 < f <= 1 for f in self.scales):
+            self._refuse("scales", "want factors in (0, 1]")
+
+    def net(self, scale=2):
+        """The fresh training-time net of this recipe (:func:`sr_x2_recipe`)."""
+        return sr_x2_recipe(expand=self.expand, qat=self.qat, init=self.init, anchor=self.anchor,
+                            anchor_scale=self.anchor_scale, anchor_storage=self.anchor_storage,
+                            widths=self.widths or SR_WIDTHS, scale=scale)

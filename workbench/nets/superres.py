@@ -23,10 +23,10 @@ from workbench.files import read_json, write_json, write_text
 from workbench.nets import sr_recipes, training
 from workbench.nets.layers import Quantize8
 from workbench.nets.models import load_model
+from workbench.nets.sr_recipes import SRRecipe
 
 SCALE = 2
 MULTI_KERNELS = ("bicubic_aa", "bilinear", "bicubic", "lanczos")
-TRAIN_KERNELS = ("bicubic_aa",)   # the degradation a net trains on unless told otherwise
 
 
 def epoch_plan(steps, steps_per_epoch):
@@ -38,59 +38,33 @@ def epoch_plan(steps, steps_per_epoch):
     return epochs, math.ceil(steps / epochs)
 
 
-def train(train_images, run_dir, *, steps, kernels=TRAIN_KERNELS, batch=16, patch=48,
-          learning_rate=2e-3, seed=0, steps_per_epoch=250, init_model=None, verbose=2,
-          init="identity", expand=None, qat=False, loss="l1", anchor=None, anchor_scale=0.5,
-          anchor_storage="linear", widths=None, flips=True, scales=(1.0,), teacher=None,
-          teacher_weight=0.5):
-    """Train an SR net on random LR/HR patches; resumable (see :mod:`workbench.nets.training`).
+def train(train_images, run_dir, recipe: SRRecipe, verbose=2):
+    """Train an SR net on random LR/HR patches as ``recipe`` says
+    (:class:`workbench.nets.sr_recipes.SRRecipe`); resumable (see
+    :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images, or their
-    :func:`workbench.data.datasets.sr_training_pairs`.  ``kernels``: degradations the LR patches are
-    made with (one chosen at random per patch).  ``init_model``: path of a ``.keras`` model
-    to start from (fine-tuning) instead of a fresh net.  Recipe options (``init``,
-    ``expand``, ``qat``, ``loss``, ``anchor``, ``anchor_scale``, ``anchor_storage``):
-    :mod:`workbench.nets.sr_recipes`;
-    ``widths``: the channels of L1..L4 (default the reference net's, :data:`models.SR_WIDTHS`;
-    a member of the family, as ``(32, 16, 16, 12)``).  Augmentation: ``flips``, each patch one of
-    the 8 flips/90-degree rotations at random; ``scales``, each image also shrunk by these factors
-    (FSRCNN's scale augmentation: :data:`workbench.data.datasets.FSRCNN_SCALES`).
-    Distillation: ``teacher``, the path of a trained x2 SR ``.keras`` model (a larger member of
-    the family); the target is ``(1 - teacher_weight) * HR + teacher_weight * teacher(LR)``.
+    :func:`workbench.data.datasets.sr_training_pairs`.
     Returns ``(model, history)`` and writes ``<run_dir>/model.keras``, the deployable net
     (:func:`workbench.nets.sr_recipes.collapse` of the trained one: plain ``sr_x2`` layers).
     """
-    keras.utils.set_random_seed(seed)
-    epochs, steps_per_epoch = epoch_plan(steps, steps_per_epoch)
-    pairs = datasets.sr_training_pairs(train_images, SCALE, kernels, scales)
-    teach = load_model(teacher) if teacher is not None else None  # a model is its function
-    patches = datasets.sr_patches(pairs, patch=patch, batch=batch, seed=seed, augment=flips,
-                                  teacher=teach, teacher_weight=teacher_weight)
-    recipe = dict(init=init, expand=expand, qat=qat, anchor=anchor, anchor_scale=anchor_scale)
-    if widths is not None:
-        recipe["widths"] = tuple(widths)
-    if anchor_storage != "linear":  # at its default out of the config (older runs resume)
-        recipe["anchor_storage"] = anchor_storage
+    keras.utils.set_random_seed(recipe.seed)
+    epochs, steps_per_epoch = epoch_plan(recipe.steps, recipe.steps_per_epoch)
+    recipe = recipe.replace(steps_per_epoch=steps_per_epoch)  # the plan, as the run records it
+    pairs = datasets.sr_training_pairs(train_images, SCALE, recipe.kernels, recipe.scales)
+    # a model is its function
+    teach = load_model(recipe.teacher) if recipe.teacher is not None else None
+    patches = datasets.sr_patches(pairs, patch=recipe.patch, batch=recipe.batch, seed=recipe.seed,
+                                  augment=recipe.flips, teacher=teach,
+                                  teacher_weight=recipe.teacher_weight)
 
     def build():
-        model = (load_model(init_model) if init_model
-                 else sr_recipes.sr_x2_recipe(scale=SCALE, **recipe))
-        return compile_sr(model, learning_rate, epochs * steps_per_epoch, loss)
+        model = load_model(recipe.init_model) if recipe.init_model else recipe.net(SCALE)
+        return compile_sr(model, recipe.learning_rate, epochs * steps_per_epoch, recipe.loss)
 
-    config = {"steps": steps, "kernels": list(kernels), "batch": batch, "patch": patch,
-              "learning_rate": learning_rate, "seed": seed, "steps_per_epoch": steps_per_epoch,
-              "init_model": str(init_model) if init_model else None,
-              "train_images": pairs.sources, "loss": loss, **recipe}
-    # Augmentation and distillation at their defaults stay out of the config, so that runs
-    # made before these options existed resume.
-    if not flips:
-        config["flips"] = False
-    if pairs.scales != (1.0,):
-        config["scales"] = list(pairs.scales)
-    if teacher is not None:
-        config.update(teacher=str(teacher), teacher_weight=teacher_weight)
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
-                                  config=config)
+                                  config={**recipe.to_dict(), "train_images": pairs.sources},
+                                  read_config=SRRecipe.read_config)
     model = sr_recipes.collapse(model)
     training.save_model(model, Path(run_dir) / "model.keras")
     return model, history
@@ -106,9 +80,10 @@ def compile_sr(model, learning_rate, decay_steps, loss="l1"):
 
 # --- the same training on Keras' back ends ------------------------------------------------------
 
-# The recipe of models/sr_x2_reference (its card), and its optimizer's settings.
-REFERENCE_RECIPE = {"init": "identity", "expand": 256, "qat": True}
-TRACE = {"learning_rate": 5e-4, "loss": "l1", "decay_steps": 100_000}
+# The recipe of models/sr_x2_reference's first training (its card's history) as the back ends'
+# loss traces train it: its net and optimizer, the cosine decay over 100,000 steps.
+TRACE_RECIPE = SRRecipe(steps=100_000, init="identity", expand=256, qat=True,
+                        learning_rate=5e-4)
 
 
 def synthetic_batches(count, batch=16, patch=48, seed=0, scale=SCALE):
@@ -128,19 +103,18 @@ def synthetic_batches(count, batch=16, patch=48, seed=0, scale=SCALE):
             for i in range(0, count * batch, batch)]
 
 
-def trace_net(weights, decay_steps, recipe=REFERENCE_RECIPE, learning_rate=TRACE["learning_rate"],
-              loss=TRACE["loss"], seed=0):
-    """The recipe net (:func:`sr_recipes.sr_x2_recipe`), compiled as :func:`train` compiles it
-    (cosine decay over ``decay_steps``), with the weights of the file ``weights``
-    (``.weights.h5``, readable by every back end); when that file does not exist the net is
-    initialised from ``seed`` by the running back end and its weights written there."""
+def trace_net(weights, recipe=TRACE_RECIPE, seed=0):
+    """The recipe's net, compiled as :func:`train` compiles it (cosine decay over
+    ``recipe.steps``), with the weights of the file ``weights`` (``.weights.h5``, readable by
+    every back end); when that file does not exist the net is initialised from ``seed`` by the
+    running back end and its weights written there."""
     keras.utils.set_random_seed(seed)
-    model = sr_recipes.sr_x2_recipe(scale=SCALE, **recipe)
+    model = recipe.net(SCALE)
     if Path(weights).exists():
         model.load_weights(weights)
     else:
         model.save_weights(weights)
-    return compile_sr(model, learning_rate, decay_steps, loss)
+    return compile_sr(model, recipe.learning_rate, recipe.steps, recipe.loss)
 
 
 def loss_trace(model, batches):

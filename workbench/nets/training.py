@@ -7,15 +7,22 @@ finished run returns at once.  While :func:`fit` runs it holds a lock on ``<run>
 that a second training on the same folder stops at once instead of mixing its files in.  Any
 Keras back end trains (``KERAS_BACKEND=jax`` as well as TensorFlow); a run may resume under
 another back end than the one that started it.
+
+A trainer's parameters are one :class:`Recipe` (``sr_recipes.SRRecipe``,
+``classify.ClassifierRecipe``): a frozen dataclass, checked when made, whose :meth:`~Recipe.to_dict`
+is the run's ``config.json`` and whose :meth:`~Recipe.from_dict` reads it back, of this format
+or an older one.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
+import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 import keras
 
@@ -26,6 +33,119 @@ CHECKPOINT = "checkpoint.keras"
 HISTORY = "history.json"
 CONFIG = "config.json"
 LOCK = ".lock"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """The base of a trainer's recipe: every training parameter, one frozen value.
+
+    A subclass declares its fields with their defaults and checks them in :meth:`_check`
+    (one-line ``ValueError`` naming the field, :meth:`_refuse`).  Lists become tuples and paths
+    text when a recipe is made, so that two recipes of the same parameters are equal.
+    ``RENAMED``: names older run configs gave fields; ``RUN_ENTRIES``: a run config's entries
+    that are the run's, not the recipe's (kept beside the fields, skipped by :meth:`from_dict`).
+    """
+    RENAMED: ClassVar[dict[str, str]] = {}
+    RUN_ENTRIES: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, list):
+                object.__setattr__(self, field.name, tuple(value))
+            elif isinstance(value, os.PathLike):
+                object.__setattr__(self, field.name, os.fspath(value))
+        self._check()
+
+    def _check(self):
+        """Refuse a field out of its range (:meth:`_refuse`); subclasses say what."""
+
+    def _refuse(self, name, wanted):
+        raise ValueError(f"{type(self).__name__}.{name} = {getattr(self, name)!r}: {wanted}")
+
+    def _whole(self, *names, least=1, optional=False):
+        """Each field of ``names`` is a whole number >= ``least`` (or None, if ``optional``)."""
+        for name in names:
+            value = getattr(self, name)
+            if not (optional and value is None or is_whole(value, least)):
+                self._refuse(name, f"want a whole number >= {least}"
+                             + (" or None" if optional else ""))
+
+    def _number(self, name, ok, wanted):
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+            self._refuse(name, wanted)
+
+    def _positive(self, *names):
+        for name in names:
+            self._number(name, lambda v: v > 0, "want a number > 0")
+
+    def _fraction(self, *names):
+        for name in names:
+            self._number(name, lambda v: 0 <= v <= 1, "want a number in [0, 1]")
+
+    def _flag(self, *names):
+        for name in names:
+            if not isinstance(getattr(self, name), bool):
+                self._refuse(name, "want True or False")
+
+    def _choice(self, name, options):
+        if getattr(self, name) not in options:
+            self._refuse(name, f"want one of {', '.join(map(repr, options))}")
+
+    def replace(self, **changes):
+        """This recipe with ``changes`` (checked as a new one)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-able (tuples as lists): the run's ``config.json``."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def changed(self) -> dict:
+        """The fields off their defaults (and those without one), as :meth:`to_dict` gives
+        them: what a command line or a card names to make this recipe."""
+        return {f.name: value for f, value in zip(dataclasses.fields(self), self.to_dict().values())
+                if f.default is dataclasses.MISSING or value != _jsonable(f.default)}
+
+    @classmethod
+    def from_dict(cls, config: dict):
+        """The recipe of :meth:`to_dict`'s dict, or of a run's ``config.json`` of an older
+        format: a field it lacks takes its default (older runs left fields at their defaults
+        out), an older name (``RENAMED``) is read as its field, ``RUN_ENTRIES`` are skipped;
+        any other key is refused in one line."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {cls.RENAMED.get(k, k): v for k, v in config.items()
+                  if k not in cls.RUN_ENTRIES}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: no field {', '.join(map(repr, unknown))} "
+                             f"(fields: {', '.join(f.name for f in dataclasses.fields(cls))})")
+        return cls(**values)
+
+    @classmethod
+    def of_run(cls, run_dir):
+        """The recipe a run trained with: its ``config.json`` (of any format)."""
+        return cls.from_dict(read_json(Path(run_dir) / CONFIG))
+
+    @classmethod
+    def read_config(cls, saved: dict) -> dict:
+        """A run's saved ``config.json`` in this format (:func:`fit` compares it with a new
+        run's: an older run of the same recipe resumes); one that is no recipe of this kind
+        as it is."""
+        try:
+            recipe = cls.from_dict(saved)
+        except (ValueError, TypeError):
+            return saved
+        return {**recipe.to_dict(), **{k: v for k, v in saved.items() if k in cls.RUN_ENTRIES}}
+
+
+def is_whole(value, least=1) -> bool:
+    """``value`` is a whole number (not a bool) >= ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _jsonable(value):
+    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
 
 
 class RunFolderBusy(FileExistsError):
@@ -75,13 +195,15 @@ def epochs_done(history: dict) -> int:
 
 
 def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
-        steps_per_epoch: int, verbose=2, config=None, **fit_kwargs):
+        steps_per_epoch: int, verbose=2, config=None, read_config=None, **fit_kwargs):
     """Train ``build()`` (a compiled model) for ``epochs`` x ``steps_per_epoch`` steps.
 
     ``dataset`` is an infinite ``tf.data.Dataset`` of ``(x, y)`` batches.  If
     ``run_dir`` holds a checkpoint made with the same ``config`` (a JSON-able dict of the
     run's parameters), training resumes from it (``build`` is not called); a run made with
     other parameters is moved aside to ``<run_dir>.replaced-<time>``, never deleted.
+    ``read_config``: what the saved config is in ``config``'s format (default: as saved;
+    :meth:`Recipe.read_config`: older runs of the same recipe resume).
     Returns ``(model, history)``; ``history[metric]`` has one value per epoch.  A folder
     another training is using raises :class:`RunFolderBusy` before anything is written.
     """
@@ -89,7 +211,10 @@ def fit(build: Callable[[], keras.Model], dataset, run_dir, epochs: int,
     config = json.loads(json.dumps(config or {}, default=str))
     with contextlib.ExitStack() as held:
         held.enter_context(locked(run_dir))
-        if (run_dir / HISTORY).exists() and read_json(run_dir / CONFIG, default={}) != config:
+        saved = read_json(run_dir / CONFIG, default={})
+        if read_config:
+            saved = read_config(saved)
+        if (run_dir / HISTORY).exists() and saved != config:
             aside = run_dir.with_name(f"{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
             run_dir.rename(aside)  # its lock goes with it
             print(f"{run_dir}: parameters changed; the previous run was moved to {aside}")

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from workbench import tables
-from workbench.data import datasets
 from workbench.es2.emulate import quantize
 from workbench.figures import plt
 from workbench.files import read_json, write_json
@@ -36,33 +35,30 @@ def quantized_copy(model, preset, activation):
     return copy
 
 
-def train_one(out_dir, activation, seed, *, preset, data, epochs, limit, val_limit=None,
-              **train_args) -> dict:
-    """Train (or resume) one run in ``<out_dir>/<activation>/seed<seed>``; returns its record
-    (cached in ``record.json`` there, so a finished run is not evaluated again)."""
-    run_dir = Path(out_dir) / activation / f"seed{seed}"
-    model, history = classify.train(run_dir, preset=preset, data=data, epochs=epochs, limit=limit,
-                                    val_limit=val_limit, activation=activation, seed=seed,
-                                    keep_best=1, **train_args)
+def train_one(out_dir, recipe: classify.ClassifierRecipe) -> dict:
+    """Train (or resume) one run of ``recipe`` in ``<out_dir>/<activation>/seed<seed>``;
+    returns its record (cached in ``record.json`` there, so a finished run is not evaluated
+    again)."""
+    run_dir = Path(out_dir) / recipe.activation / f"seed{recipe.seed}"
+    model, history = classify.train(run_dir, recipe)
     record = read_json(run_dir / "record.json")
-    if record and len(record["history"]["loss"]) == epochs:
+    if record and len(record["history"]["loss"]) == recipe.epochs:
         return record
-    val_ds = classify.validation_data(read_json(run_dir / "config.json"))
-    record = {"activation": activation, "seed": seed,
+    val_ds = classify.validation_data(classify.ClassifierRecipe.of_run(run_dir))
+    copy = quantized_copy(model, recipe.preset, recipe.activation)
+    record = {"activation": recipe.activation, "seed": recipe.seed,
               "top1": classify.evaluate(model, val_ds),
-              "top1_8bit": classify.evaluate(quantized_copy(model, preset, activation), val_ds),
+              "top1_8bit": classify.evaluate(copy, val_ds),
               "history": {k: history[k] for k in ("loss", "accuracy", "val_loss", "val_accuracy")},
               "minutes": history["seconds"] / 60}
     write_json(run_dir / "record.json", record)
     return record
 
 
-def run(out_dir, activation_names, seeds, *, preset="cifar10", data=None, epochs=4, limit=500,
-        **train_args) -> list[dict]:
-    """Every (activation, seed) pair; ``train_args`` go to :func:`workbench.nets.classify.train`."""
-    data = data or datasets.classification_root("cifar10")
-    return [train_one(out_dir, name, seed, preset=preset, data=data, epochs=epochs, limit=limit,
-                      **train_args)
+def run(out_dir, activation_names, seeds, recipe: classify.ClassifierRecipe) -> list[dict]:
+    """Every (activation, seed) pair: ``recipe`` with that activation and seed, keeping the
+    best checkpoint only."""
+    return [train_one(out_dir, recipe.replace(activation=name, seed=seed, keep_best=1))
             for name in activation_names for seed in seeds]
 
 

@@ -20,6 +20,7 @@ from workbench.es2 import plan
 from workbench.files import read_json, write_json
 from workbench.ir import cost
 from workbench.nets import superres
+from workbench.nets.sr_recipes import SRRecipe
 
 # (row, the options it trains with); each adds one thing to the row before it
 ROWS = [
@@ -48,23 +49,22 @@ def per_pixel_cost(net):
             "texel_fetches_per_pixel": total.texel_fetches / pixels}
 
 
-def run(train_images, sr_sets, out_dir, *, steps, seeds=(0,), rows=ROWS, **train_args):
-    """Train every row for ``steps`` with each seed (resumable in ``out_dir``), then measure
-    it on the GPU; one record per (row, seed)."""
-    records, pairs = [], {}  # training pairs by their scale augmentation, made once
-    kernels = train_args.get("kernels", superres.TRAIN_KERNELS)
+def run(train_images, sr_sets, out_dir, recipe: SRRecipe, seeds=(0,), rows=ROWS):
+    """Train every row (``recipe`` with the row's options) with each seed (resumable in
+    ``out_dir``), then measure it on the GPU; one record per (row, seed)."""
+    records, pairs = [], {}  # training pairs by their kernels and scales, made once
     for name, options in rows:
-        scales = tuple(options.get("scales", (1.0,)))
-        if scales not in pairs:
-            pairs[scales] = datasets.sr_training_pairs(train_images, superres.SCALE, kernels,
-                                                       scales)
+        row = recipe.replace(**options)
+        data = (row.kernels, row.scales)
+        if data not in pairs:
+            pairs[data] = datasets.sr_training_pairs(train_images, superres.SCALE, *data)
         for seed in seeds:
             start = time.time()
             run_dir = Path(out_dir) / f"{name.strip('+ ').replace(' ', '_')}-s{seed}"
-            args = {**train_args, **options, "seed": seed, "steps": steps}
-            model, history = superres.train(pairs[scales], run_dir, verbose=0, **args)
+            model, history = superres.train(pairs[data], run_dir, row.replace(seed=seed),
+                                            verbose=0)
             net = es2.compile(model)
-            records.append({"row": name, "seed": seed, "steps": steps, "options": options,
+            records.append({"row": name, "seed": seed, "steps": recipe.steps, "options": options,
                             "minutes": history.get("seconds", time.time() - start) / 60,
                             "loss": history["loss"][-1], "gpu": gpu_psnr(model, sr_sets, net=net),
                             **per_pixel_cost(net)})

@@ -251,7 +251,7 @@ def _worker():
 
     batches = superres.synthetic_batches(max(1, config["trace_steps"]), config["batch"],
                                          config["patch"], config["seed"])
-    model = superres.trace_net(config["weights"], superres.TRACE["decay_steps"])
+    model = superres.trace_net(config["weights"])
     losses = superres.loss_trace(model, batches[:config["trace_steps"]])
     x, y = batches[0]
     model.train_on_batch(x, y)  # compiled and warm before any timing
@@ -302,7 +302,7 @@ class _BackendWorker:
 
 def backend_runs(backends=BACKENDS, trace_steps=20, repeats=5, steps=20, batch=16, patch=48,
                  seed=0):
-    """The SR reference recipe (:data:`superres.REFERENCE_RECIPE`: expand 256, QAT, identity
+    """The SR reference recipe (:data:`superres.TRACE_RECIPE`: expand 256, QAT, identity
     init; Adam, L1, learning rate 5e-4) trained under each Keras back end of ``backends``, each
     in its own process, all from the same weights (initialised here, by this process' back end)
     on the same :func:`superres.synthetic_batches` of ``batch`` x ``patch`` x ``patch``.
@@ -318,7 +318,7 @@ def backend_runs(backends=BACKENDS, trace_steps=20, repeats=5, steps=20, batch=1
             for b in backends]
     with tempfile.TemporaryDirectory(prefix="train_bench_") as tmp:
         weights = Path(tmp) / "sr.weights.h5"
-        superres.trace_net(weights, superres.TRACE["decay_steps"], seed=seed)
+        superres.trace_net(weights, seed=seed)
         config = {"weights": str(weights), "trace_steps": trace_steps, "batch": batch,
                   "patch": patch, "seed": seed}
         workers = {r["backend"]: _BackendWorker(r["backend"], config)
