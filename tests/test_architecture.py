@@ -1,6 +1,7 @@
 """The package's shape: imports flow one way (docs/design.md, "Architecture"), and the GL
 worker processes never load TensorFlow."""
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench import ir
+from workbench.ir import registry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 
@@ -140,14 +142,46 @@ def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
 
 
 OP_TYPES = tuple(ir.OP_TYPES)  # every IR op type (Conv ... Dense, Upsample, Add, Concat)
-# Where asking an op its type is the job: the lowering from Keras and each back end's records
-# (ES 2.0: a module per op; ES 3.1: the OPS table; the TF.js peer: its ENTRIES table).
-# The lowerings (Keras; ONNX, and its mirror that writes IR graphs as ONNX), the op records of
-# each back end, the TF.js peer's table; the zoo's writer of Keras layers as PyTorch's ONNX
-# (Keras layer types, whose names the checker cannot tell from the IR's).
+# The consumers of IR ops, each with its op table (workbench.ir.registry.Table), by the
+# module that fills it.
+CONSUMERS = {"the ES 2.0 back end": "workbench.es2",
+             "the ONNX writer (workbench.ir.to_onnx)": "workbench.ir.to_onnx",
+             "the TF.js peer": "workbench.web.tfjs"}
+# Where asking an op its type is the job: the lowerings (Keras; ONNX, and its mirror that
+# writes IR graphs as ONNX), the ES 2.0 back end's records (a module per op), ES 3.1's OPS
+# table, the zoo's writer of Keras layers as PyTorch's ONNX (Keras layer types, whose names
+# the checker cannot tell from the IR's).  Elsewhere a consumer asks its table.
 OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/lowering.py",
-                 "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
-                 "workbench/es2/ops/", "workbench/es31/kernels.py", "workbench/web/tfjs.py")
+                 "workbench/ir/onnx/", "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
+                 "workbench/es2/ops/", "workbench/es31/kernels.py", "workbench/es31/ops/")
+
+
+def test_every_op_type_has_an_entry_in_every_consumers_table():
+    """A new IR op type needs an entry in each consumer's table (docs/design.md, "How to add
+    an op"); a prepared form of an op (es2's Gemv) takes its IR type's entry."""
+    for module in CONSUMERS.values():
+        importlib.import_module(module)
+    tables = {t.consumer: t for t in registry.TABLES}
+    assert set(CONSUMERS) <= set(tables)
+    ir_tables = [t for t in tables.values()
+                 if any(issubclass(k, tuple(ir.OP_TYPES.values())) for k in t.entries)]
+    assert set(CONSUMERS) <= {t.consumer for t in ir_tables}
+    missing = {t.consumer: [n for n, kind in ir.OP_TYPES.items() if t.get(kind) is None]
+               for t in ir_tables}
+    assert not any(missing.values()), f"IR op types without an entry: {missing}"
+
+
+def test_a_table_refuses_in_one_line_naming_the_op_and_the_consumer():
+    table = registry.Table("a test consumer", what="op")
+    table.add(ir.Conv)(1)
+    gemv = type("Gemv", (ir.Dense,), {})
+    table.add(ir.Dense)(2)
+    assert table.get(gemv) == 2 and table.key(gemv) is ir.Dense
+    pool = ir.Pool("p", "image", "max", 2, 2, "valid")
+    with pytest.raises(registry.NotTaken, match=r"^op 'p' \(Pool\): not taken by a test "
+                                                r"consumer; taken: Conv, Dense$"):
+        table.of(pool)
+    registry.TABLES.remove(table)
 
 
 def op_type_tests(path: Path) -> list[int]:
@@ -171,14 +205,14 @@ def op_type_tests(path: Path) -> list[int]:
 
 
 def test_no_op_type_tests_outside_the_op_records():
-    """One op, one place: outside the lowering table and the op records nothing asks an op
-    its type; it asks the op's record (docs/design.md, "Adding an op")."""
+    """One op, one place: outside the lowerings and the op records nothing asks an op its
+    type; it asks its op table (docs/design.md, "How to add an op")."""
     root = PACKAGE.parent
     tested = {p.relative_to(root).as_posix(): op_type_tests(p) for p in PACKAGE.rglob("*.py")}
     tested = {p: lines for p, lines in tested.items() if lines}
     outside = {p: lines for p, lines in tested.items() if not p.startswith(OP_TYPE_HOMES)}
     assert not outside, f"op types tested outside the op records: {outside}"
-    assert set(tested) >= {"workbench/ir/lower.py", "workbench/es31/kernels.py"}  # it sees them
+    assert set(tested) >= {"workbench/ir/lower.py", "workbench/ir/to_onnx.py"}  # it sees them
 
 
 def test_the_op_type_checker_finds_each_form(tmp_path):

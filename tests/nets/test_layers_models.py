@@ -148,3 +148,38 @@ def test_a_lambda_layer_is_named_as_unsafe_code(tmp_path):
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'lam.keras'}: layer 'double' is a Lambda layer")
     assert "safe mode" in message and "safe_mode" not in message and "\n" not in message
+
+
+# The model names the project uses: the drivers command's default and help (sr, sr-mrt4,
+# cifar10, dogs120), bench web's classifier presets (every preset).
+PROJECT_MODEL_NAMES = ("sr", "sr-mrt4", "cifar10", "dogs120", "tiny")
+
+
+def test_named_resolves_every_model_name_the_project_uses():
+    from workbench.nets import models
+
+    assert set(models.CLASSIFIER_PRESETS) <= set(PROJECT_MODEL_NAMES) == set(models.NAMED)
+    loaded = {name: models.named(name).load() for name in PROJECT_MODEL_NAMES}
+    assert all(models.is_name(name) for name in PROJECT_MODEL_NAMES)
+    assert models.named("sr").path == models.reference_sr() and models.named("sr").trained
+    assert models.named("sr-mrt4").draw_buffers == 4 and models.named("sr").draw_buffers is None
+    assert loaded["sr"].count_params() == loaded["sr-mrt4"].count_params()
+    assert models.named("cifar10").path == models.reference_cifar10()
+    for preset in models.CLASSIFIER_PRESETS:  # the preset's net (random weights) or checkpoint
+        size = models.CLASSIFIER_PRESETS[preset]["input_size"]
+        assert loaded[preset].input_shape == (None, size, size, 3)
+    assert not models.named("dogs120").trained
+    again = models.named("tiny").load()  # random weights, seeded: the same net each time
+    for a, b in zip(again.get_weights(), loaded["tiny"].get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert not models.is_name(models.reference_sr()) and not models.is_name("net.onnx")
+
+
+def test_named_refuses_an_unknown_name_in_one_line_listing_the_known():
+    from workbench.nets import models
+
+    with pytest.raises(ValueError) as err:
+        models.named("sr4")
+    assert str(err.value) == ("unknown model name 'sr4'; known: sr, sr-mrt4, cifar10, dogs120, "
+                              "tiny")
+    assert models.is_name("sr4")  # a word that is no file: refused as a name, not a file

@@ -220,3 +220,10 @@ def test_a_size_over_the_memory_available_is_refused_before_any_work(tmp_path, c
     assert not (tmp_path / "page").exists()
     assert main(["bench", "sr", "--size", "100000"]) == 2
     assert _one_line(capsys).endswith("GB available; give a smaller --size")
+
+
+@pytest.mark.parametrize("argv", [["drivers", "--model", "sr4"],
+                                  ["bench", "web", "--model", "dogs"]])
+def test_an_unknown_model_name_is_one_line_naming_the_known_ones(argv, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert _one_line(capsys).startswith(f"error: unknown model name {argv[-1]!r}; known: sr, ")

@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from workbench.ir.registry import Table
+
 
 @dataclass(frozen=True)
 class OpRecord:
@@ -60,23 +62,19 @@ class OpRecord:
     prepared: type | None = None
 
 
-RECORDS: dict[type, OpRecord] = {}
+RECORDS = Table("the ES 2.0 back end")  # IR op type -> its OpRecord
 
 
 def register(op_type: type, op_record: OpRecord) -> OpRecord:
-    RECORDS[op_type] = op_record
-    return op_record
+    return RECORDS.add(op_type)(op_record)
 
 
 def record_of_type(op_type: type) -> OpRecord | None:
     """The record of an op type (or of the IR type a prepared type extends), or None."""
-    return next((RECORDS[t] for t in op_type.__mro__ if t in RECORDS), None)
+    return RECORDS.get(op_type)
 
 
 def record(op) -> OpRecord:
-    """The record of ``op``'s type; ValueError naming the op and the supported types."""
-    found = record_of_type(type(op))
-    if found is None:
-        raise ValueError(f"layer {op.name!r}: the ES 2.0 back end has no {type(op).__name__} "
-                         f"op; it has: {', '.join(r.name for r in RECORDS.values())}")
-    return found
+    """The record of ``op``'s type; :class:`workbench.ir.registry.NotTaken` naming the op and
+    the types the back end takes."""
+    return RECORDS.of(op)

@@ -25,12 +25,13 @@ from workbench.ir.graph import (
 from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
                                    fold_batchnorm, store_subpixels)
 from workbench.ir.lowering import Scales, leaky_relu, prelu
+from workbench.ir.registry import Table
 from workbench.nets import activations
 from workbench.nets.layers import Act, AnchorResidual, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
 
 
-# The Keras layers the lowering takes (each with the conditions its branch checks).
+# The Keras layers the lowering takes (each with the conditions its handler checks).
 SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNormalization (after a conv)",
              "Activation / Act (after a conv or an Add; relu6 stored as y / 6)",
              "ReLU(max_value=m) (after a conv or an Add; stored as y / m)",
@@ -159,8 +160,233 @@ def _fold_batchnorm(conv, layer):
                    layer.moving_variance.numpy(), layer.epsilon)
 
 
+# The Keras front end's table: Keras layer type -> handler(lowering, layer, its inputs), which
+# lowers the layer and returns the IR tensor its output is (None: not a tensor of the IR).
+LAYERS = Table("the Keras front end", taken=SUPPORTED)
+
+
+class _Lowering:
+    """What one :func:`from_keras` has found so far: the IR ops, what each Keras tensor is."""
+
+    def __init__(self, model, luma_input, dense):
+        self.model, self.luma_input, self.dense = model, luma_input, dense
+        channels = model.inputs[0].shape[-1]
+        self.input = Input("image", 3 if luma_input else channels, rgb=luma_input)
+        self.ops, self.tensor_of, self.order_of = [], {}, {}  # keras tensor id -> IR, pack order
+        self.found = Scales(1 if luma_input else channels)  # ReLU6's scales, the normalisation
+        self.readers = Counter(id(t) for layer in model.layers
+                               if not isinstance(layer, keras.layers.InputLayer)
+                               for t in _inputs(layer))
+        # keras tensor id of: a global average pooling -> the IR tensor it averages; a
+        # ZeroPadding2D's output -> (top, left, bottom, right); an AnchorResidual -> (its
+        # sub-pixels' IR tensor, the layer)
+        self.pooled, self.pads, self.anchored = {}, {}, {}
+
+    def producer(self, keras_tensor, padded=False):
+        if id(keras_tensor) in self.pads and not padded:
+            raise LoweringError(f"tensor {keras_tensor.name!r}: a ZeroPadding2D must feed a "
+                                "convolution with padding 'valid' (it becomes its padding)")
+        if id(keras_tensor) in self.anchored:
+            raise LoweringError(f"layer {self.anchored[id(keras_tensor)][1].name!r}: an "
+                                "AnchorResidual must feed the net's last DepthToSpace")
+        if id(keras_tensor) not in self.tensor_of:
+            raise LoweringError(f"tensor {keras_tensor.name!r} feeds a layer the ES 2.0 back end "
+                                "cannot take it from (a global pooling must feed a Dense layer)")
+        return self.tensor_of[id(keras_tensor)]
+
+    def last_conv(self, keras_tensor, layer, what, kinds=(Conv,)):
+        """The op making ``keras_tensor``, where nothing lowered yet reads it (Keras may
+        order a branch's layers between a conv and its BatchNormalization)."""
+        name = self.producer(keras_tensor)
+        ops = self.ops
+        at = next((i for i, o in enumerate(ops) if o.name == name), None)
+        op = ops[at] if at is not None else None
+        if (not isinstance(op, kinds) or any(name in reads(o) for o in ops[at + 1:])
+                or op.activation != "linear" or id(keras_tensor) in self.order_of):
+            raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
+                                f"convolution without activation (it follows {name!r})")
+        return op
+
+    def unshuffled(self, keras_tensor, layer):
+        if id(keras_tensor) in self.order_of:
+            raise LoweringError(f"layer {layer.name!r}: its input {keras_tensor.name!r} is "
+                                "shuffled; take it before the shuffle")
+        return self.producer(keras_tensor)
+
+    def keep_order(self, layer, keras_tensor):
+        """``layer`` works per channel: its output's packs keep its input's order."""
+        if id(keras_tensor) in self.order_of:
+            self.order_of[id(layer.output)] = self.order_of[id(keras_tensor)]
+
+    def emit(self, op) -> str:
+        self.ops.append(op)
+        return op.name
+
+
+@LAYERS.add(keras.layers.InputLayer)
+def _input(low, layer, inputs):
+    return low.input.name
+
+
+@LAYERS.add(GroupConv2D, keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
+def _conv(low, layer, inputs):
+    op = _conv_from(layer, low.producer(inputs[0], padded=True), low.found)
+    if id(inputs[0]) in low.pads:
+        if op.padding != "valid":
+            raise LoweringError(f"layer {layer.name!r}: reads a ZeroPadding2D, so its "
+                                f"own padding must be 'valid', not {op.padding!r}")
+        op.padding = low.pads[id(inputs[0])]
+    op.luma_input = low.luma_input and op.input == low.input.name
+    op.input_order = low.order_of.get(id(inputs[0]))
+    return low.emit(op)
+
+
+@LAYERS.add(keras.layers.BatchNormalization)
+def _batchnorm(low, layer, inputs):
+    _fold_batchnorm(low.last_conv(inputs[0], layer, "BatchNormalization"), layer)
+    return low.producer(inputs[0])
+
+
+@LAYERS.add(keras.layers.Softmax)
+def _softmax(low, layer, inputs):
+    op = low.ops[-1] if low.ops else None
+    if not isinstance(op, Dense) or op.name != low.producer(inputs[0]) or op.softmax:
+        raise LoweringError(f"layer {layer.name!r}: a softmax must follow the last "
+                            "Dense layer (the logits)")
+    op.softmax = True
+    return op.name
+
+
+@LAYERS.add(Act, keras.layers.ReLU, keras.layers.LeakyReLU, keras.layers.PReLU)
+def _activation(low, layer, inputs):
+    op = low.last_conv(inputs[0], layer, "an activation", (Conv, Add))
+    if isinstance(layer, Act):
+        op.activation = layer.activation
+    else:
+        _keras_activation(layer, op, low.found)
+    return op.name
+
+
+@LAYERS.add(keras.layers.Activation)
+def _activation_layer(low, layer, inputs):
+    return (_softmax if _is_softmax(layer) else _activation)(low, layer, inputs)
+
+
+@LAYERS.add(keras.layers.Rescaling, keras.layers.Normalization)
+def _normalisation(low, layer, inputs):
+    if low.producer(inputs[0]) != low.input.name or low.readers[id(inputs[0])] > 1:
+        raise LoweringError(f"layer {layer.name!r}: a {type(layer).__name__} only of "
+                            "the input, read by it alone (it folds into the convs)")
+    _normalise(layer, low.found)
+    return low.input.name
+
+
+@LAYERS.add(keras.layers.ZeroPadding2D)
+def _zero_padding(low, layer, inputs):
+    (top, bottom), (left, right) = layer.padding
+    low.pads[id(layer.output)] = (top, left, bottom, right)
+    return low.producer(inputs[0])
+
+
+@LAYERS.add(Shuffle)
+def _shuffle(low, layer, inputs):
+    previous = low.order_of.get(id(inputs[0]), range(len(layer.order)))
+    low.order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
+    return low.producer(inputs[0])
+
+
+@LAYERS.add(Quantize8)
+def _quantize8(low, layer, inputs):  # training-time rounding; RGBA8 storage does it
+    low.keep_order(layer, inputs[0])
+    return low.producer(inputs[0])
+
+
+@LAYERS.add(keras.layers.Add)
+def _add(low, layer, inputs):
+    if len(inputs) != 2:
+        raise LoweringError(f"layer {layer.name!r}: Add of exactly two tensors supported")
+    names = [low.producer(t) for t in inputs]
+    op = low.ops[-1] if low.ops else None
+    fused = (isinstance(op, Conv) and op.name in names and op.activation == "linear"
+             and not op.residual and id(inputs[names.index(op.name)]) not in low.order_of)
+    if fused:  # the residual of the conv just before: one program
+        op.residual = low.unshuffled(inputs[1 - names.index(op.name)], layer)
+        return op.name
+    return low.emit(Add(layer.name, low.unshuffled(inputs[0], layer),
+                        low.unshuffled(inputs[1], layer)))
+
+
+@LAYERS.add(keras.layers.Concatenate)
+def _concatenate(low, layer, inputs):
+    if layer.axis not in (-1, 3):
+        raise LoweringError(f"layer {layer.name!r}: concatenation along the channels "
+                            f"only (axis -1), not axis {layer.axis}")
+    first, *others = (low.unshuffled(t, layer) for t in inputs)
+    return low.emit(Concat(layer.name, first, tuple(others)))
+
+
+@LAYERS.add(keras.layers.MaxPooling2D, keras.layers.AveragePooling2D)
+def _pooling(low, layer, inputs):
+    low.keep_order(layer, inputs[0])  # per channel: the packs keep their order
+    return low.emit(_pool_from(layer, low.producer(inputs[0])))
+
+
+@LAYERS.add(keras.layers.UpSampling2D)
+def _upsampling(low, layer, inputs):
+    low.keep_order(layer, inputs[0])  # per channel: the packs keep their order
+    return low.emit(_upsample_from(layer, low.producer(inputs[0])))
+
+
+@LAYERS.add(keras.layers.GlobalAveragePooling2D)
+def _global_pooling(low, layer, inputs):  # the Dense after it averages
+    low.pooled[id(layer.output)] = low.producer(inputs[0])
+
+
+@LAYERS.add(keras.layers.Dense)
+def _dense(low, layer, inputs):
+    if id(inputs[0]) not in low.pooled:
+        raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
+                            "GlobalAveragePooling2D on ES 2.0")
+    probabilities = _is_softmax(layer)
+    layers = low.model.layers
+    last = layers[-1] is layer or (_is_softmax(layers[-1]) and layers[-2] is layer)
+    if (not probabilities and _activation_name(layer) != "linear") or not last:
+        raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
+                            "without activation or with softmax (on the CPU)")
+    weight, bias = (w.astype(np.float32) for w in layer.get_weights())
+    check_finite(layer.name, {"kernel": weight, "bias": bias})
+    return low.emit(Dense(layer.name, low.pooled[id(inputs[0])], weight, bias, pool=True,
+                          number=low.dense, softmax=probabilities))
+
+
+@LAYERS.add(AnchorResidual)
+def _anchor_residual(low, layer, inputs):  # the DepthToSpace after it takes it
+    if not low.luma_input or low.producer(inputs[0]) != low.input.name:
+        raise LoweringError(f"layer {layer.name!r}: an AnchorResidual's first input "
+                            "must be the luma net's input")
+    low.anchored[id(layer.output)] = (low.unshuffled(inputs[1], layer), layer)
+
+
+@LAYERS.add(D2S)
+def _depth_to_space(low, layer, inputs):
+    source, anchor = low.anchored.pop(id(inputs[0]), (None, None))
+    source = source or low.producer(inputs[0])
+    if anchor and (layer.block_size != 2 or low.model.outputs[0] is not layer.output):
+        raise LoweringError(f"layer {anchor.name!r}: an AnchorResidual must feed the "
+                            "net's last layer, a DepthToSpace of block 2")
+    chroma = low.input.name if low.luma_input else None
+    law = anchor.storage if anchor else "linear"
+    if anchor:
+        store_subpixels(low.ops, source, law, f"layer {anchor.name!r}")
+    return low.emit(DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma,
+                                 anchor=anchor and anchor.mode,
+                                 anchor_scale=anchor.scale if anchor else 0.5,
+                                 anchor_storage=law))
+
+
 def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
-    """Lower a Keras functional model to a :class:`Graph`.
+    """Lower a Keras functional model to a :class:`Graph`, one layer at a time by its handler
+    in :data:`LAYERS` (a layer without one: :class:`workbench.ir.registry.NotTaken`).
 
     ``luma_input``: the net takes an RGB image and sees its full-range luma (the SR net).
     Default: True when the model has a 1-channel input.  A final DepthToSpace of a luma net
@@ -176,181 +402,20 @@ def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise LoweringError(f"model {model.name!r}: one input and one output are supported")
     channels = model.inputs[0].shape[-1]
-    luma_input = channels == 1 if luma_input is None else luma_input
-    graph_input = Input("image", 3 if luma_input else channels, rgb=luma_input)
-    ops, tensor_of, order_of = [], {}, {}  # keras tensor id -> IR tensor, its pack order
-    found = Scales(1 if luma_input else channels)  # ReLU6's scales, the input's normalisation
-    readers = Counter(id(t) for layer in model.layers
-                      if not isinstance(layer, keras.layers.InputLayer) for t in _inputs(layer))
-    pooled = {}  # keras tensor id of a global average pooling -> the IR tensor it averages
-    pads = {}  # keras tensor id of a ZeroPadding2D's output -> (top, left, bottom, right)
-    anchored = {}  # keras tensor id of an AnchorResidual -> (its sub-pixels' IR tensor, layer)
-
-    def producer(keras_tensor, padded=False):
-        if id(keras_tensor) in pads and not padded:
-            raise LoweringError(f"tensor {keras_tensor.name!r}: a ZeroPadding2D must feed a "
-                                "convolution with padding 'valid' (it becomes its padding)")
-        if id(keras_tensor) in anchored:
-            raise LoweringError(f"layer {anchored[id(keras_tensor)][1].name!r}: an "
-                                "AnchorResidual must feed the net's last DepthToSpace")
-        if id(keras_tensor) not in tensor_of:
-            raise LoweringError(f"tensor {keras_tensor.name!r} feeds a layer the ES 2.0 back end "
-                                "cannot take it from (a global pooling must feed a Dense layer)")
-        return tensor_of[id(keras_tensor)]
-
-    def last_conv(keras_tensor, layer, what, kinds=(Conv,)):
-        """The op making ``keras_tensor``, where nothing lowered yet reads it (Keras may
-        order a branch's layers between a conv and its BatchNormalization)."""
-        name = producer(keras_tensor)
-        at = next((i for i, o in enumerate(ops) if o.name == name), None)
-        op = ops[at] if at is not None else None
-        if (not isinstance(op, kinds) or any(name in reads(o) for o in ops[at + 1:])
-                or op.activation != "linear" or id(keras_tensor) in order_of):
-            raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
-                                f"convolution without activation (it follows {name!r})")
-        return op
-
-    def unshuffled(keras_tensor, layer):
-        if id(keras_tensor) in order_of:
-            raise LoweringError(f"layer {layer.name!r}: its input {keras_tensor.name!r} is "
-                                "shuffled; take it before the shuffle")
-        return producer(keras_tensor)
-
+    low = _Lowering(model, channels == 1 if luma_input is None else luma_input, dense)
     for layer in model.layers:
-        if isinstance(layer, keras.layers.InputLayer):
-            tensor_of[id(layer.output)] = graph_input.name
-            continue
-        inputs = _inputs(layer)
-        if isinstance(layer, (GroupConv2D, keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
-            op = _conv_from(layer, producer(inputs[0], padded=True), found)
-            if id(inputs[0]) in pads:
-                if op.padding != "valid":
-                    raise LoweringError(f"layer {layer.name!r}: reads a ZeroPadding2D, so its "
-                                        f"own padding must be 'valid', not {op.padding!r}")
-                op.padding = pads[id(inputs[0])]
-            op.luma_input = luma_input and op.input == graph_input.name
-            op.input_order = order_of.get(id(inputs[0]))
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, keras.layers.BatchNormalization):
-            _fold_batchnorm(last_conv(inputs[0], layer, "BatchNormalization"), layer)
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, (keras.layers.Softmax, keras.layers.Activation)) \
-                and _is_softmax(layer):
-            op = ops[-1] if ops else None
-            if not isinstance(op, Dense) or op.name != producer(inputs[0]) or op.softmax:
-                raise LoweringError(f"layer {layer.name!r}: a softmax must follow the last "
-                                    "Dense layer (the logits)")
-            op.softmax = True
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, (Act, keras.layers.Activation, keras.layers.ReLU,
-                                keras.layers.LeakyReLU, keras.layers.PReLU)):
-            op = last_conv(inputs[0], layer, "an activation", (Conv, Add))
-            if isinstance(layer, Act):
-                op.activation = layer.activation
-            else:
-                _keras_activation(layer, op, found)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, (keras.layers.Rescaling, keras.layers.Normalization)):
-            if producer(inputs[0]) != graph_input.name or readers[id(inputs[0])] > 1:
-                raise LoweringError(f"layer {layer.name!r}: a {type(layer).__name__} only of "
-                                    "the input, read by it alone (it folds into the convs)")
-            _normalise(layer, found)
-            tensor_of[id(layer.output)] = graph_input.name
-        elif isinstance(layer, keras.layers.ZeroPadding2D):
-            (top, bottom), (left, right) = layer.padding
-            pads[id(layer.output)] = (top, left, bottom, right)
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, Shuffle):
-            previous = order_of.get(id(inputs[0]), range(len(layer.order)))
-            order_of[id(layer.output)] = tuple(previous[i] for i in layer.order)
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, Quantize8):  # training-time rounding; RGBA8 storage does it
-            if id(inputs[0]) in order_of:
-                order_of[id(layer.output)] = order_of[id(inputs[0])]
-            tensor_of[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, keras.layers.Add):
-            if len(inputs) != 2:
-                raise LoweringError(f"layer {layer.name!r}: Add of exactly two tensors supported")
-            names = [producer(t) for t in inputs]
-            op = ops[-1] if ops else None
-            fused = (isinstance(op, Conv) and op.name in names and op.activation == "linear"
-                     and not op.residual and id(inputs[names.index(op.name)]) not in order_of)
-            if fused:  # the residual of the conv just before: one program
-                op.residual = unshuffled(inputs[1 - names.index(op.name)], layer)
-            else:
-                op = Add(layer.name, unshuffled(inputs[0], layer), unshuffled(inputs[1], layer))
-                ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, keras.layers.Concatenate):
-            if layer.axis not in (-1, 3):
-                raise LoweringError(f"layer {layer.name!r}: concatenation along the channels "
-                                    f"only (axis -1), not axis {layer.axis}")
-            first, *others = (unshuffled(t, layer) for t in inputs)
-            ops.append(Concat(layer.name, first, tuple(others)))
-            tensor_of[id(layer.output)] = layer.name
-        elif isinstance(layer, (keras.layers.MaxPooling2D, keras.layers.AveragePooling2D)):
-            op = _pool_from(layer, producer(inputs[0]))
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-            if id(inputs[0]) in order_of:  # per channel: the packs keep their order
-                order_of[id(layer.output)] = order_of[id(inputs[0])]
-        elif isinstance(layer, keras.layers.UpSampling2D):
-            op = _upsample_from(layer, producer(inputs[0]))
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-            if id(inputs[0]) in order_of:  # per channel: the packs keep their order
-                order_of[id(layer.output)] = order_of[id(inputs[0])]
-        elif isinstance(layer, keras.layers.GlobalAveragePooling2D):
-            pooled[id(layer.output)] = producer(inputs[0])
-        elif isinstance(layer, keras.layers.Dense):
-            if id(inputs[0]) not in pooled:
-                raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
-                                    "GlobalAveragePooling2D on ES 2.0")
-            probabilities = _is_softmax(layer)
-            last = model.layers[-1] is layer or (model.layers[-1] is not layer
-                                                 and _is_softmax(model.layers[-1])
-                                                 and model.layers[-2] is layer)
-            if (not probabilities and _activation_name(layer) != "linear") or not last:
-                raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
-                                    "without activation or with softmax (on the CPU)")
-            weight, bias = (w.astype(np.float32) for w in layer.get_weights())
-            check_finite(layer.name, {"kernel": weight, "bias": bias})
-            op = Dense(layer.name, pooled[id(inputs[0])], weight, bias, pool=True, number=dense,
-                       softmax=probabilities)
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        elif isinstance(layer, AnchorResidual):
-            if not luma_input or producer(inputs[0]) != graph_input.name:
-                raise LoweringError(f"layer {layer.name!r}: an AnchorResidual's first input "
-                                    "must be the luma net's input")
-            anchored[id(layer.output)] = (unshuffled(inputs[1], layer), layer)
-        elif isinstance(layer, D2S):
-            source, anchor = anchored.pop(id(inputs[0]), (None, None))
-            source = source or producer(inputs[0])
-            if anchor and (layer.block_size != 2 or model.outputs[0] is not layer.output):
-                raise LoweringError(f"layer {anchor.name!r}: an AnchorResidual must feed the "
-                                    "net's last layer, a DepthToSpace of block 2")
-            chroma = graph_input.name if luma_input else None
-            law = anchor.storage if anchor else "linear"
-            if anchor:
-                store_subpixels(ops, source, law, f"layer {anchor.name!r}")
-            op = DepthToSpace(layer.name, source, layer.block_size, chroma_from=chroma,
-                              anchor=anchor and anchor.mode,
-                              anchor_scale=anchor.scale if anchor else 0.5, anchor_storage=law)
-            ops.append(op)
-            tensor_of[id(layer.output)] = op.name
-        else:
-            raise LoweringError(f"layer {layer.name!r} ({type(layer).__name__}) is not "
-                                f"supported; supported: {', '.join(SUPPORTED)}")
+        tensor = LAYERS.of(layer)(low, layer, _inputs(layer))
+        if tensor is not None:
+            low.tensor_of[id(layer.output)] = tensor
+    ops = low.ops
     size = tuple(model.inputs[0].shape[1:3])
-    graph = Graph(graph_input, ops, producer(model.outputs[0]), model.name,
+    graph = Graph(low.input, ops, low.producer(model.outputs[0]), model.name,
                   None if None in size else size)
     dense = next((op for op in ops if isinstance(op, Dense)), None)
     if dense and graph.input_size is None:
         raise LoweringError(f"layer {dense.name!r}: a net with a Dense layer needs a fixed "
                             "input size (keras.Input((height, width, channels)))")
-    found.fold(graph)
+    low.found.fold(graph)
     shapes = graph.shapes(graph.input_size or (64, 64))  # every op can work out its shape
     for op in ops:
         if isinstance(op, DepthToSpace) and op.chroma_from:

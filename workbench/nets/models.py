@@ -18,6 +18,7 @@ any H and W.  Output: luma of the x2 image, (N, 2H, 2W, 1), in [0, 1].
 """
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from pathlib import Path
 
@@ -92,9 +93,7 @@ def _lambda_layers(path) -> list[str]:
 def reference_sr() -> Path:
     """The x2 SR reference checkpoint of this checkout (``models/sr_x2_reference.keras``, with
     its card beside it); FileNotFoundError naming the path when there is none."""
-    from workbench.files import project_root
-
-    path = project_root() / "models" / "sr_x2_reference.keras"
+    path = named("sr").path
     if not path.is_file():
         raise FileNotFoundError(f"no --model given and no reference checkpoint at {path}")
     return path
@@ -103,9 +102,7 @@ def reference_sr() -> Path:
 def reference_cifar10() -> Path:
     """The CIFAR-10 reference classifier of this checkout (``models/cifar10_reference.keras``,
     with its card beside it); it may not exist (callers check)."""
-    from workbench.files import project_root
-
-    return project_root() / "models" / "cifar10_reference.keras"
+    return named("cifar10").path
 
 
 SR_WIDTHS = (48, 32, 24, 16)
@@ -234,3 +231,58 @@ def plain_classifier(input_size=32, classes=10, widths=(16, 24, 28), *,
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     outputs = keras.layers.Dense(classes, name="logits")(x)
     return keras.Model(inputs, outputs, name=name)
+
+
+# --- models by name (``--model NAME``) ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class NamedModel:
+    """A model the commands take by name (``--model sr``): a checkpoint of this checkout's
+    ``models/``, or a classifier preset (:data:`CLASSIFIER_PRESETS`) with seeded random
+    weights where no checkpoint is named or there; ``draw_buffers``: the render targets a
+    program writes, where the name asks for more than one (the target's, ``es2.compile``)."""
+    name: str
+    checkpoint: str | None = None
+    preset: str | None = None
+    draw_buffers: int | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """The checkpoint's path (it may not exist), or None."""
+        from workbench.files import project_root
+
+        return project_root() / "models" / self.checkpoint if self.checkpoint else None
+
+    @property
+    def trained(self) -> bool:
+        """Whether :meth:`load` gives trained weights (the checkpoint is there)."""
+        return self.path is not None and self.path.is_file()
+
+    def load(self) -> keras.Model:
+        """The checkpoint where it is there, else the preset's net with random weights (seed 0);
+        a missing checkpoint without a preset is FileNotFoundError naming the path."""
+        if self.trained or self.preset is None:
+            return load_model(self.path)
+        keras.utils.set_random_seed(0)
+        return dogs_classifier(self.preset)
+
+
+NAMED = {m.name: m for m in (
+    NamedModel("sr", "sr_x2_reference.keras"),
+    NamedModel("sr-mrt4", "sr_x2_reference.keras", draw_buffers=4),
+    NamedModel("cifar10", "cifar10_reference.keras", preset="cifar10"),
+    *(NamedModel(p, preset=p) for p in CLASSIFIER_PRESETS if p != "cifar10"))}
+
+
+def named(name) -> NamedModel:
+    """The model of a name of :data:`NAMED`; another name is refused in one line listing them."""
+    if name not in NAMED:
+        raise ValueError(f"unknown model name {name!r}; known: {', '.join(NAMED)}")
+    return NAMED[name]
+
+
+def is_name(model) -> bool:
+    """Whether a ``--model`` value is a name for :func:`named` rather than a file: one of
+    :data:`NAMED`, or a word with no file suffix where there is no such file."""
+    path = Path(model)
+    return str(model) in NAMED or not (path.suffix or path.exists())

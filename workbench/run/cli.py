@@ -154,7 +154,7 @@ def _report(args):
 def _drivers(args):
     from workbench import es2
     from workbench.gl.drivers import driver
-    from workbench.nets.models import load_model, reference_sr
+    from workbench.nets.models import is_name, load_model, named
     from workbench.studies import compilers
 
     names = _names(args.driver)
@@ -163,19 +163,16 @@ def _drivers(args):
     for name in names:
         driver(name)  # an unknown name: one line before any work
     with _owned_out(args, [compilers.TABLE, compilers.RESULT, *_figure(compilers.FIGURE)]):
-        models, sizes = {}, {}
+        models = {}
         for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
-            if name in ("sr", "sr-mrt4"):
-                models[name] = (load_model(reference_sr()),
-                                {"target": es2.Target.of(draw_buffers=4)} if name != "sr" else {})
-                sizes[name] = ("sr", 256)
-            elif name in ("cifar10", "dogs120"):
-                models[name] = (compilers.classifier(name), {})
-                if name == "dogs120":
-                    sizes[name] = ("dogs120", 385)
+            if is_name(name):
+                entry = named(name)
+                models[name] = (entry.load(), {"target": es2.Target.of(
+                    draw_buffers=entry.draw_buffers)} if entry.draw_buffers else {})
             else:
                 models[Path(name).stem] = (load_model(name), {})
-        compilers.run(models, names, args.out, sizes)
+        compilers.run(models, names, args.out,
+                      {n: size for n, size in compilers.PI_SIZES.items() if n in models})
     return 0
 
 
@@ -184,11 +181,15 @@ def _require_memory(args):
     available (a MemoryError traceback, or the OOM killer, before), from the net's IR."""
     from workbench import ir
     from workbench.es2 import plan
-    from workbench.nets.models import load_model, reference_sr, sr_x2
-    if args.model and Path(args.model).suffix.lower() not in (".keras", ".onnx"):
-        return  # a classifier preset: its fixed size, not --size
-    model = (load_model(args.model) if args.model else
-             load_model(reference_sr()) if args.what == "web" else sr_x2())
+    from workbench.nets.models import is_name, load_model, named, reference_sr, sr_x2
+    if args.model and is_name(args.model):
+        entry = named(args.model)  # an unknown name: one line naming the known ones
+        if entry.preset:
+            return  # a classifier: its fixed size, not --size
+        model = entry.load()
+    else:
+        model = (load_model(args.model) if args.model else
+                 load_model(reference_sr()) if args.what == "web" else sr_x2())
     plan.require_memory(ir.from_model(model), (args.size, args.size), "give a smaller --size")
 
 

@@ -35,17 +35,10 @@ NAMES = ("drivers", "drivers_classifier")
 DEFAULT_DRIVERS = drivers.TABLE_DRIVERS
 QPUS, FRAGMENTS_PER_INSTRUCTION, CLOCKS_PER_INSTRUCTION = 12, 16, 4
 BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
-
-
-def classifier(preset):
-    """The classifier of ``preset``: ``cifar10`` the reference checkpoint where models/ has it,
-    else (and for ``dogs120``) the preset with random weights (the programs' shapes and
-    sizes are those of a trained one)."""
-    from workbench.nets.models import dogs_classifier, load_model, reference_cifar10
-
-    if preset == "cifar10" and reference_cifar10().exists():
-        return load_model(reference_cifar10())
-    return dogs_classifier(preset)
+# The Pi times of the named nets (``workbench.nets.models.named``): ``{name: (kind, side)}``, the
+# input side they are predicted at (a classifier preset's random weights have a trained one's
+# programs)
+PI_SIZES = {"sr": ("sr", 256), "sr-mrt4": ("sr", 256), "dogs120": ("dogs120", 385)}
 
 
 def profile_for(driver) -> str | None:

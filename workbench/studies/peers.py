@@ -54,13 +54,7 @@ from workbench.data import datasets, metrics
 from workbench.es2.net import output_spec
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
-from workbench.nets.models import (
-    CLASSIFIER_PRESETS,
-    dogs_classifier,
-    load_model,
-    reference_cifar10,
-    reference_sr,
-)
+from workbench.nets.models import is_name, load_model, named, reference_sr
 from workbench.web import browser, ort, tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
@@ -96,20 +90,20 @@ Object.defineProperty(navigator, "hardwareConcurrency", { value: 2 * threads });
 
 
 def resolve_model(model=None) -> tuple[keras.Model, str]:
-    """(Keras model, label): ``None`` -> the reference SR checkpoint; ``"cifar10"`` -> the
-    CIFAR-10 reference checkpoint where ``models/`` has it; another classifier preset name
-    (``CLASSIFIER_PRESETS``) -> that net with seeded random weights and its BatchNorm
-    calibrated on photos; else a ``.keras`` path; or a Keras model as it is."""
+    """(Keras model, label): ``None`` -> the reference SR checkpoint; a name
+    (:func:`workbench.nets.models.named`) -> its checkpoint where ``models/`` has it, else a
+    classifier preset's net with seeded random weights, its BatchNorm calibrated on photos;
+    else a ``.keras`` or ``.onnx`` path; or a Keras model as it is."""
     if isinstance(model, keras.Model):
         return model, model.name
     if model is None:
         path = reference_sr()
         return load_model(path), path.name
-    if str(model) == "cifar10" and reference_cifar10().exists():
-        return load_model(reference_cifar10()), reference_cifar10().name
-    if str(model) in CLASSIFIER_PRESETS:
-        keras.utils.set_random_seed(0)
-        net = dogs_classifier(str(model))
+    if is_name(model):
+        entry = named(str(model))
+        net = entry.load()
+        if entry.trained:
+            return net, entry.path.name
         classify.calibrate_batchnorm(net, datasets.photos(net.input_shape[1], 8))
         return net, f"{model} (random weights, BatchNorm calibrated)"
     return load_model(model), Path(model).name

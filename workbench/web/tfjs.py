@@ -4,7 +4,8 @@ the pinned TF.js files from the npm cache.
 :func:`net_files` writes what ``peers.js`` (beside ``workbench.js``) builds the same net from
 with tf ops: ``tfjs.json`` (format ``workbench-tfjs/1``: the input, each op's fields, the
 output) and ``tfjs.bin`` (every weight array as float32, little-endian, C order; an op names
-``[offset, shape]`` in float32 elements).  Ops as :mod:`workbench.ir.graph`:
+``[offset, shape]`` in float32 elements).  Ops as :mod:`workbench.ir.graph`, one entry per
+IR op type in :data:`ENTRIES`, each op's ``kind`` its type's name in snake case:
 
 * ``conv``: kernel ``(k, k, cin // groups, cout)`` as ``tf.conv2d``, bias, stride, padding
   (TF's 'same' / 'valid'), groups, activation (a name of :mod:`workbench.nets.activations`;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -35,6 +37,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2.net import output_spec
 from workbench.files import project_root
+from workbench.ir.registry import Table
 
 TFJS_VERSION = "4.22.0"  # keep in step with tools/tfjs.sh
 CACHE_ENV = "WORKBENCH_TFJS"
@@ -91,6 +94,17 @@ def _padding(padding):
     return [[0, 0], [top, bottom], [left, right], [0, 0]]
 
 
+# The TF.js peer's op table: IR op type -> entry(op, input channels, array) -> the op's fields
+# for peers.js; its ``kind`` is the IR type's name in snake case (:func:`_kind`).
+ENTRIES = Table("the TF.js peer")
+
+
+def _kind(op_type: type) -> str:
+    """``Conv`` -> ``"conv"``, ``DepthToSpace`` -> ``"depth_to_space"``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", op_type.__name__).lower()
+
+
+@ENTRIES.add(ir.Conv)
 def _conv(op: ir.Conv, channels, array) -> dict:
     """A conv's TF.js entry; ``channels`` of its input, ``gather`` the channel order it reads
     (a shuffle's binding order, or the first ``cin`` channels)."""
@@ -101,7 +115,7 @@ def _conv(op: ir.Conv, channels, array) -> dict:
                   for c in range(ir.PACK * p, min(ir.PACK * p + ir.PACK, channels))]
     elif channels != op.cin and not op.luma_input:
         gather = list(range(op.cin))
-    return dict(kind="conv", kernel=array(op.kernel), bias=array(op.bias), stride=op.stride,
+    return dict(kernel=array(op.kernel), bias=array(op.bias), stride=op.stride,
                 padding=_padding(op.padding), groups=op.groups, activation=op.activation,
                 residual=op.residual, luma=op.luma_input, gather=gather and gather[:op.cin],
                 **_prelu(op, array))
@@ -114,25 +128,35 @@ def _prelu(op, array) -> dict:
             for key, f in (("slope", "activation_slope"), ("zero", "activation_zero"))}
 
 
-# The TF.js back end's op table: ``op type -> entry(op, input channels, array)``, read by
-# peers.js ``tfjsForward`` (one branch per ``kind``).
-ENTRIES = {
-    ir.Conv: _conv,
-    ir.DepthToSpace: lambda op, channels, array: dict(kind="depth_to_space", block=op.block,
-                                                      chroma_from=op.chroma_from,
-                                                      anchor=op.anchor,
-                                                      anchor_scale=op.anchor_scale),
-    ir.Dense: lambda op, channels, array: dict(kind="dense", weight=array(op.weight),
-                                               bias=array(op.bias), pool=op.pool,
-                                               softmax=op.softmax),
-    ir.Pool: lambda op, channels, array: dict(kind="pool", pool=op.kind, size=op.size,
-                                              stride=op.stride, padding=_padding(op.padding)),
-    ir.Upsample: lambda op, channels, array: dict(kind="upsample", scale=op.scale,
-                                                  interpolation=op.interpolation),
-    ir.Add: lambda op, channels, array: dict(kind="add", other=op.other,
-                                             activation=op.activation, **_prelu(op, array)),
-    ir.Concat: lambda op, channels, array: dict(kind="concat", others=list(op.others)),
-}
+@ENTRIES.add(ir.DepthToSpace)
+def _depth_to_space(op, channels, array) -> dict:
+    return dict(block=op.block, chroma_from=op.chroma_from, anchor=op.anchor,
+                anchor_scale=op.anchor_scale)
+
+
+@ENTRIES.add(ir.Dense)
+def _dense(op, channels, array) -> dict:
+    return dict(weight=array(op.weight), bias=array(op.bias), pool=op.pool, softmax=op.softmax)
+
+
+@ENTRIES.add(ir.Pool)
+def _pool(op, channels, array) -> dict:
+    return dict(pool=op.kind, size=op.size, stride=op.stride, padding=_padding(op.padding))
+
+
+@ENTRIES.add(ir.Upsample)
+def _upsample(op, channels, array) -> dict:
+    return dict(scale=op.scale, interpolation=op.interpolation)
+
+
+@ENTRIES.add(ir.Add)
+def _add(op, channels, array) -> dict:
+    return dict(other=op.other, activation=op.activation, **_prelu(op, array))
+
+
+@ENTRIES.add(ir.Concat)
+def _concat(op, channels, array) -> dict:
+    return dict(others=list(op.others))
 
 
 def net_files(graph: ir.Graph) -> dict:
@@ -150,11 +174,8 @@ def net_files(graph: ir.Graph) -> dict:
 
     ops = []
     for op in graph.ops:
-        # a back end's form of an IR op (es2's Gemv, an ir.Dense) takes the IR op's entry
-        entry = next((ENTRIES[t] for t in type(op).__mro__ if t in ENTRIES), None)
-        if entry is None:
-            raise TypeError(f"op {op.name!r}: no TF.js form for {type(op).__name__}")
-        ops.append({"name": op.name, "input": op.input,
+        entry = ENTRIES.of(op)  # a back end's form of an IR op (es2's Gemv) takes its entry
+        ops.append({"name": op.name, "input": op.input, "kind": _kind(ENTRIES.key(type(op))),
                     **entry(op, shapes[op.input][2], array)})
     kind = output_spec(graph)["kind"]
     spec = {"format": "workbench-tfjs/1", "name": graph.name,
