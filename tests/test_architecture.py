@@ -146,14 +146,15 @@ OP_TYPES = tuple(ir.OP_TYPES)  # every IR op type (Conv ... Dense, Upsample, Add
 # module that fills it.
 CONSUMERS = {"the ES 2.0 back end": "workbench.es2",
              "the ONNX writer (workbench.ir.to_onnx)": "workbench.ir.to_onnx",
+             "the ES 3.1 back end": "workbench.es31",
              "the TF.js peer": "workbench.web.tfjs"}
 # Where asking an op its type is the job: the lowerings (Keras; ONNX, and its mirror that
-# writes IR graphs as ONNX), the ES 2.0 back end's records (a module per op), ES 3.1's OPS
-# table, the zoo's writer of Keras layers as PyTorch's ONNX (Keras layer types, whose names
+# writes IR graphs as ONNX), the ES 2.0 and ES 3.1 back ends' records (a module per op each),
+# the zoo's writer of Keras layers as PyTorch's ONNX (Keras layer types, whose names
 # the checker cannot tell from the IR's).  Elsewhere a consumer asks its table.
 OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/lowering.py",
                  "workbench/ir/onnx/", "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
-                 "workbench/es2/ops/", "workbench/es31/kernels.py", "workbench/es31/ops/")
+                 "workbench/es2/ops/", "workbench/es31/ops/")
 
 
 def test_every_op_type_has_an_entry_in_every_consumers_table():

@@ -11,10 +11,10 @@ image instead of separate textures).  Weights live in one shader storage buffer 
 ``vec4 bias[out packs]`` followed by ``mat4 w[]`` (column ``i`` of a ``mat4`` = the weights
 of input component ``i``, as in the ES 2.0 shaders).  Nothing crosses to the CPU between ops.
 
-Convolution (``conv_kernel``): local size 8x8 (``local_size``); each invocation computes one
-output pixel for ``B`` output packs of one group (``max_outputs`` caps ``B``), so every input
-value it reads serves ``4B`` output channels; a work group loads the input tile its 8x8
-outputs need (``(8s + k - s)^2`` texels per input pack) into shared memory once, and every
+Convolution (:mod:`workbench.es31.ops.conv`): local size 8x8 (``local_size``); each invocation
+computes one output pixel for ``B`` output packs of one group (``max_outputs`` caps ``B``), so
+every input value it reads serves ``4B`` output channels; a work group loads the input tile its
+8x8 outputs need (``(8s + k - s)^2`` texels per input pack) into shared memory once, and every
 invocation reads its ``k x k`` window from there (``tile=False``: straight from the image).
 Depth-to-space runs per input pixel (the SR demux: the ``block^2`` sub-pixels of one
 low-resolution pixel and their bilinear chroma from its 3x3 neighbourhood).  Global average
@@ -27,8 +27,10 @@ compare; reads of shared memory and of the weight buffers are not counted (the E
 keep their weights in shader constants, which are not counted either).  Loads outside the
 input (zero padding) are skipped, not made.  ``texture_bytes`` is the op's output image.
 """
-from workbench.es31.kernels import OPS, STORAGES, Kernel, Options
+from workbench.es31 import ops  # registers every op's rules
+from workbench.es31.kernels import STORAGES, Kernel, Options
 from workbench.es31.net import Net, compile, from_graph, generate, image_specs, output_values
+from workbench.es31.record import OPS
 
 __all__ = ["OPS", "STORAGES", "Kernel", "Options", "Net", "compile", "from_graph", "generate",
            "image_specs", "output_values"]

@@ -1,7 +1,7 @@
 """Convolution algorithms as OpenGL ES 3.1 compute shaders: direct, im2col + GEMM, Winograd.
 
 * ``direct``: one invocation per output pixel computes all output packs of its group (up to
-  8) straight from the input image (:func:`workbench.es31.kernels.conv_kernel`, ``tile=False``);
+  8) straight from the input image (:func:`workbench.es31.ops.conv.kernel`, ``tile=False``);
 * ``direct_tiled``: the same with the work group's input tile staged in shared memory (what
   the ES 3.1 back end runs);
 * ``im2col_gemm``: an im2col pass writes the patch matrix (output pixels x ``k*k*cin/groups``)
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench import gl, ir
-from workbench.es31.kernels import INSIDE, Options, conv_kernel, conv_plan, conv_weights, header
+from workbench.es31.kernels import INSIDE, Options, header
+from workbench.es31.ops import conv as direct
 from workbench.glsl_text import glsl_float
 
 ALGORITHMS = ("direct", "direct_tiled", "im2col_gemm", "winograd")
@@ -330,8 +331,7 @@ def plan(algorithm, layer: Layer, hw):
     common = {"u_in_size": (win, hin), "u_out_size": (wout, hout), "u_pad": (left, top)}
     if algorithm in ("direct", "direct_tiled"):
         opts = Options(tile=algorithm == "direct_tiled")
-        kernel = conv_kernel(op, opts)
-        weights = conv_weights(op, conv_plan(op, opts))
+        kernel, weights = direct.kernel(op, opts), direct.weights(op, opts)
         steps = [{"program": 0, "groups": (-(-wout // 8), -(-hout // 8), kernel.jobs),
                   "images": [(0, key("x"), "read"), (1, key("y"), "write")],
                   "buffers": [(0, key("w"))], "uniforms": common}]

@@ -6,14 +6,8 @@ from dataclasses import asdict
 import numpy as np
 
 from workbench import gl, ir
-from workbench.es31.kernels import (
-    LOAD_COUNTER_BINDING,
-    STORAGES,
-    Kernel,
-    Options,
-    rules,
-    tensor_images,
-)
+from workbench.es31.kernels import LOAD_COUNTER_BINDING, STORAGES, Kernel, Options
+from workbench.es31.record import rules, tensor_images
 from workbench.files import write_folder
 from workbench.ir.cost import Cost
 
