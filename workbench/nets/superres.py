@@ -52,8 +52,7 @@ def train(train_images, run_dir, recipe: SRRecipe, verbose=2):
     epochs, steps_per_epoch = epoch_plan(recipe.steps, recipe.steps_per_epoch)
     recipe = recipe.replace(steps_per_epoch=steps_per_epoch)  # the plan, as the run records it
     pairs = datasets.sr_training_pairs(train_images, SCALE, recipe.kernels, recipe.scales)
-    # a model is its function
-    teach = load_model(recipe.teacher) if recipe.teacher is not None else None
+    teach = load_model(recipe.teacher) if recipe.teacher is not None else None  # its function
     patches = datasets.sr_patches(pairs, patch=recipe.patch, batch=recipe.batch, seed=recipe.seed,
                                   augment=recipe.flips, teacher=teach,
                                   teacher_weight=recipe.teacher_weight)

@@ -104,7 +104,8 @@ class Recipe:
     def changed(self) -> dict:
         """The fields off their defaults (and those without one), as :meth:`to_dict` gives
         them: what a command line or a card names to make this recipe."""
-        return {f.name: value for f, value in zip(dataclasses.fields(self), self.to_dict().values())
+        fields = dataclasses.fields(self)
+        return {f.name: value for f, value in zip(fields, self.to_dict().values())
                 if f.default is dataclasses.MISSING or value != _jsonable(f.default)}
 
     @classmethod
@@ -113,13 +114,13 @@ class Recipe:
         format: a field it lacks takes its default (older runs left fields at their defaults
         out), an older name (``RENAMED``) is read as its field, ``RUN_ENTRIES`` are skipped;
         any other key is refused in one line."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = [f.name for f in dataclasses.fields(cls)]
         values = {cls.RENAMED.get(k, k): v for k, v in config.items()
                   if k not in cls.RUN_ENTRIES}
-        unknown = sorted(set(values) - names)
+        unknown = [k for k in values if k not in names]
         if unknown:
             raise ValueError(f"{cls.__name__}: no field {', '.join(map(repr, unknown))} "
-                             f"(fields: {', '.join(f.name for f in dataclasses.fields(cls))})")
+                             f"(fields: {', '.join(names)})")
         return cls(**values)
 
     @classmethod
