@@ -153,7 +153,7 @@ def test_a_saved_net_keeps_its_target(tmp_path, target):
     assert old.target == es2.Target.of(None, net.precision, net.draw_buffers)
 
 
-COMPILING = ("upscale", "export-web", "bundle", "bench")  # the commands that compile a net
+COMPILING = ("upscale", "export-web", "bundle", "bench sr")  # the commands that compile a net
 
 
 def test_every_compiling_command_has_the_device_options_alike():
@@ -162,12 +162,19 @@ def test_every_compiling_command_has_the_device_options_alike():
     --precision)."""
     from workbench.run.cli import parser
 
-    commands = next(a.choices for a in parser()._actions
-                    if isinstance(a, argparse._SubParsersAction))
+    def commands(p, prefix=""):  # {"upscale": parser, ..., "bench sr": parser, ...}
+        found = {}
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found[prefix + name] = sub
+                    found.update(commands(sub, f"{prefix}{name} "))
+        return found
+
     options = {name: {o: (a.help, a.default, a.choices, a.type) for a in command._actions
                       for o in a.option_strings if o in ("--device", "--precision",
                                                          "--draw-buffers")}
-               for name, command in commands.items()}
+               for name, command in commands(parser()).items()}
     assert {name for name, found in options.items() if found} == set(COMPILING)
     assert all(options[name] == options["upscale"] for name in COMPILING)
     assert len(options["upscale"]) == 3

@@ -227,3 +227,16 @@ def test_a_size_over_the_memory_available_is_refused_before_any_work(tmp_path, c
 def test_an_unknown_model_name_is_one_line_naming_the_known_ones(argv, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path)]) == 2
     assert _one_line(capsys).startswith(f"error: unknown model name {argv[-1]!r}; known: sr, ")
+
+
+@pytest.mark.parametrize("command", [["bench", "sr", "--images", "all"],
+                                     ["bench", "activation", "--gl", "llvmpipe"],
+                                     ["bench", "web", "--precision", "highp"],
+                                     ["bench", "es31", "--out", "x"]])
+def test_a_bench_takes_only_its_own_options(command, capsys):
+    """`bench` is one sub-command a benchmark: another benchmark's option is refused by the
+    parser (it was one positional with six meanings, every option accepted by all)."""
+    with pytest.raises(SystemExit) as exit:
+        main(command)
+    assert exit.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

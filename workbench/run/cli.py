@@ -177,18 +177,20 @@ def _drivers(args):
 
 
 def _require_memory(args):
-    """``bench --size``: refuse in one line a size whose run would not fit the memory
-    available (a MemoryError traceback, or the OOM killer, before), from the net's IR."""
+    """``bench sr / draw-buffers / web --size``: refuse in one line a size whose run would
+    not fit the memory available (a MemoryError traceback, or the OOM killer, before), from
+    the net's IR (default: web's reference SR checkpoint, the others' random-weight sr_x2)."""
     from workbench import ir
     from workbench.es2 import plan
     from workbench.nets.models import is_name, load_model, named, reference_sr, sr_x2
-    if args.model and is_name(args.model):
-        entry = named(args.model)  # an unknown name: one line naming the known ones
+    given = getattr(args, "model", None)
+    if given and is_name(given):
+        entry = named(given)  # an unknown name: one line naming the known ones
         if entry.preset:
             return  # a classifier: its fixed size, not --size
         model = entry.load()
     else:
-        model = (load_model(args.model) if args.model else
+        model = (load_model(given) if given else
                  load_model(reference_sr()) if args.what == "web" else sr_x2())
     plan.require_memory(ir.from_model(model), (args.size, args.size), "give a smaller --size")
 
@@ -209,43 +211,131 @@ def _names(text) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def _bench(args):
+def _bench_out(args):
+    """``bench web / beatmup --out``: a file there is refused before minutes of runs."""
     from workbench.files import check_writable
-    from workbench.studies import bench
-    if args.out:  # before minutes of runs
+    if args.out:
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise NotADirectoryError(f"{args.out}: is a file; give a folder")
         check_writable(args.out, folder=True)
-    if args.what in ("sr", "draw-buffers", "web"):
-        _require_memory(args)
-    if args.what == "sr":
-        from workbench.nets.models import load_model
-        model = load_model(args.model) if args.model else None
-        bench.print_sr(bench.bench_sr(model, args.size, args.repeat, _target(args)))
-    elif args.what == "draw-buffers":
-        bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
-    elif args.what == "web":
-        from workbench.studies import peers
-        backends = ",".join(peers.PEERS) if args.backends is None else args.backends
-        with _owned_out(args, [peers.TABLE, peers.RESULT]):
-            peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
-                      gls=_names(args.gl))
-    elif args.what == "es31":
-        bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
-    elif args.what == "train":
-        from workbench.studies import train_bench
-        backends = (",".join(train_bench.BACKENDS) if args.backends is None
-                    else args.backends)
-        train_bench.bench_train(repeats=args.repeat, steps=args.steps, profile=not args.no_profile,
-                                backends=_names(backends))
-    elif args.what == "beatmup":
-        from workbench.studies import beatmup
-        with _owned_out(args, [beatmup.TABLE, beatmup.RESULT]):
-            beatmup.run(args.model, args.images, rounds=args.repeat, out=args.out)
-    elif args.what == "activation":
-        bench.bench_activation(args.preset, args.batch, args.steps)
-        bench.bench_batchnorm(args.preset, args.batch, args.steps)
-    return 0
+
+
+def _bench_sr(args):
+    from workbench.nets.models import load_model
+    from workbench.studies import bench
+    _require_memory(args)
+    model = load_model(args.model) if args.model else None
+    bench.print_sr(bench.bench_sr(model, args.size, args.repeat, _target(args)))
+
+
+def _bench_draw_buffers(args):
+    from workbench.studies import bench
+    _require_memory(args)
+    bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
+
+
+def _bench_web(args):
+    from workbench.studies import peers
+    _bench_out(args)
+    _require_memory(args)
+    backends = ",".join(peers.PEERS) if args.backends is None else args.backends
+    with _owned_out(args, [peers.TABLE, peers.RESULT]):
+        peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
+                  gls=_names(args.gl))
+
+
+def _bench_es31(args):
+    from workbench.studies import bench
+    bench.print_es31_vs_es2(bench.es31_vs_es2(repeat=args.repeat))
+
+
+def _bench_train(args):
+    from workbench.studies import train_bench
+    backends = ",".join(train_bench.BACKENDS) if args.backends is None else args.backends
+    train_bench.bench_train(repeats=args.repeat, steps=args.steps, profile=not args.no_profile,
+                            backends=_names(backends))
+
+
+def _bench_activation(args):
+    from workbench.studies import bench
+    bench.bench_activation(args.preset, args.batch, args.steps)
+    bench.bench_batchnorm(args.preset, args.batch, args.steps)
+
+
+def _bench_beatmup(args):
+    from workbench.studies import beatmup
+    _bench_out(args)
+    with _owned_out(args, [beatmup.TABLE, beatmup.RESULT]):
+        beatmup.run(args.model, args.images, rounds=args.repeat, out=args.out)
+
+
+def _add_bench(commands):
+    """``bench <what>``: one sub-command a benchmark, each with its own options."""
+    bench = commands.add_parser("bench", help="benchmarks, each a sub-command: times measured "
+                                "side by side in one run (median of --repeat runs)")
+    whats = bench.add_subparsers(dest="what", required=True, metavar="BENCHMARK")
+
+    def add(name, func, help, repeat=True):
+        p = whats.add_parser(name, help=help, description=help)
+        if repeat:
+            p.add_argument("--repeat", type=_positive, default=5,
+                           help="timed runs (the median is shown; default 5)")
+        p.set_defaults(func=func)
+        return p
+
+    def size(p):
+        p.add_argument("--size", type=_positive, default=256,
+                       help="input size (side of a square; default 256)")
+
+    def out(p):
+        p.add_argument("--out", help="folder for the tables (default: the figures folder)")
+        _add_force(p)
+
+    p = add("sr", _bench_sr, "the SR net: GPU vs TensorFlow on the CPU, compile time")
+    p.add_argument("--model", help=".keras or .onnx model (default: random-weight sr_x2)")
+    size(p)
+    _add_device_options(p)
+    size(add("draw-buffers", _bench_draw_buffers, "the SR net with 1 vs 4 render targets per "
+             "program, GL and Chromium, interleaved"))
+    add("es31", _bench_es31, "ES 2.0 vs ES 3.1 on dogs120")
+    p = add("train", _bench_train, "SR and classifier training steps: samples/s of each option "
+            "side by side, where the time goes; the SR recipe's losses and steps/s under "
+            "Keras' TensorFlow and JAX back ends")
+    p.add_argument("--steps", type=_positive, default=20, help="steps per round (default 20)")
+    p.add_argument("--no-profile", action="store_true", help="skip the op profile")
+    p.add_argument("--backends", help="Keras back ends, each in its own process (default: "
+                   "tensorflow,jax; empty: none)")
+    p = add("activation", _bench_activation, "training-step cost of the sigmoid-like "
+            "activation and of the fused batch norm", repeat=False)
+    p.add_argument("--preset", default="cifar10", help="classifier preset (default cifar10)")
+    p.add_argument("--batch", type=_positive, default=64, help="batch size (default 64)")
+    p.add_argument("--steps", type=_positive, default=20, help="steps per round (default 20)")
+    p = add("web", _bench_web, "our WebGL page vs TensorFlow.js WebGL/WASM (one thread, "
+            "threaded)/CPU and onnxruntime-web WASM (threaded)/WebGL in one headless "
+            "Chromium: times, fidelity vs Keras, where the page's time goes; peers.md/.json",
+            repeat=False)
+    p.add_argument("--model", help=".keras or .onnx model or a model name (default: the "
+                   "reference SR checkpoint)")
+    size(p)
+    p.add_argument("--runs", type=_positive, default=10, help="interleaved timed runs per side "
+                   "(default 10)")
+    p.add_argument("--backends", help="the peers, comma separated (default: all: "
+                   "webgl,wasm,wasm-threads,cpu of TF.js, ort-wasm,ort-webgl of "
+                   "onnxruntime-web; empty: the page alone)")
+    p.add_argument("--gl", default="swiftshader,llvmpipe", help="the GLs behind the browser's "
+                   "WebGL, comma separated, a run each (default: swiftshader,llvmpipe: "
+                   "Chromium's SwiftShader, Mesa's llvmpipe through ANGLE's GL back end)")
+    out(p)
+    p = add("beatmup", _bench_beatmup, "the reference articles' own system, built by `make "
+            "beatmup`, beside ours: x2 PSNR and time, its dog classifier's top-1, agreement "
+            "and time, both sides' programs through the targets' compilers and the Pi time "
+            "model; beatmup.md/.json")
+    p.add_argument("--images", choices=("val", "all"), default="val", help="the Imagewoof "
+                   "photos: its 145 ImageNet validation images of the classes among the 120 "
+                   "(default), or all 3,929 (about 2 hours on 2 cores)")
+    p.add_argument("--model", help="its classifier's chunk file (default: the one of the "
+                   "built peer, dog_classifier.chunks)")
+    out(p)
 
 
 def _add_force(p):
@@ -385,51 +475,7 @@ def parser() -> argparse.ArgumentParser:
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")
     p.set_defaults(func=_bundle)
 
-    p = commands.add_parser("bench", help="benchmarks: sr (GPU vs TF CPU, compile time), "
-                            "draw-buffers (the SR net with 1 vs 4 render targets per program, "
-                            "GL and Chromium, interleaved), es31 "
-                            "(ES 2.0 vs ES 3.1 on dogs120), train (SR and classifier training "
-                            "steps: samples/s of each option side by side, where the time goes; "
-                            "the SR recipe's losses and steps/s under Keras' TensorFlow and JAX "
-                            "back ends), "
-                            "activation (training-step cost of the sigmoid-like activation and "
-                            "of the fused batch norm), web (our WebGL page vs TensorFlow.js "
-                            "WebGL/WASM (one thread, threaded)/CPU and onnxruntime-web "
-                            "WASM (threaded)/WebGL in one headless Chromium: times, fidelity "
-                            "vs Keras, "
-                            "where the page's time goes; peers.md/.json in the figures folder), "
-                            "beatmup (the reference articles' own system, built by `make "
-                            "beatmup`, beside ours: x2 PSNR and time, its dog classifier's top-1, "
-                            "agreement and time, both sides' programs through the targets' "
-                            "compilers and the Pi time model; beatmup.md/.json)")
-    p.add_argument("what", choices=["sr", "draw-buffers", "es31", "train", "activation", "web",
-                                    "beatmup"])
-    p.add_argument("--model", help="sr: .keras or .onnx model (default: random-weight "
-                   "sr_x2); web: .keras or .onnx model or a classifier preset name (default: "
-                   "the reference SR checkpoint)")
-    p.add_argument("--runs", type=_positive, default=10, help="web: interleaved timed runs per side")
-    p.add_argument("--out", help="web, beatmup: folder for the tables (default: the figures "
-                   "folder)")
-    _add_force(p)
-    p.add_argument("--images", choices=("val", "all"), default="val", help="beatmup: the "
-                   "Imagewoof photos: its 145 ImageNet validation images of the classes among the "
-                   "120 (default), or all 3,929 (about 2 hours on 2 cores)")
-    p.add_argument("--backends", help="web: the peers, comma separated (default: all: "
-                   "webgl,wasm,wasm-threads,cpu of TF.js, ort-wasm,ort-webgl of onnxruntime-web; "
-                   "empty: the page alone); train: Keras back ends, each in its "
-                   "own process (default: tensorflow,jax; empty: none)")
-    p.add_argument("--gl", default="swiftshader,llvmpipe", help="web: the GLs behind the "
-                   "browser's WebGL, comma separated, a run each (default: swiftshader,llvmpipe: "
-                   "Chromium's SwiftShader, Mesa's llvmpipe through ANGLE's GL back end)")
-    p.add_argument("--size", type=_positive, default=256, help="sr, draw-buffers, web: input size "
-                   "(side of a square)")
-    p.add_argument("--repeat", type=_positive, default=5, help="timed runs (the median is shown)")
-    p.add_argument("--preset", default="cifar10", help="activation: classifier preset")
-    p.add_argument("--batch", type=_positive, default=64, help="activation: batch size")
-    p.add_argument("--steps", type=_positive, default=20, help="train, activation: steps per round")
-    p.add_argument("--no-profile", action="store_true", help="train: skip the op profile")
-    _add_device_options(p)  # sr
-    p.set_defaults(func=_bench)
+    _add_bench(commands)
     return top
 
 
