@@ -1,5 +1,5 @@
 """The intermediate representation: a list of ops with numpy weights (:mod:`.graph`), lowered
-from Keras (:mod:`.lower`) or ONNX (:mod:`.lower_onnx`), either by :func:`from_model`; the
+from Keras (:mod:`.lower`) or ONNX (:mod:`.onnx`), either by :func:`from_model`; the
 record of what an op costs (:mod:`.cost`), which each back end
 counts for its own programs."""
 from workbench.ir.cost import Cost
@@ -25,7 +25,7 @@ from workbench.ir.graph import (
                                 uniform_values,
 )
 from workbench.ir.front import from_beatmup, from_keras, from_model
-from workbench.ir.lower_onnx import from_onnx, is_onnx
+from workbench.ir.onnx import from_onnx, is_onnx
 from workbench.ir.lowering import LoweringError
 
 __all__ = ["Cost", "LUMA", "PACK", "OP_TYPES", "Add", "Concat", "Conv", "Dense", "DepthToSpace",

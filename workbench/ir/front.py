@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from workbench.ir.graph import Graph
-from workbench.ir.lower_onnx import from_onnx, is_onnx
+from workbench.ir.onnx import from_onnx, is_onnx
 
 
 def from_keras(model, luma_input=None, dense="fixed16") -> Graph:

@@ -1,4 +1,4 @@
-"""What both front ends (Keras, :mod:`.lower`; ONNX, :mod:`.lower_onnx`) share, without
+"""What both front ends (Keras, :mod:`.lower`; ONNX, :mod:`.onnx`) share, without
 Keras or TensorFlow: the refusal, the weight checks, batch-norm folding, the SR demux's
 checks, and the scales folded at lowering (:class:`Scales`)."""
 from __future__ import annotations
