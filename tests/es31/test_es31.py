@@ -11,6 +11,7 @@ Tolerances, and why:
 * Image loads: the analytic count of net.cost equals what an atomic counter in every load
   counts on the GPU, exactly.
 """
+import hashlib
 import json
 import shutil
 import subprocess
@@ -249,6 +250,11 @@ def test_save_writes_shaders_and_manifest(tmp_path, sr_model):
         "width": 256, "height": 256, "layers": 12, "format": "RGBA32F"}
     weights = np.load(tmp_path / "weights.npz")
     assert weights["L1/weights"].size == 12 * 4 + 12 * 25 * 16
+    # every other file with its sha256, as an ES 2.0 folder's manifest (issue 42: integrity)
+    written = {p.name for p in tmp_path.iterdir()} - {"manifest.json", ".workbench-folder"}
+    assert set(manifest["files"]) == written
+    assert all(hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() == digest
+               for name, digest in manifest["files"].items())
 
 
 def test_shaders_pass_glslang(sr_model, tiny, tmp_path):

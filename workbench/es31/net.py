@@ -8,7 +8,7 @@ import numpy as np
 from workbench import gl, ir
 from workbench.es31.kernels import LOAD_COUNTER_BINDING, STORAGES, Kernel, Options
 from workbench.es31.record import rules, tensor_images
-from workbench.files import write_folder
+from workbench.files import content_bytes, sha256, write_folder
 from workbench.ir.cost import Cost
 
 
@@ -128,7 +128,8 @@ class Net:
 
     def files(self) -> dict:
         """The saved net, ``{file name: content}``: ``<kernel>.comp``, ``weights.npz`` (the
-        storage buffers as uploaded, float32) and ``manifest.json``."""
+        storage buffers as uploaded, float32) and ``manifest.json``, whose ``files`` lists
+        the sha256 of every other one (as an ES 2.0 folder's)."""
         files = {f"{k.name}.comp": k.source for k in self.kernels}
         files["weights.npz"] = weight_buffers(self.graph, self.options)
         hw = self.graph.input_size or (256, 256)
@@ -157,6 +158,7 @@ class Net:
                          "weights": k.weights, "uniforms": list(k.uniforms),
                          "uniform_values": k.uniforms, "grid": k.grid,
                          "jobs": k.jobs} for k in self.kernels],
+            "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
         }
         return files
 
