@@ -104,6 +104,22 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     assert LAYER_OF["es2"] > LAYER_OF["data"]
 
 
+def test_the_onnx_front_end_does_not_load_tensorflow():
+    """``workbench.ir.onnx`` (every module of the package) lowers the shipped ONNX classifier
+    in a fresh process without loading TensorFlow or Keras."""
+    package = sorted(f"workbench.ir.onnx.{p.stem}" for p in (PACKAGE / "ir" / "onnx").glob("*.py")
+                     if p.stem != "__init__")
+    probe = ("import sys\n"
+             "from workbench.ir.onnx import from_onnx\n"
+             f"from_onnx({str(PACKAGE.parent / 'models' / 'cifar10_plain.onnx')!r})\n"
+             f"assert not set({package!r}) - set(sys.modules), 'a module not imported'\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.gl
 def test_an_onnx_net_and_a_saved_net_run_without_tensorflow(tmp_path):
     """Generating GLSL needs no TensorFlow: the shipped ONNX classifier compiled, run, saved
@@ -152,7 +168,7 @@ CONSUMERS = {"the ES 2.0 back end": "workbench.es2",
 # writes IR graphs as ONNX), the ES 2.0 and ES 3.1 back ends' records (a module per op each),
 # the zoo's writer of Keras layers as PyTorch's ONNX (Keras layer types, whose names
 # the checker cannot tell from the IR's).  Elsewhere a consumer asks its table.
-OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/lower_onnx.py", "workbench/ir/lowering.py",
+OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/onnx/", "workbench/ir/lowering.py",
                  "workbench/ir/onnx/", "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
                  "workbench/es2/ops/", "workbench/es31/ops/")
 
