@@ -3,10 +3,11 @@ activation, one program per output pack of 4 channels (or, with draw buffers, pe
 that read the same inputs; or, for a compiler with a small constant file, per 2 or 1 output
 channels under a colour mask), its emulator, limits, cost and tiling.
 
-The shader sums as :func:`emulate` does, in one of :data:`ORDERS` (the arithmetic is the
-same, the float rounding follows the order; a compiler schedules each differently, so
-:func:`workbench.es2.drivers.tune` keeps the one the target's compiler runs fastest).  A tap
-in the zero padding is multiplied by 0/1 masks (exact: the padding adds 0).
+The shader sums as :func:`emulate` does, in one of the summation orders
+(:mod:`workbench.es2.ops.orders`); a tap in the padding is masked
+(:mod:`workbench.es2.ops.padding`); a program holds its weights as literals or uniforms
+(:mod:`workbench.es2.ops.weights`); a program too wide for the target is split over its input
+packs (:mod:`workbench.es2.ops.split`, which also plans the split).
 """
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.emulate import F32, luma, quantize
-from workbench.es2.limits import LimitError, Target, check_storage, fits
+from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops import split
+from workbench.es2.ops.orders import ORDERS, chain, emulated_terms, grouped
+from workbench.es2.ops.padding import padding_terms
+from workbench.es2.ops.weights import Weights, uniforms_fit
 from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import (
@@ -26,23 +30,12 @@ from workbench.es2.shaders import (
     Pass,
     coordinates,
     header,
-    inside_mask,
     masked,
     uniform_declarations,
 )
-from workbench.glsl_text import glsl_float, glsl_vec
+from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 from workbench.nets import activations, storage
-
-
-# How a program adds its products (``mat4 * vec4``, one an input pack and tap; a tap's group is
-# the sum of its packs' products, left to right):
-ORDERS = {
-    "chain": "the bias, then every product in turn (tap by tap, row by row; pack by pack)",
-    "taps": "the bias, then each tap's group in turn",
-    "rows": "the bias, then each row of taps: its groups summed left to right",
-    "columns": "the bias, then each column of taps: its groups summed top to bottom",
-}
 
 
 @dataclass
@@ -68,58 +61,6 @@ def formed(op: ir.Conv, **form) -> ConvForm:
     return ConvForm(**fields, **form)
 
 
-def uniform_rows(op: ir.Conv) -> int:
-    """The rows of ``u_w`` of one of its programs with weights as uniforms: the bias, and a
-    vec4 a tap (luma input) or four a tap and input pack."""
-    packs = 1 if op.luma_input else len(op.input_packs(0))
-    return 1 + op.size ** 2 * (1 if op.luma_input else ir.PACK * packs)
-
-
-def _uniforms_fit(op: ir.Conv, limits) -> bool:
-    """Whether a program with its weights as uniforms fits the fragment uniform vectors (its
-    vec2 uniforms too) and, where literals share that file, the constant budget."""
-    rows = uniform_rows(op) + 2 + bool(op.residual)
-    return rows <= min(limits.fragment_uniform_vectors, limits.constant_vectors or rows)
-
-
-WEIGHTS = ("literals", "uniforms")  # how a program holds its weights (:class:`_Weights`)
-
-
-class _Weights:
-    """How a program spells its weights and bias: as literals, or as rows of the ``vec4``
-    uniform array ``u_w`` set at each draw (:attr:`Pass.arrays`), so that one program serves
-    every layer of its shape (the same float32 values: the same bytes).  With uniforms every
-    product is written, a zero weight's too: the program text depends on the shape alone."""
-
-    def __init__(self, kind):
-        if kind not in WEIGHTS:
-            raise ValueError(f"weights {kind!r}: one of {', '.join(WEIGHTS)}")
-        self.rows = [] if kind == "uniforms" else None
-
-    def vec4(self, values) -> str:
-        if self.rows is None:
-            return glsl_vec(values)
-        self.rows.append(np.pad(np.asarray(values, np.float32), (0, ir.PACK - len(values))))
-        return f"u_w[{len(self.rows) - 1}]"
-
-    def mat4(self, m) -> str:
-        """``m[i, o]`` (input component i -> output component o): GLSL's ``mat4`` is
-        column-major, so column i holds input component i."""
-        if self.rows is None:
-            return f"mat4({', '.join(glsl_float(v) for v in np.asarray(m).ravel())})"
-        return f"mat4({', '.join(self.vec4(column) for column in m)})"
-
-    def kept(self, m) -> bool:
-        """Whether a product with the weights ``m`` is written (a literal 0 is left out)."""
-        return self.rows is not None or bool(np.any(m))
-
-    def declaration(self) -> str:
-        return f"uniform vec4 u_w[{len(self.rows)}];\n" if self.rows else ""
-
-    def arrays(self) -> dict:
-        return {"u_w": np.stack(self.rows)} if self.rows else {}
-
-
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
             order="chain", weights="literals", residual_first=False, stage=None) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
@@ -131,7 +72,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
-    (:data:`WEIGHTS`, :class:`_Weights`; uniforms for a program that writes one whole pack).
+    (:data:`~workbench.es2.ops.weights.WEIGHTS`; uniforms for a program that writes one whole pack).
     ``residual_first``: the residual added to the bias, before the products (vc4 then fetches
     it with the others instead of waiting for it at the end).  ``stage``: the program is that
     :class:`~workbench.es2.ops.split.Stage` of a split op, for one pack: its run of input packs,
@@ -146,13 +87,13 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if order not in ORDERS or (order != "chain" and channels is not None):
         raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
                          "program that writes part of a pack)")
-    constants = _Weights(weights)
+    constants = Weights(weights)
     if weights == "uniforms" and (many or channels is not None):
         raise ValueError("weights as uniforms: for a program that writes one whole pack")
     every = op.input_packs(packs[0])
     positions = [j for j in stage.positions if j < len(every)] if stage else range(len(every))
     in_packs = [every[j] for j in positions]
-    padding = _padding_terms(op, [op.logical_packs(packs[0])[j] for j in positions]
+    padding = padding_terms(op, [op.logical_packs(packs[0])[j] for j in positions]
                              if not op.luma_input else [0])
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
@@ -182,49 +123,12 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         starts = [split.start_glsl(op, stage, start) for start in starts]
     body += [f"    vec4 {s} = {start}{residual.format(residuals[k]) if residual else ''};"
              for k, (s, start) in enumerate(zip(sums, starts))]
-    part = "".join("xyzw"[k] for k in kept)
     if order != "chain":
-        body += _grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
-                         inline_masks, constants)
+        body += grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
+                        inline_masks, constants)
     else:
-        if many or (channels is not None and not op.luma_input):  # a texel fetched once
-            body.append("    float y;" if op.luma_input else "    vec4 t;")
-        for dy, dx in _taps(op.size):
-            where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
-            if padded:
-                mx, my = ((f"({inside_mask('x', dx)})", f"({inside_mask('y', dy)})") if inline_masks
-                          else (f"mx{dx}", f"my{dy}"))
-                body.append(f"    float m{dx}_{dy} = {mx} * {my};")
-            if op.luma_input:
-                y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
-                if many:
-                    body.append(f"    y = {y};")
-                    y = "y"
-                if channels is not None:
-                    body.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
-                                f" * {y};")
-                    continue
-                body += [f"    {s} += {constants.vec4(op.kernel[dy, dx, 0, o])} * {y};"
-                         for s, o in zip(sums, outs)]
-                continue
-            for j, sampler in enumerate(samplers[:len(in_packs)]):
-                # m[i, o]: input component i -> output component o
-                products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
-                            if constants.kept(w[dy, dx, j])]
-                pad = padding[j].format(dx=dx, dy=dy) if padded else ""
-                texel = f"(texture2D({sampler}, {where}){mask}{pad})"
-                if channels is not None:  # the kept rows of mat4 * t, summed in its order
-                    if products:
-                        m = products[0][1]
-                        body.append(f"    t = {texel};")
-                        terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
-                                 if np.any(m[i, kept])]
-                        body.append(f"    sum.{part} += {' + '.join(terms)};")
-                    continue
-                if len(products) > 1:
-                    body.append(f"    t = {texel};")
-                    texel = "t"
-                body += [f"    {s} += {constants.mat4(m)} * {texel};" for s, m in products]
+        body += chain(op, sums, outs, weights, samplers[:len(in_packs)], padded, inline_masks,
+                      constants, padding, channels)
     for k, s in enumerate(sums):
         if partial:
             body.append(f"    gl_FragColor = {split.store_glsl(op, stage, s)};")
@@ -253,68 +157,11 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                 arrays=constants.arrays())
 
 
-def _padding_terms(op, logical) -> list[str]:
-    """What each input pack's masked tap adds where the padding holds ``pad_value`` (a
-    tensor stored with an offset): ``+ pv * (1.0 - m)`` after its ``texel * m`` (exact: m is
-    0 or 1); nothing where the padding holds 0."""
-    if op.pad_value is None:
-        return [""] * len(logical)
-    values = np.pad(op.pad_value, (0, ir.PACK * max(logical, default=0) + ir.PACK))
-    return [f" + {glsl_vec(values[ir.PACK * p:ir.PACK * p + ir.PACK])} * (1.0 - m{{dx}}_{{dy}})"
-            for p in logical]
-
-
-def _taps(size):
-    """The window's taps ``(dy, dx)``, row by row."""
-    return [(dy, dx) for dy in range(size) for dx in range(size)]
-
-
-def _grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
-             constants) -> list[str]:
-    """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
-    group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
-    padding."""
-    def mask(axis, d):
-        if not padded:
-            return ""
-        return f" * ({inside_mask(axis, d)})" if inline_masks else f" * m{axis}{d}"
-
-    lines = []
-    for s, o, w in zip(sums, outs, weights):
-        def group(dy, dx):
-            where = f"vec2(x{dx}, y{dy})"
-            if op.luma_input:
-                return (f"{constants.vec4(op.kernel[dy, dx, 0, o])} * dot(texture2D("
-                        f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)})")
-            terms = [f"{constants.mat4(w[dy, dx, j])} * texture2D({sampler}, {where})"
-                     for j, sampler in enumerate(samplers) if constants.kept(w[dy, dx, j])]
-            return " + ".join(terms) or "vec4(0.0)"
-
-        if order == "taps":
-            lines += [f"    {s} += ({group(dy, dx)}){mask('x', dx)}{mask('y', dy)};"
-                      for dy, dx in _taps(op.size)]
-            continue
-        for line in range(op.size):
-            if order == "rows":
-                terms = [f"({group(line, dx)}){mask('x', dx)}" for dx in range(op.size)]
-                lines.append(f"    {s} += ({' + '.join(terms)}){mask('y', line)};")
-            else:
-                terms = [f"({group(dy, line)}){mask('y', dy)}" for dy in range(op.size)]
-                lines.append(f"    {s} += ({' + '.join(terms)}){mask('x', line)};")
-    return lines
-
-
 def _kept(values, kept):
     """``values`` (one per output component) with the components not in ``kept`` zeroed."""
     values = np.array(values, np.float32)
     values[[k for k in range(len(values)) if k not in kept]] = 0.0
     return values
-
-
-def _vec(values, kept):
-    """The ``kept`` components of ``values`` as a GLSL float, vec2 or vec3 literal."""
-    values = np.pad(np.asarray(values, np.float32), (0, ir.PACK))[list(kept)]
-    return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
 
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
@@ -325,7 +172,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     pack is drawn by several programs of that many components each, one target each.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`.  ``order``: how they add
     their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
-    ``weights="uniforms"``: weights set at each draw (:class:`_Weights`), one pack a
+    ``weights="uniforms"``: weights set at each draw (:class:`~.weights.Weights`), one pack a
     program, where they fit the limits' uniform vectors (else literals).
     ``residual_first``: see :func:`program`, default the op's own.  A split op
     (:mod:`workbench.es2.ops.split`): its partial stages' programs, then its last stage's as
@@ -335,7 +182,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     if residual_first is None:
         residual_first = getattr(op, "residual_first", False)
     channels = channels or channels_per_program(op, limits.constant_vectors)
-    if weights != "uniforms" or channels < ir.PACK or not _uniforms_fit(op, limits):
+    if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
         weights = "literals"
     partials, last = [], {}
     if split.count(op) > 1:
@@ -393,21 +240,14 @@ def emulate(op: ir.Conv, x, residual=None):
                 product += window[..., index[j, i]] * weight[dy, dx, j, i]
             yield product
 
-    def terms(order, positions):
-        if order == "chain":
-            return (p for dy, dx in _taps(k) for p in products(dy, dx, positions))
-        if order == "taps":
-            return (_added(products(dy, dx, positions)) for dy, dx in _taps(k))
-        if order == "rows":
-            return (_added(_added(products(dy, dx, positions)) for dx in range(k))
-                    for dy in range(k))
-        return (_added(_added(products(dy, dx, positions)) for dy in range(k)) for dx in range(k))
+    def summed(order, positions):  # the terms in ``order``, each added to the sum in turn
+        return emulated_terms(order, k, lambda dy, dx: products(dy, dx, positions))
 
     *runs, last = split.stages(op) if split.count(op) > 1 else [range(index.shape[0])]
     partial = None  # the stages before, as the next reads them (a split op)
     for run in runs:  # a partial stage: a chain from the sums before, stored in fixed point
         sums = np.zeros((oh, ow, op.cout), F) if partial is None else partial.copy()
-        for term in terms("chain", run):
+        for term in summed("chain", run):
             sums += term
         partial = split.stored(op, sums, F)
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
@@ -416,20 +256,11 @@ def emulate(op: ir.Conv, x, residual=None):
     first = getattr(op, "residual_first", False)
     if residual is not None and first:
         out += residual[..., :op.cout]
-    for term in terms(getattr(op, "order", "chain"), last):
+    for term in summed(getattr(op, "order", "chain"), last):
         out += term
     if residual is not None and not first:
         out += residual[..., :op.cout]
     return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
-
-
-def _added(values):
-    """The sum of ``values`` left to right, in their float type."""
-    values = iter(values)
-    total = next(values).copy()
-    for v in values:
-        total += v
-    return total
 
 
 def _gathers(op: ir.Conv):
@@ -461,57 +292,15 @@ def apply(op: ir.Conv, tensors, arithmetic):
 def check(op: ir.Conv, shapes, limits):
     """The limits of every program of ``op`` (each stage's, where it is split) in its
     one-target form, and 8-bit storage."""
-    for need in stage_needs(op):
-        _check_need(op, need, limits)
+    for need in split.stage_needs(op):
+        split.check_need(op, need, limits)
     check_storage(op.name, activations.of(op), limits)
-
-
-def _check_need(op, need, limits):
-    channels, texture_units, texel_fetches = need
-    fits(op.name, "input channels sampled per program", channels, limits.channels_per_program,
-         limits)
-    if limits.sampled_channels:
-        fits(op.name, "input channels sampled per output", 3 if op.luma_input else channels,
-             limits.sampled_channels[op.size > 1], limits)
-    fits(op.name, "texture units", texture_units, limits.texture_units, limits)
-    fits(op.name, "texel fetches per fragment", texel_fetches, limits.fetches_per_fragment, limits)
-
-
-def stage_needs(op: ir.Conv, n=None) -> list[tuple[int, int, int]]:
-    """``(input channels sampled, texture units, texel fetches a fragment)`` of a program of
-    each of ``n`` stages (default the op's own split; 1: the op whole), one pack a program."""
-    n = n or split.count(op)
-    needs = []
-    for k, run in enumerate(split.stages(op, n)):
-        stage = split.Stage(k, n, run, None if k == n - 1 else 0)
-        needs.append((min(op.kernel.shape[2], ir.PACK * len(run)), stage.units(op),
-                      stage.fetches(op)))
-    return needs
-
-
-def stages_needed(op: ir.Conv, limits) -> int:
-    """The fewest stages whose programs fit ``limits`` (with a constant budget: a partial
-    stage's at 2 output channels a program, the last stage's at 1); 1 where the op fits
-    whole, or where no split fits (its check then names the limit)."""
-    for n in range(1, len(split.stages(op, 1)[0]) + 1):
-        needs = stage_needs(op, n)
-        try:
-            for need in needs:
-                _check_need(op, need, limits)
-        except LimitError:
-            continue
-        slots = [constant_slots(op, 2, channels) for channels, _, _ in needs[:-1]]
-        slots.append(constant_slots(op, 1, needs[-1][0]))
-        if limits.constant_vectors is None or max(slots) <= limits.constant_vectors:
-            return n
-    return 1
 
 
 def prepare(op: ir.Conv, shapes, limits):
     """``op`` split over the stages its programs need to fit ``limits``
-    (:func:`stages_needed`; :mod:`workbench.es2.ops.split`), or ``op`` itself where it fits
-    whole."""
-    n = stages_needed(op, limits)
+    (:func:`workbench.es2.ops.split.stages_needed`), or ``op`` itself where it fits whole."""
+    n = split.stages_needed(op, limits)
     return op if n == 1 else formed(op, split=n)
 
 
@@ -520,7 +309,7 @@ def fetches(op: ir.Conv, packs) -> int:
     each input pack once per tap (shared by the outputs), plus one residual texel per output;
     a split op's heaviest stage's."""
     if split.count(op) > 1:
-        return max(need[2] for need in stage_needs(op))
+        return max(need[2] for need in split.stage_needs(op))
     inputs = {p for pack in packs for p in op.input_packs(pack)}
     return op.size ** 2 * len(inputs) + (len(packs) if op.residual else 0)
 
@@ -550,22 +339,13 @@ def programs(op: ir.Conv, draw_buffers=1, max_units=None, max_fetches=None) -> l
     return runs
 
 
-def constant_slots(op: ir.Conv, channels, inputs=None) -> int:
-    """The vec4 constant slots a program of ``op`` writing ``channels`` output channels needs
-    where the compiler keeps literals in the uniform file (Vivante): its weights and biases,
-    4 to a slot, plus 8 for the coordinates' constants (measured on etnaviv: the SR net's
-    3x3 program of 432 weights took 111 slots, 109 for the weights and biases); ``inputs``:
-    the input channels it reads (default all of its group's)."""
-    taps = op.size * op.size * (1 if op.luma_input else inputs or op.kernel.shape[2])
-    return -(-channels * (taps + 1) // ir.PACK) + 8
-
-
 def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
     """Output channels one program of ``op`` writes: 4 (a whole pack), or 2 or 1 when its
     literals would not fit ``constant_vectors`` slots (None: no such budget)."""
-    inputs = stage_needs(op)[-1][0]  # the last stage's, where it is split
+    inputs = split.stage_needs(op)[-1][0]  # the last stage's, where it is split
     for channels in (4, 2, 1):
-        if constant_vectors is None or constant_slots(op, channels, inputs) <= constant_vectors:
+        if constant_vectors is None or \
+                split.constant_slots(op, channels, inputs) <= constant_vectors:
             return channels
     return 1
 

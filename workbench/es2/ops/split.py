@@ -24,6 +24,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.emulate import load, store
+from workbench.es2.limits import LimitError, fits
 from workbench.glsl_text import glsl_float
 
 HALVES = ("xy", "zw")  # the components a partial-sum texture holds: 2 values a texel
@@ -146,3 +147,56 @@ def stored(op, sums, dtype):
     scaled = sums * dtype(2.0 ** shift(op))
     levels = store(fixed16.glsl_enc(scaled))
     return (fixed16.glsl_dec(load(levels, arithmetic)) * dtype(2.0 ** -shift(op))).astype(dtype)
+
+
+def stage_needs(op, n=None) -> list[tuple[int, int, int]]:
+    """``(input channels sampled, texture units, texel fetches a fragment)`` of a program of
+    each of ``n`` stages (default the op's own split; 1: the op whole), one pack a program."""
+    n = n or count(op)
+    needs = []
+    for k, run in enumerate(stages(op, n)):
+        stage = Stage(k, n, run, None if k == n - 1 else 0)
+        needs.append((min(op.kernel.shape[2], ir.PACK * len(run)), stage.units(op),
+                      stage.fetches(op)))
+    return needs
+
+
+def check_need(op, need, limits):
+    """A program's ``need`` (one of :func:`stage_needs`) against ``limits``:
+    :class:`~workbench.es2.limits.LimitError` naming the limit it exceeds."""
+    channels, texture_units, texel_fetches = need
+    fits(op.name, "input channels sampled per program", channels, limits.channels_per_program,
+         limits)
+    if limits.sampled_channels:
+        fits(op.name, "input channels sampled per output", 3 if op.luma_input else channels,
+             limits.sampled_channels[op.size > 1], limits)
+    fits(op.name, "texture units", texture_units, limits.texture_units, limits)
+    fits(op.name, "texel fetches per fragment", texel_fetches, limits.fetches_per_fragment, limits)
+
+
+def stages_needed(op, limits) -> int:
+    """The fewest stages whose programs fit ``limits`` (with a constant budget: a partial
+    stage's at 2 output channels a program, the last stage's at 1); 1 where the op fits
+    whole, or where no split fits (its check then names the limit)."""
+    for n in range(1, len(stages(op, 1)[0]) + 1):
+        needs = stage_needs(op, n)
+        try:
+            for need in needs:
+                check_need(op, need, limits)
+        except LimitError:
+            continue
+        slots = [constant_slots(op, 2, channels) for channels, _, _ in needs[:-1]]
+        slots.append(constant_slots(op, 1, needs[-1][0]))
+        if limits.constant_vectors is None or max(slots) <= limits.constant_vectors:
+            return n
+    return 1
+
+
+def constant_slots(op, channels, inputs=None) -> int:
+    """The vec4 constant slots a program of ``op`` writing ``channels`` output channels needs
+    where the compiler keeps literals in the uniform file (Vivante): its weights and biases,
+    4 to a slot, plus 8 for the coordinates' constants (measured on etnaviv: the SR net's
+    3x3 program of 432 weights took 111 slots, 109 for the weights and biases); ``inputs``:
+    the input channels it reads (default all of its group's)."""
+    taps = op.size * op.size * (1 if op.luma_input else inputs or op.kernel.shape[2])
+    return -(-channels * (taps + 1) // ir.PACK) + 8

@@ -1,0 +1,134 @@
+"""How a convolution's program adds its products (``mat4 * vec4``, one an input pack and tap;
+a tap's group is the sum of its packs' products, left to right): :data:`ORDERS`, their GLSL
+(:func:`chain`, :func:`grouped`) and the emulator's terms in each (:func:`emulated_terms`).
+The arithmetic is the same, the float rounding follows the order; a
+compiler schedules each differently, so :func:`workbench.es2.drivers.tune` keeps the one the
+target's compiler runs fastest."""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import ir
+from workbench.es2.ops.padding import axis_mask, tap_mask
+from workbench.glsl_text import glsl_float, glsl_vec
+
+ORDERS = {
+    "chain": "the bias, then every product in turn (tap by tap, row by row; pack by pack)",
+    "taps": "the bias, then each tap's group in turn",
+    "rows": "the bias, then each row of taps: its groups summed left to right",
+    "columns": "the bias, then each column of taps: its groups summed top to bottom",
+}
+
+
+def taps(size):
+    """The window's taps ``(dy, dx)``, row by row."""
+    return [(dy, dx) for dy in range(size) for dx in range(size)]
+
+
+def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
+            constants) -> list[str]:
+    """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
+    group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
+    padding."""
+    def mask(axis, d):
+        return f" * {axis_mask(axis, d, inline_masks)}" if padded else ""
+
+    lines = []
+    for s, o, w in zip(sums, outs, weights):
+        def group(dy, dx):
+            where = f"vec2(x{dx}, y{dy})"
+            if op.luma_input:
+                return (f"{constants.vec4(op.kernel[dy, dx, 0, o])} * dot(texture2D("
+                        f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)})")
+            terms = [f"{constants.mat4(w[dy, dx, j])} * texture2D({sampler}, {where})"
+                     for j, sampler in enumerate(samplers) if constants.kept(w[dy, dx, j])]
+            return " + ".join(terms) or "vec4(0.0)"
+
+        if order == "taps":
+            lines += [f"    {s} += ({group(dy, dx)}){mask('x', dx)}{mask('y', dy)};"
+                      for dy, dx in taps(op.size)]
+            continue
+        for line in range(op.size):
+            if order == "rows":
+                terms = [f"({group(line, dx)}){mask('x', dx)}" for dx in range(op.size)]
+                lines.append(f"    {s} += ({' + '.join(terms)}){mask('y', line)};")
+            else:
+                terms = [f"({group(dy, line)}){mask('y', dy)}" for dy in range(op.size)]
+                lines.append(f"    {s} += ({' + '.join(terms)}){mask('x', line)};")
+    return lines
+
+
+def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, padding,
+          channels=None) -> list[str]:
+    """The lines that add the products into ``sums`` in a chain, tap by tap and, in a tap,
+    input pack by input pack (``samplers``), times the tap's mask and plus its ``padding``
+    term where it may lie in the padding; ``channels``: a program that writes only these
+    components of its one pack (the kept rows of each ``mat4 * t``)."""
+    many = len(sums) > 1
+    kept = [k for k in range(ir.PACK) if channels is None or k in channels]
+    part = "".join("xyzw"[k] for k in kept)
+    lines = []
+    if many or (channels is not None and not op.luma_input):  # a texel fetched once
+        lines.append("    float y;" if op.luma_input else "    vec4 t;")
+    for dy, dx in taps(op.size):
+        where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
+        if padded:
+            lines.append(tap_mask(dx, dy, inline_masks))
+        if op.luma_input:
+            y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
+            if many:
+                lines.append(f"    y = {y};")
+                y = "y"
+            if channels is not None:
+                lines.append(f"    sum.{part} += {_vec(op.kernel[dy, dx, 0, outs[0]], kept)}"
+                             f" * {y};")
+                continue
+            lines += [f"    {s} += {constants.vec4(op.kernel[dy, dx, 0, o])} * {y};"
+                      for s, o in zip(sums, outs)]
+            continue
+        for j, sampler in enumerate(samplers):
+            # m[i, o]: input component i -> output component o
+            products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
+                        if constants.kept(w[dy, dx, j])]
+            pad = padding[j].format(dx=dx, dy=dy) if padded else ""
+            texel = f"(texture2D({sampler}, {where}){mask}{pad})"
+            if channels is not None:  # the kept rows of mat4 * t, summed in its order
+                if products:
+                    m = products[0][1]
+                    lines.append(f"    t = {texel};")
+                    terms = [f"{_vec(m[i], kept)} * t.{'xyzw'[i]}" for i in range(ir.PACK)
+                             if np.any(m[i, kept])]
+                    lines.append(f"    sum.{part} += {' + '.join(terms)};")
+                continue
+            if len(products) > 1:
+                lines.append(f"    t = {texel};")
+                texel = "t"
+            lines += [f"    {s} += {constants.mat4(m)} * {texel};" for s, m in products]
+    return lines
+
+
+def _vec(values, kept):
+    """The ``kept`` components of ``values`` as a GLSL float, vec2 or vec3 literal."""
+    values = np.pad(np.asarray(values, np.float32), (0, ir.PACK))[list(kept)]
+    return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
+
+
+def emulated_terms(order, size, products):
+    """The emulator's terms in ``order``, each added to the sum in turn: ``products(dy, dx)``
+    yields the products of a tap, one an input pack."""
+    if order == "chain":
+        return (p for dy, dx in taps(size) for p in products(dy, dx))
+    if order == "taps":
+        return (added(products(dy, dx)) for dy, dx in taps(size))
+    if order == "rows":
+        return (added(added(products(dy, dx)) for dx in range(size)) for dy in range(size))
+    return (added(added(products(dy, dx)) for dy in range(size)) for dx in range(size))
+
+
+def added(values):
+    """The sum of ``values`` left to right, in their float type."""
+    values = iter(values)
+    total = next(values).copy()
+    for v in values:
+        total += v
+    return total
