@@ -8,9 +8,9 @@ import numpy as np
 from workbench.ir.graph import Conv, Dense, DepthToSpace
 from workbench.ir.lowering import fold_batchnorm, leaky_relu, prelu, store_subpixels
 from workbench.ir.onnx import nodes
-from workbench.ir.onnx.patterns import (ANCHOR, SHUFFLES, Anchor, Block, Classifier,
+from workbench.ir.onnx.patterns import (ACTIVATIONS, ANCHOR, SHUFFLES, Anchor, Block, Classifier,
                                         Normalisation, Shuffle, perm)
-from workbench.ir.onnx.reader import attributes, refuse, text, where
+from workbench.ir.onnx.reader import attributes, refuse, where
 
 
 # --- what fuses into an op ---------------------------------------------------------------
@@ -69,8 +69,7 @@ def _softmax(low, op, node, attrs, previous):
 
 FUSE = {"BatchNormalization": _batchnorm, "Add": _add, "Softmax": _softmax,
         "Identity": lambda low, op, node, attrs, previous: None,
-        **dict.fromkeys(("Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu", "PRelu"),
-                        _activation)}
+        **dict.fromkeys(ACTIVATIONS, _activation)}
 
 
 def fuse(low, op, head, fused):

@@ -9,7 +9,7 @@ import numpy as np
 
 from workbench.ir.graph import Add, Concat, Conv, Dense, Pool, Upsample
 from workbench.ir.lowering import check_finite
-from workbench.ir.onnx.patterns import ANCHOR
+from workbench.ir.onnx.patterns import ACTIVATIONS, ANCHOR
 from workbench.ir.onnx.reader import refuse, text
 from workbench.ir.onnx.resize import resize_agrees
 
@@ -178,8 +178,8 @@ def _pool(low, node, attrs):
 def _resize(low, node, attrs):
     source = low.tensor(node, node.input[0])
     scale, how = upsampling(low, node, attrs)
-    if low.luma and source == low.input.name:  # an anchor residual's, not found: its
-        low.anchored.add(node.output[0])       # readers refuse
+    if low.luma and source == low.input.name:  # an anchor, its residual not found:
+        low.anchored.add(node.output[0])  # its readers refuse
         return
     low.produce(Upsample(low.name(node), source, scale, how), node)
 
@@ -249,6 +249,10 @@ def refuse_reshape(node):
            "PixelShuffle does")
 
 
+def _transpose(low, node, attrs):
+    refuse_transpose(node, tuple(attrs.get("perm", ())))
+
+
 def refuse_transpose(node, perm):
     refuse(node, f"Transpose {perm}: only PixelShuffle's (with its "
            "Reshapes) is supported")
@@ -268,9 +272,8 @@ NODES = {
     "Identity": _identity, "Shape": _shape,
     "GlobalAveragePool": _global_pool, "ReduceMean": _global_pool,
     "BatchNormalization": _batchnorm, "Add": _add,
-    **dict.fromkeys(("Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu", "PRelu"),
-                    _activation),
+    **dict.fromkeys(ACTIVATIONS, _activation),
     **dict.fromkeys(("Sub", "Mul", "Div"), lambda low, node, attrs: refuse_arithmetic(node)),
     **dict.fromkeys(("Flatten", "Reshape", "Squeeze"), _reshape),
-    "Transpose": lambda low, node, attrs: refuse_transpose(node, tuple(attrs.get("perm", ()))), "Gemm": _gemm, "MatMul": _gemm, "Softmax": _softmax,
+    "Transpose": _transpose, "Gemm": _gemm, "MatMul": _gemm, "Softmax": _softmax,
 }

@@ -28,7 +28,7 @@ class Lowering:
         self.pooled = {t: (p, flat) for p in self.patterns
                        if isinstance(p, patterns.Classifier) for t, flat in p.pooled().items()}
         self.anchored = {n.output[0] for p in self.patterns if isinstance(p, patterns.Anchor)
-                         for n in (p.resize, p.sub, p.mul, p.add)}  # its tensors on the way
+                         for n in (p.resize, p.sub, p.mul, p.add)}  # and a lone Resize's
 
     # --- helpers ---------------------------------------------------------------------
     def name(self, node) -> str:
