@@ -152,6 +152,9 @@ def test_classifier_preset_from_the_command_line_on_both_gls(tmp_path, capsys):
             "ort-webgl") in capsys.readouterr().err
     assert main(["bench", "web", "--gl", "angle", "--out", str(tmp_path)]) == 2
     assert "--gl: unknown GL(s) angle; known: swiftshader, llvmpipe" in capsys.readouterr().err
+    assert main(["bench", "web", "--gl", "", "--out", str(tmp_path)]) == 2  # a cut sentence,
+    assert capsys.readouterr().err == (  # after the browser had started
+        "error: --gl names no GL; give one or more of swiftshader, llvmpipe\n")
 
 
 @needs_tfjs

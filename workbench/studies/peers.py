@@ -236,6 +236,8 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=PEERS, groupings
                          f"{warmup} >= 0)")
     _check_known("--backends", "peer(s)", backends, PEERS)
     _check_known("--gl", "GL(s)", gls, browser.GLS)
+    if not gls:
+        raise ValueError(f"--gl names no GL; give one or more of {', '.join(browser.GLS)}")
     model, label = resolve_model(model)
     net = es2.compile(model)
     graph = net.graph
