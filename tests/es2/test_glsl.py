@@ -578,6 +578,7 @@ def test_image_ranges_are_checked_at_the_api_boundary():
         for bad, says in ((image * 255, r"values span \[0, 255\].*divide by 255"),
                           (image * 2 - 1, r"values span \[-1, 1\].*\(x \+ 1\) / 2"),
                           (np.where(image > 0.5, np.nan, image), "NaN or infinite"),
-                          (levels.astype(np.uint16), "dtype uint16")):
+                          (levels.astype(np.uint16), "dtype uint16"),
+                          ([[0.5, 0.5], [0.5]], r"^image: not an array of pixels")):
             with pytest.raises(ValueError, match=says):
                 run(bad)

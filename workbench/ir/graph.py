@@ -439,7 +439,10 @@ class Graph:
         channels and, for a fixed-size net, its input size.  Values outside [0, 1], NaN and
         other integer types are refused in one line (they would clip to a near-white or
         black image without a word)."""
-        raw = np.asarray(image)
+        try:
+            raw = np.asarray(image)
+        except ValueError as error:  # a ragged nested list
+            raise ValueError(f"image: not an array of pixels (HxW or HxWxC): {error}") from None
         if raw.dtype == np.uint8:
             image = raw.astype(np.float32) / np.float32(255)
         elif raw.dtype.kind in "fb":
