@@ -58,62 +58,6 @@ def _compare(model, image, luma_input=False, tf_tolerance=HALF_LEVEL):
     return net
 
 
-@pytest.mark.parametrize("kernel, stride, padding, groups", [
-    (1, 1, "same", 1), (3, 1, "same", 1), (5, 1, "same", 1), (3, 2, "same", 1),
-    (3, 2, "valid", 2), (5, 2, "valid", 1), (3, 1, "same", 2), (1, 1, "same", 2)])
-def test_conv(kernel, stride, padding, groups):
-    model = _model(8, GroupConv2D(8, kernel, groups=groups, strides=stride, padding=padding),
-                   Act("sigmoid_like"))
-    keras.utils.set_random_seed(kernel * 10 + stride)
-    _compare(model, _image(13, 11, 8))
-
-
-@pytest.mark.parametrize("kind", ["max", "average"])
-@pytest.mark.parametrize("size, stride, padding", [
-    (2, 2, "valid"), (2, 1, "same"), (2, 2, "same"), (3, 1, "same"), (3, 2, "same"),
-    (3, 2, "valid")])
-def test_pooling(kind, size, stride, padding):
-    """Max and average pooling of an odd-sized input (padded windows at the edges): the GPU's
-    bytes equal the emulator's, within half a level of TF (8-bit storage); the average leaves
-    padded taps out of its count as TF does; the shaders pass glslang."""
-    layer = (keras.layers.MaxPooling2D if kind == "max" else keras.layers.AveragePooling2D)(
-        size, stride, padding=padding)
-    net = _compare(_model(6, layer), _image(13, 11, 6, seed=size * 10 + stride))
-    op = net.graph.ops[0]
-    assert (type(op).__name__, op.kind, op.size, op.stride) == ("Pool", kind, size, stride)
-    if not os.environ.get("WORKBENCH_SKIP_GLSLANG"):
-        glslang.validate_many({p.name: p.source for p in net.passes})
-
-
-@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
-@pytest.mark.parametrize("scale", [2, 3])
-def test_upsampling(interpolation, scale):
-    """UpSampling2D: the GPU's bytes equal the emulator's, within half a level of TF (bilinear
-    with half-pixel centres and clamped edges, as tf.image.resize); glslang-clean."""
-    layer = keras.layers.UpSampling2D(scale, interpolation=interpolation)
-    net = _compare(_model(6, layer), _image(9, 7, 6, seed=scale))
-    assert (net.graph.ops[0].scale, net.graph.ops[0].interpolation) == (scale, interpolation)
-    if not os.environ.get("WORKBENCH_SKIP_GLSLANG"):
-        glslang.validate_many({p.name: p.source for p in net.passes})
-
-
-@pytest.mark.parametrize("build", [
-    lambda: keras.layers.DepthwiseConv2D(3, padding="same"),
-    lambda: keras.layers.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2),
-    lambda: keras.layers.Conv2D(9, 3, padding="same", groups=3),  # 2 -> 3 channels a group
-    lambda: GroupConv2D(6, 1, groups=6)])
-def test_groups_that_fill_part_of_a_pack(build):
-    """Depthwise and any-group convolutions (a group's channels not a multiple of 4): each
-    output pack reads the input packs its channels' groups need, with zero weights for the
-    rest; the GPU's bytes equal the emulator's, within half a level of TF."""
-    keras.utils.set_random_seed(6)
-    net = _compare(_model(6, build(), Act("sigmoid_like")), _image(11, 9, 6, seed=12))
-    op = net.graph.ops[0]
-    assert op.groups in (3, 6) and op.kernel.shape[2] in (1, 2)
-    if not os.environ.get("WORKBENCH_SKIP_GLSLANG"):
-        glslang.validate_many({p.name: p.source for p in net.passes})
-
-
 def test_add_and_concat():
     """A two-input Add (not the conv-fused residual: both inputs activated) with a bounded
     activation after it, and a Concatenate of three tensors whose channels are not whole
@@ -151,26 +95,6 @@ def test_softmax_after_the_logits_runs_on_the_cpu():
     assert net.graph.ops[-1].softmax and gpu.sum() == pytest.approx(1, abs=1e-6)
     np.testing.assert_array_equal(gpu, emu)
     assert np.abs(gpu - tf_out).max() < 0.01 and gpu.argmax() == tf_out.argmax()
-
-
-@pytest.mark.parametrize("activation", ["bounded_relu", "relu6_scaled", "sigmoid_like", "sigmoid"])
-def test_activations(activation):
-    conv = GroupConv2D(4, 3, kernel_initializer=keras.initializers.RandomNormal(0, 2.0))
-    model = _model(4, conv, Act(activation))
-    _compare(model, _image(16, 16, 4, seed=1))
-
-
-def test_residual_add():
-    model = _model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid_like"), residual=True)
-    net = _compare(model, _image(12, 12, 8, seed=2))
-    assert net.graph.ops[0].residual == "image"
-
-
-@pytest.mark.parametrize("channels", [4, 8])
-def test_depth_to_space(channels):
-    model = _model(channels * 4, GroupConv2D(channels * 4, 1), Act("bounded_relu"),
-                   DepthToSpace(2))
-    _compare(model, _image(7, 9, channels * 4, seed=3))
 
 
 def test_sr_demux_beyond_1024_output_pixels():

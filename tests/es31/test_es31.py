@@ -25,7 +25,7 @@ from workbench.data import images
 from workbench.es2 import plan
 from workbench.ir import cost
 from workbench.nets import classify
-from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
+from workbench.nets.layers import Act, GroupConv2D
 from workbench.nets.models import dogs_classifier, sr_x2
 
 
@@ -196,15 +196,6 @@ def test_add_concat_and_softmax_against_tf():
     costs, counted = net.cost(image.shape[:2]), _loads_by_op(net)
     for op in net.graph.ops[2:5]:  # the Add, the Concat, the pooling
         assert costs[op.name].texel_fetches == counted[op.name], op.name
-
-
-def test_depth_to_space_without_chroma():
-    keras.utils.set_random_seed(8)
-    x = inputs = keras.Input((None, None, 16))
-    model = keras.Model(inputs, DepthToSpace(2)(Act("relu6_scaled")(GroupConv2D(16, 1)(x))))
-    image = _image(9, 7, 16, seed=7)
-    out = es31.compile(model).run(image)
-    np.testing.assert_allclose(out, model(image[None]).numpy()[0], atol=1e-6)
 
 
 @pytest.fixture(scope="module")
