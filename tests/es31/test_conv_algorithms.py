@@ -1,5 +1,6 @@
-"""Convolution algorithms as ES 3.1 compute shaders (workbench.es31.conv, workbench.studies.conv_algorithms) against
-tf.nn.conv2d on random layers.  TF runs here, the shaders in the GL child process.
+"""Convolution algorithms as ES 3.1 compute shaders (workbench.es31.conv and .winograd,
+workbench.studies.conv_algorithms) against tf.nn.conv2d on random layers.  TF runs here, the
+shaders in the GL child process.
 
 Tolerance: float32 throughout, unit-variance weights over fan-ins of 27-144, outputs of
 order 1: the GPU and TF differ by summation order only (~1e-6); Winograd's transforms add a
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from workbench.es31 import conv
+from workbench.es31 import conv, winograd
 from workbench.studies import conv_algorithms as ca
 
 
@@ -56,9 +57,9 @@ def test_winograd_filter_transform():
     """U = G g G^T, and A^T [(G g G^T) * (B^T d B)] A is the 2x2 valid correlation of d."""
     rng = np.random.default_rng(5)
     g, d = rng.normal(size=(3, 3)), rng.normal(size=(4, 4))
-    u = conv.WINOGRAD_G @ g @ conv.WINOGRAD_G.T
-    v = conv.WINOGRAD_BT @ d @ conv.WINOGRAD_BT.T
-    y = conv.WINOGRAD_AT @ (u * v) @ conv.WINOGRAD_AT.T
+    u = winograd.G @ g @ winograd.G.T
+    v = winograd.BT @ d @ winograd.BT.T
+    y = winograd.AT @ (u * v) @ winograd.AT.T
     direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(2)] for i in range(2)])
     np.testing.assert_allclose(y, direct, atol=1e-12)
 

@@ -50,7 +50,11 @@ class Kernel:
     jobs: int
 
 
-def header(opts: Options, local=None):
+def header(opts: Options | None = None, local=None):
+    """A kernel's first lines: version, precisions, its work group (``local``, default
+    ``opts.local_size``); without ``opts``, the default :class:`Options` (the
+    convolution-algorithm study's kernels, :mod:`workbench.es31.conv`)."""
+    opts = opts or Options()
     lx, ly = local or opts.local_size
     head = ("#version 310 es\nprecision highp float;\nprecision highp int;\n"
             "precision highp image2DArray;\n"
