@@ -18,7 +18,7 @@ import numpy as np
 
 from workbench.ir.graph import Add, Concat, Conv, Dense, DepthToSpace, Graph, Pool, Upsample
 from workbench.ir.graph import conv_pads, explicit_pads
-from workbench.ir.lower_onnx import ANCHOR_STORAGE
+from workbench.ir.onnx import ANCHOR_STORAGE
 from workbench.ir.registry import Table
 
 ACTIVATIONS = ("linear", "bounded_relu", "relu", "sigmoid", "sigmoid_like")
