@@ -82,10 +82,11 @@ def test_keras_net_written_as_onnx_gives_the_same_shaders(opset, pixel_shuffle):
 
 @pytest.mark.parametrize("anchor,law", [("nearest", "linear"), ("bilinear", "linear"),
                                         ("nearest", "sqrt")])
-@pytest.mark.parametrize("pixel_shuffle", ["crd", "reshape"])
+@pytest.mark.parametrize("pixel_shuffle", ["crd", "dcr", "reshape"])
 def test_anchor_residual_written_as_onnx_gives_the_same_shaders(anchor, law, pixel_shuffle):
     # written as PyTorch writes clamp(F.interpolate(x) + s * (pixel_shuffle(q) - 0.5), 0, 1);
-    # a storage law other than linear travels as the model's metadata
+    # a storage law other than linear travels as the model's metadata, and the conv before
+    # the depth-to-space (its pattern's, CRD or DCR) stores its sub-pixels by it
     keras.utils.set_random_seed(2)
     keras_model = sr_x2_recipe(init="identity", anchor=anchor, anchor_scale=0.75,
                                anchor_storage=law)
@@ -115,6 +116,21 @@ def test_a_sub_outside_an_anchor_residual_is_refused():
     half.CopyFrom(numpy_helper.from_array(np.float32(0.25), half.name))
     with pytest.raises(LoweringError, match=r"\(Sub\): Sub is supported only in a luma net's "
                                             "anchor residual"):
+        ir.from_onnx(proto)
+
+
+def test_a_companded_anchor_needs_its_sub_pixels_from_the_conv_before_the_demux():
+    from onnx import helper
+
+    keras.utils.set_random_seed(2)
+    keras_model = sr_x2_recipe(init="identity", anchor="nearest", anchor_storage="sqrt")
+    proto = to_onnx(ir.from_keras(keras_model), 17, "dcr")
+    d2s = next(n for n in proto.graph.node if n.op_type == "DepthToSpace")
+    twice = helper.make_node("Add", [d2s.input[0], d2s.input[0]], ["twice"], name="twice")
+    proto.graph.node.insert(list(proto.graph.node).index(d2s), twice)
+    d2s.input[0] = "twice"
+    with pytest.raises(LoweringError, match=r"\(Clip\): storage 'sqrt' needs its sub-pixels from "
+                                            "a convolution just before the depth-to-space"):
         ir.from_onnx(proto)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.ir.graph import Conv, Dense, DepthToSpace
-from workbench.ir.lowering import fold_batchnorm, leaky_relu, prelu, store_subpixels
+from workbench.ir.lowering import fold_batchnorm, leaky_relu, prelu
 from workbench.ir.onnx import nodes
 from workbench.ir.onnx.patterns import (ACTIVATIONS, ANCHOR, SHUFFLES, Anchor, Block, Classifier,
                                         Normalisation, Shuffle, perm)
@@ -94,10 +94,10 @@ def _block(low, block: Block):
     low.produce(block_op(low, block), *block.nodes)
 
 
-def shuffle_op(low, shuffle: Shuffle) -> DepthToSpace:
-    """The IR's depth-to-space (DCR; not yet made).  CRD makes the conv before it, whose
-    output channel ``(dy * block + dx) * C + c`` is its old ``c * block**2 + dy * block +
-    dx``."""
+def shuffle_op(low, shuffle: Shuffle, storage="linear") -> DepthToSpace:
+    """The IR's depth-to-space (DCR; not yet made), after the conv of its pattern, made here
+    storing its output by ``storage`` (an anchor's law); a CRD one's output channel ``(dy *
+    block + dx) * C + c`` is its old ``c * block**2 + dy * block + dx``."""
     first, last = shuffle.shuffle[0], shuffle.shuffle[-1]
     if len(shuffle.shuffle) == 3:  # Reshape (N, C, b, b, H, W) or (N, b, b, C, H, W)
         shape = low.constant(first, 1, "the shape")
@@ -116,11 +116,13 @@ def shuffle_op(low, shuffle: Shuffle) -> DepthToSpace:
                "(its output channels are reordered)")
     if shuffle.conv:
         conv = block_op(low, shuffle.conv)
-        c = conv.cout // block ** 2
-        order = [cc * block ** 2 + s for s in range(block ** 2) for cc in range(c)]
-        conv.kernel, conv.bias = conv.kernel[..., order].copy(), conv.bias[order].copy()
-        if conv.activation_slope is not None:
-            conv.activation_slope = conv.activation_slope[order].copy()
+        if shuffle.mode == "CRD":
+            c = conv.cout // block ** 2
+            order = [cc * block ** 2 + s for s in range(block ** 2) for cc in range(c)]
+            conv.kernel, conv.bias = conv.kernel[..., order].copy(), conv.bias[order].copy()
+            if conv.activation_slope is not None:
+                conv.activation_slope = conv.activation_slope[order].copy()
+        conv.storage = storage
         low.produce(conv, *shuffle.conv.nodes)
     source = low.tensor(first, first.input[0])
     chroma = low.input.name if low.luma else None
@@ -142,7 +144,8 @@ def _scalar(low, node):
 
 def _anchor(low, anchor: Anchor):
     scale, how = nodes.upsampling(low, anchor.resize, attributes(anchor.resize))
-    demux = shuffle_op(low, anchor.demux)
+    law = low.model.anchor_storage
+    demux = shuffle_op(low, anchor.demux, law)
     if _scalar(low, anchor.sub) != 0.5:
         nodes.refuse_arithmetic(anchor.sub)
     s = _scalar(low, anchor.mul)
@@ -153,9 +156,11 @@ def _anchor(low, anchor: Anchor):
     if anchor.clip.op_type != "Clip" or [None if v is None else float(v) for v in bounds] \
             != [0, 1]:
         refuse(anchor.clip, f"an anchor residual ends in Clip(0, 1): {ANCHOR}")
-    demux.anchor, demux.anchor_scale, demux.anchor_storage = how, s, low.model.anchor_storage
+    if law != "linear" and anchor.demux.conv is None:  # its conv stores them (shuffle_op)
+        refuse(anchor.clip, f"storage {law!r} needs its sub-pixels from a convolution just "
+               "before the depth-to-space")
+    demux.anchor, demux.anchor_scale, demux.anchor_storage = how, s, law
     low.produce(demux, anchor.demux.shuffle[-1], anchor.clip)
-    store_subpixels(low.ops, demux.input, low.model.anchor_storage, where(anchor.clip))
 
 
 def _classifier(low, classifier: Classifier):

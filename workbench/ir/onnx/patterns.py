@@ -40,7 +40,9 @@ class Block:
 @dataclass(frozen=True)
 class Shuffle:
     """A depth-to-space: a DepthToSpace node or PixelShuffle's Reshape-Transpose-Reshape
-    (``shuffle``); CRD with the conv ``Block`` before it, whose output channels it orders."""
+    (``shuffle``), and the conv ``Block`` just before it where there is one (a CRD one needs
+    it, without a residual): its handler makes the conv, a CRD one's output channels in its
+    order, an anchor residual's storing its sub-pixels by the anchor's law."""
     shuffle: tuple
     mode: str
     conv: Block | None = None
@@ -269,7 +271,7 @@ class _Finder:
 
     def shuffle(self, shuffle):
         conv = self.newest(shuffle.shuffle[0].input[0], ("Conv",))
-        if shuffle.mode == "CRD" and conv and not conv.residual:
+        if conv and not (shuffle.mode == "CRD" and conv.residual):
             self.drop(conv)
             shuffle = replace(shuffle, conv=conv)
         self.new(shuffle)
