@@ -221,9 +221,9 @@ def test_classifier_tiny_matches_tf(tiny):
 
 
 def test_dogs120_loads_at_most_half_of_es2_fetches():
-    graph = ir.from_keras(dogs_classifier("dogs120"), dense="float")
+    graph = ir.from_keras(dogs_classifier("dogs120"))
     loads = cost.total(es31.from_graph(graph).cost((385, 385)).values()).texel_fetches
-    es2_graph = es2.net.prepared(graph, es2.limits.ES2)  # as es2.compile plans it
+    es2_graph = es2.net.prepared(graph, es2.limits.ES2, {"dense": "float"})  # as compile
     fetches = cost.total(plan.cost(es2_graph, (385, 385)).values()).texel_fetches
     assert loads <= 0.5 * fetches
     assert 3e6 < loads < 6e6 and abs(fetches / 27.9e6 - 1) < 0.01

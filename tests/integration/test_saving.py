@@ -232,6 +232,34 @@ def test_a_saved_net_without_a_hash_of_each_file_is_refused(tmp_path):
         es2.load(folder)
 
 
+def test_a_saved_dense_layer_keeps_its_es2_number_format(tmp_path):
+    """The dense layer's number format is ES 2.0's (es2.compile(dense=...)): a field of its
+    prepared op, not of the IR, saved with the back end's other choices; a folder saved while
+    the IR's Dense held it (``number`` between ``pool`` and ``softmax``) loads the same."""
+    from workbench import ir
+
+    x = keras.Input((5, 5, 4))
+    y = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="sigmoid")(x))
+    model = keras.Model(x, keras.layers.Dense(3)(y))
+    assert not hasattr(ir.from_model(model).ops[-1], "number")
+    image = np.random.default_rng(0).random((5, 5, 4), np.float32)
+    for number in ("fixed16", "float"):
+        net, folder = es2.compile(model, dense=number), tmp_path / number
+        net.save(folder)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        dense = manifest["ops"][-1]
+        assert (dense["type"], dense["number"]) == ("Dense", number)
+        before = {k: dense[k] for k in ("type", "name", "input", "pool", "number", "softmax")}
+        manifest["ops"][-1] = {**before, **dense}  # the order an older version wrote
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        loaded = es2.load(folder)
+        op = loaded.graph.ops[-1]
+        assert (type(op).__name__, op.number, op.weight_shift) == (
+            "Gemv", number, net.graph.ops[-1].weight_shift)
+        assert es2.net.output_spec(loaded.graph)["number"] == number
+        np.testing.assert_array_equal(loaded.emulate(image), net.emulate(image))
+
+
 def test_an_exported_pages_manifest_lists_every_file_of_the_page(tmp_path):
     """The page's own files (webgl.json, the scripts, the fallback programs) had no hash: an
     edited page loaded for `devices --moderngl`; now every file but the self-check's (which

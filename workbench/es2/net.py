@@ -3,39 +3,22 @@
 ``net = workbench.es2.compile(model)`` lowers a Keras model to the IR, checks the ES 2.0
 limits and generates the passes (:mod:`workbench.es2.shaders`); ``net.run(image)`` runs them
 on the GPU (moderngl, headless EGL), ``net.emulate(image)`` runs the numpy emulator that
-predicts the GPU's bytes, ``net.save(dir)`` writes the shaders and a JSON manifest,
-``workbench.es2.load(dir)`` reads them back.
+predicts the GPU's bytes, ``net.save(dir)`` writes the shaders and a JSON manifest
+(:mod:`workbench.es2.saved`), ``workbench.es2.load(dir)`` reads them back.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan
-from workbench.es2.record import record, record_of_type
+from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan, saved
+from workbench.es2.record import record
 from workbench.es2.runner import Runner
-from workbench.es2.shaders import (
-    PRECISIONS,
-    VERTEX_SHADER,
-    Binding,
-    Pass,
-    constant_textures,
-    generate,
-    programs,
-)
-from workbench.files import checked_file, content_bytes, sha256, write_folder
-
-CONVENTIONS = (
-    "One RGBA8 texture per 4 channels (channel c = component c % 4 of pack c // 4); texture row "
-    "r = tensor row r; pixel (col, row) = gl_FragCoord.xy - 0.5. Uniforms set from the tensor "
-    "shapes: u_in_size = (width, height) of the first input tensor, u_out_size = of the output, "
-    "u_pad = zero padding before the first column and row (TensorFlow 'SAME'). Samplers: "
-    "CLAMP_TO_EDGE, filter as the binding says. A fullscreen quad is drawn per pass, into its "
-    "outputs: gl_FragData[i] (GL_EXT_draw_buffers) to outputs[i], or gl_FragColor to the one.")
+from workbench.es2.shaders import VERTEX_SHADER, Pass, constant_textures, generate, programs
+from workbench.files import write_folder
 
 
 class Net:
@@ -125,60 +108,9 @@ class Net:
         an older one leaves that intact); a folder the workbench did not write is replaced
         only with ``force`` (see :func:`workbench.files.write_folder`)."""
         return write_folder(directory, self.files(), force)
-
     def files(self) -> dict:
-        """The saved net, ``{file name: content}``: ``<pass>.glsl``, ``vertex.glsl``,
-        ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``, whose
-        ``files`` lists the sha256 of every other one."""
-        files = {f"{p.name}.glsl": p.source for p in self.passes}
-        arrays = {f"{p.name}.{name}.npy": rows for p in self.passes
-                  for name, rows in p.arrays.items()}  # vec4 uniform arrays
-        files.update({name: content_bytes(name, rows) for name, rows in arrays.items()})
-        files["vertex.glsl"] = VERTEX_SHADER
-        weights, ops = {}, []
-        for op in self.graph.ops:
-            desc = {"type": record(op).name}
-            for key, value in vars(op).items():
-                if isinstance(value, np.ndarray):
-                    weights[f"{op.name}/{key}"] = value
-                else:
-                    desc[key] = value
-            ops.append(desc)
-        files["weights.npz"] = content_bytes("weights.npz", weights)  # the bytes hashed
-        constants = {}
-        for key, data in constant_textures(self.graph).items():  # as uploaded (HxWx4)
-            constants[key] = f"{key.replace('/', '.')}.npy"
-            files[constants[key]] = content_bytes(constants[key], data)
-        hw = self.graph.input_size or (256, 256)
-        files["manifest.json"] = {
-            "format": "workbench-es2/1",
-            "name": self.graph.name,
-            "precision": self.precision,
-            "target": _saved_target(self.target),
-            "conventions": CONVENTIONS,
-            "input": asdict(self.graph.input),
-            "input_size": self.graph.input_size,
-            "output": self.graph.output,
-            "vertex_shader": "vertex.glsl",
-            "tensors": {name: {"channels": c, "packs": ir.packs(c)}
-                        for name, (h, w, c) in self.graph.shapes(hw).items()},
-            "textures_for_input": {"height": hw[0], "width": hw[1], "textures": [
-                {"tensor": k[0], "index": k[1], "width": w, "height": h,
-                 "format": "RGBA8" if dtype == "f1" else "RGBA32F"}
-                for k, (w, h, dtype) in plan.textures(self.graph, hw).items()]},
-            "constant_textures": constants,
-            "ops": ops,
-            "passes": [{"name": p.name, "op": p.op, "shader": f"{p.name}.glsl",
-                        "sha256": sha256(p.source.encode()),  # ties the pass to its shader
-                        "inputs": [asdict(b) for b in p.inputs],
-                        "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
-                        "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
-                        "viewport": p.viewport, "channels": p.channels,
-                        "arrays": {name: f"{p.name}.{name}.npy" for name in p.arrays}}
-                       for p in self.passes],
-            "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
-        }
-        return files
+        """The saved net, ``{file name: content}`` (:func:`workbench.es2.saved.files`)."""
+        return saved.files(self.graph, self.passes, self.target)
 
 
 def output_values(graph: ir.Graph, stored):
@@ -212,7 +144,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     ``Target.of(name)`` (its precision and render targets); default ``Target()``: the
     :data:`~workbench.es2.limits.ES2` limits, highp, one render target.  ``dense``: number
     format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
-    :class:`workbench.ir.Dense`).  ``mediump_warn_db``: warn
+    :class:`workbench.es2.ops.dense.Gemv`).  ``mediump_warn_db``: warn
     (:class:`workbench.es2.mediump.MediumpWarning`) when on a float16-mediump GPU an op's
     output is predicted below this PSNR against highp.  ``check_driver``: compile every
     program with the device's own compiler (its Mesa driver on a drm-shim,
@@ -230,14 +162,16 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     (:func:`workbench.es2.samples.test_images`)."""
     from workbench.es2 import calibrate, samples
 
+    if dense not in ("fixed16", "float"):
+        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
     target = _target(target)
     table = target.limits
-    graph = ir.from_model(model, luma_input=luma_input, dense=dense)
+    graph = ir.from_model(model, luma_input=luma_input)
     if calibrate.needed(graph):
         images = calibration if calibration is not None else \
             [x for _, x in samples.test_images(graph, count=4)]
         graph = calibrate.calibrated(graph, images)
-    graph = prepared(graph, table)
+    graph = prepared(graph, table, {"dense": dense})
     limits.check(graph, table)
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
@@ -283,33 +217,15 @@ def _target(target) -> limits.Target:
                         f"draw_buffers)) or a device profile's name, not {type(target).__name__}")
     return target
 
-
-def _saved_target(target: limits.Target) -> dict:
-    """``target`` as a manifest keeps it beside its ``precision``: ``limits``, the profile's
-    name where it is one (else every limit), and ``draw_buffers``."""
-    table = target.limits
-    named = limits.PROFILES.get(table.name) == table
-    return {"limits": table.name if named else asdict(table), "draw_buffers": target.draw_buffers}
-
-
-def _loaded_target(manifest: dict, passes) -> limits.Target:
-    """The target of a saved net (checked again by ``Target.of``); a manifest written before
-    nets kept theirs: the ES 2.0 limits with as many render targets as its passes write."""
-    saved = manifest.get("target") or {"limits": None,
-                                       "draw_buffers": max(len(p.outputs) for p in passes)}
-    table = saved["limits"]
-    if isinstance(table, dict):  # JSON lists back to tuples
-        table = limits.Limits(**{k: tuple(v) if isinstance(v, list) else v
-                                 for k, v in table.items()})
-    return limits.Target.of(table, manifest["precision"], saved["draw_buffers"])
-
-
-def prepared(graph: ir.Graph, table) -> ir.Graph:
-    """A copy of ``graph`` whose ops carry what this back end chose for ``table`` (each
-    record's ``prepare``: a dense layer's block of input packs a program); ``graph`` itself
-    is left as it is."""
+def prepared(graph: ir.Graph, table, options=None) -> ir.Graph:
+    """A copy of ``graph`` whose ops carry what this back end chose for ``table`` and for
+    compile's ``options`` (each record's ``prepare``: a dense layer's number format and block
+    of input packs a program); ``graph`` itself is left as it is.  ``options``: compile's
+    storage choices by their keyword (``{"dense": "fixed16"}``, the default); one mapping
+    handed to every record, which reads those it knows, so that the IR carries none of them
+    and a new choice changes no other record's ``prepare``."""
     shapes = graph.shapes(graph.input_size or (64, 64))
-    ops = [record(op).prepare(op, shapes, table) if record(op).prepare else op
+    ops = [record(op).prepare(op, shapes, table, options or {}) if record(op).prepare else op
            for op in graph.ops]
     return replace(graph, ops=ops)
 
@@ -352,86 +268,5 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
 
 
 def load(directory) -> Net:
-    """Read a net written by :meth:`Net.save` (shaders as saved, graph for shapes/emulator).
-    Refused in one line naming the file: a manifest that lacks a key, names an unknown op or
-    precision, or a file outside the folder or one its ``files`` does not list with the sha256
-    it has (every listed file is checked); a ``weights.npz`` holding pickled objects."""
-    directory = Path(directory)
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.exists():
-        raise FileNotFoundError(f"{manifest_path}: no manifest; is this a saved net?")
-    try:
-        return _load(directory, json.loads(manifest_path.read_text()))
-    except KeyError as err:
-        raise ValueError(f"{manifest_path}: not a saved ES 2.0 net: key {err.args[0]!r} is "
-                         "missing") from None
-    except (TypeError, AttributeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{manifest_path}: not a saved ES 2.0 net ({err})") from None
-
-
-def _verified(directory: Path, manifest: dict) -> dict[str, bytes]:
-    """Every file the manifest lists and every one a net needs (shaders, weights, constant
-    textures), checked against its sha256 (:func:`workbench.files.checked_file`); a pass's
-    shader against the pass's own sha256 too (a pass pointing at another's shader fails)."""
-    digests, path = manifest.get("files"), directory / "manifest.json"
-    needed = [manifest["vertex_shader"], "weights.npz", *manifest["constant_textures"].values(),
-              *(file for p in manifest["passes"] for file in p.get("arrays", {}).values())]
-    listed = list(digests) if isinstance(digests, dict) else []
-    data = {name: checked_file(directory, name, digests, path)
-            for name in dict.fromkeys(needed + listed)}
-    for p in manifest["passes"]:
-        data[p["shader"]] = checked_file(directory, p["shader"], {p["shader"]: p.get("sha256")},
-                                         f"{path} (pass {p['name']!r})")
-    return data
-
-
-def _arrays(data: bytes, path: Path):
-    """The arrays of a ``weights.npz`` (a dict), or the array of a ``.npy``; pickled objects
-    are refused, naming the file."""
-    import io
-    import zipfile
-
-    try:
-        if path.suffix == ".npy":
-            return np.load(io.BytesIO(data), allow_pickle=False)
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return dict(npz)
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
-        raise ValueError(f"{path}: not arrays of numbers the workbench loads ({err}); "
-                         "pickled objects are refused") from None
-
-
-def _load(directory: Path, manifest: dict) -> Net:
-    if manifest["precision"] not in PRECISIONS:
-        raise ValueError(f"{directory / 'manifest.json'}: precision {manifest['precision']!r} "
-                         f"unknown; {' or '.join(PRECISIONS)}")
-    data = _verified(directory, manifest)
-    weights = _arrays(data["weights.npz"], directory / "weights.npz")
-    ops = []
-    for desc in manifest["ops"]:
-        kind = ir.OP_TYPES.get(desc.pop("type"))
-        if kind is None:
-            raise ValueError(f"{directory / 'manifest.json'}: layer {desc.get('name')!r} has an "
-                             f"op type this workbench does not know; known: "
-                             f"{', '.join(ir.OP_TYPES)}")
-        arrays = {k.split("/", 1)[1]: v for k, v in weights.items()
-                  if k.split("/", 1)[0] == desc["name"]}
-        for key in ("input_order", "padding"):  # JSON lists back to tuples
-            if isinstance(desc.get(key), list):
-                desc[key] = tuple(desc[key])
-        if set(desc) - {f.name for f in fields(kind)}:  # the back end's choices: as prepared
-            kind = record_of_type(kind).prepared or kind
-        ops.append(kind(**desc, **arrays))
-    size = manifest.get("input_size")
-    graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],
-                     tuple(size) if size else None)
-    passes = [Pass(p["name"], p["op"], data[p["shader"]].decode(),
-                   [Binding(**b) for b in p["inputs"]],
-                   [(o["tensor"], o["pack"]) for o in p.get("outputs") or [p["output"]]],
-                   {k: tuple(v) for k, v in p["uniform_values"].items()},
-                   tuple(p["viewport"]) if p.get("viewport") else None,
-                   tuple(p["channels"]) if p.get("channels") is not None else None,
-                   {name: _arrays(data[file], directory / file)
-                    for name, file in p.get("arrays", {}).items()})
-              for p in manifest["passes"]]
-    return Net(graph, passes, _loaded_target(manifest, passes))
+    """A net written by :meth:`Net.save` (:func:`workbench.es2.saved.read`)."""
+    return Net(*saved.read(directory))

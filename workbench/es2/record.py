@@ -27,10 +27,11 @@ input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
 * ``tile(op, step, reach)`` -> ``(step, reach)`` of its output for tiling
   (:mod:`workbench.es2.tiling`), or None when the op cannot be tiled;
 * ``saturated(op, textures)``: whether its stored textures hit their number format's range;
-* ``prepare(op, shapes, limits)`` -> a copy of ``op`` with what the back end chooses for
-  ``limits``, of the type ``prepared`` (a subclass of the IR op: a dense layer's blocks of
-  packs and pixels); compile never changes the IR it lowered, and a saved net's ops are
-  rebuilt as that type;
+* ``prepare(op, shapes, limits, options)`` -> a copy of ``op`` with what the back end
+  chooses for ``limits`` and for compile's ``options`` (``{"dense": "fixed16"}``: each
+  record reads those it knows), of the type ``prepared`` (a subclass of the IR op: a dense
+  layer's number format and blocks of packs and pixels); compile never changes the IR it
+  lowered, and a saved net's ops are rebuilt as that type;
 * ``layer_options(op)``: the keywords of ``passes`` a driver may set for this layer
   (:func:`workbench.es2.drivers.fit`).
 """

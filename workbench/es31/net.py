@@ -174,7 +174,7 @@ def output_values(graph: ir.Graph, stored):
 def compile(model, storage="rgba32f", local_size=(8, 8), max_outputs=8, tile=True,
             luma_input=None, count_loads=False) -> Net:
     """Keras model -> IR -> ES 3.1 compute kernels.  See the module docstring."""
-    graph = ir.from_model(model, luma_input=luma_input, dense="float")
+    graph = ir.from_model(model, luma_input=luma_input)
     return from_graph(graph, Options(storage, tuple(local_size), max_outputs, tile, count_loads))
 
 

@@ -1,29 +1,12 @@
-"""The intermediate representation: a list of ops with numpy weights (:mod:`.graph`), lowered
-from Keras (:mod:`.lower`) or ONNX (:mod:`.onnx`), either by :func:`from_model`; the
-record of what an op costs (:mod:`.cost`), which each back end
+"""The intermediate representation: a graph (:mod:`.graph`) of ops with numpy weights
+(:mod:`.ops`), lowered from Keras (:mod:`.lower`) or ONNX (:mod:`.onnx`), either by
+:func:`from_model`; the record of what an op costs (:mod:`.cost`), which each back end
 counts for its own programs."""
 from workbench.ir.cost import Cost
-from workbench.ir.graph import (
-                                LUMA,
-                                PACK,
-                                Add,
-                                Concat,
-                                Conv,
-                                Dense,
-                                DepthToSpace,
-                                Graph,
-                                Input,
-                                OP_TYPES,
-                                Pool,
-                                Upsample,
-                                conv_out_hw,
-                                conv_pads,
-                                explicit_pads,
-                                packs,
-                                reads,
-                                softmax,
-                                uniform_values,
-)
+from workbench.ir.graph import (LUMA, PACK, Graph, Input, conv_out_hw, conv_pads, explicit_pads,
+                                packs, reads, uniform_values)
+from workbench.ir.ops import (OP_TYPES, Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample,
+                              softmax)
 from workbench.ir.front import from_beatmup, from_keras, from_model
 from workbench.ir.onnx import from_onnx, is_onnx
 from workbench.ir.lowering import LoweringError

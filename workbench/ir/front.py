@@ -7,15 +7,15 @@ from workbench.ir.graph import Graph
 from workbench.ir.onnx import from_onnx, is_onnx
 
 
-def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
+def from_keras(model, luma_input=None) -> Graph:
     """:func:`workbench.ir.lower.from_keras`, imported at the first call: Keras loads
     TensorFlow, which an ONNX model or a saved net never needs."""
     from workbench.ir.lower import from_keras as lower
 
-    return lower(model, luma_input=luma_input, dense=dense)
+    return lower(model, luma_input=luma_input)
 
 
-def from_model(model, luma_input=None, dense="fixed16") -> Graph:
+def from_model(model, luma_input=None) -> Graph:
     """``model`` (a Keras model, an ``onnx.ModelProto`` or an
     :class:`~workbench.nets.onnx_model.OnnxModel`, or the path of a file
     :func:`workbench.load_model` reads) as a :class:`Graph`."""
@@ -24,12 +24,12 @@ def from_model(model, luma_input=None, dense="fixed16") -> Graph:
 
         model = load_model(model)
     lower = from_onnx if is_onnx(model) else from_keras
-    return lower(model, luma_input=luma_input, dense=dense)
+    return lower(model, luma_input=luma_input)
 
 
-def from_beatmup(path, dense="fixed16") -> Graph:
+def from_beatmup(path) -> Graph:
     """The net of Beatmup's chunk file at ``path`` (its weights as they are; input: the RGB
     picture after its input step, :func:`workbench.nets.beatmup_model.sample`)."""
     from workbench.nets import beatmup_model
 
-    return from_keras(beatmup_model.load(path), dense=dense)
+    return from_keras(beatmup_model.load(path))

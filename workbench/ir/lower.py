@@ -1,4 +1,6 @@
-"""Lowering a Keras functional model to the IR (:class:`workbench.ir.graph.Graph`).
+"""Lowering a Keras functional model to the IR (:class:`workbench.ir.graph.Graph`): the walk
+over its layers, each by its handler in :data:`LAYERS` (what one layer becomes:
+:mod:`.keras_layers`).
 
 BatchNorm is folded into the conv before it, a channel shuffle becomes the ``input_order`` of
 the conv that reads it, ``Quantize8`` (training-time rounding) disappears: RGBA8 storage does it.
@@ -10,23 +12,14 @@ from collections import Counter
 import keras
 import numpy as np
 
-from workbench.ir.graph import (
-    Add,
-    Concat,
-    Conv,
-    Dense,
-    DepthToSpace,
-    Graph,
-    Input,
-    Pool,
-    Upsample,
-    reads,
-)
-from workbench.ir.lowering import (LoweringError, check_demux_size, check_finite,
-                                   fold_batchnorm, store_subpixels)
-from workbench.ir.lowering import Scales, leaky_relu, prelu
+from workbench.ir.graph import Graph, Input, reads
+from workbench.ir.keras_layers import (activation_name, conv_from, fold_batchnorm_layer,
+                                       is_softmax, keras_activation, normalise, pool_from,
+                                       upsample_from)
+from workbench.ir.lowering import (LoweringError, Scales, check_demux_size, check_finite,
+                                   store_subpixels)
+from workbench.ir.ops import Add, Concat, Conv, Dense, DepthToSpace
 from workbench.ir.registry import Table
-from workbench.nets import activations
 from workbench.nets.layers import Act, AnchorResidual, GroupConv2D, Quantize8, Shuffle
 from workbench.nets.layers import DepthToSpace as D2S
 
@@ -47,117 +40,8 @@ SUPPORTED = ("Conv2D (any groups)", "DepthwiseConv2D", "GroupConv2D", "BatchNorm
              "Shuffle", "Quantize8")
 
 
-def _keras_activation(layer, op, found):
-    """Give ``op`` (a Conv or an Add) the Keras activation of ``layer``: linear, sigmoid,
-    relu6 (clipped at 6, stored as y / 6), a ReLU layer with a ``max_value``, or relu /
-    ``ReLU()``, LeakyReLU, PReLU (unbounded: ES 2.0 stores them with a calibrated scale)."""
-    where = f"layer {layer.name!r}"
-    if isinstance(layer, keras.layers.PReLU):
-        prelu(op, keras.ops.convert_to_numpy(layer.alpha), layer.input.shape[-1], where, -1)
-        return
-    if isinstance(layer, keras.layers.LeakyReLU):
-        op.activation = leaky_relu(layer.negative_slope, where)
-        return
-    if isinstance(layer, keras.layers.ReLU):
-        if layer.threshold or (layer.negative_slope and layer.max_value is not None):
-            raise LoweringError(f"{where}: a ReLU with a threshold, or a negative_slope and a "
-                                "max_value, has no GLSL form here")
-        if layer.negative_slope:
-            op.activation = leaky_relu(layer.negative_slope, where)
-            return
-        if layer.max_value is None:
-            op.activation = "relu"
-        else:
-            found.clip(op, 0, layer.max_value, where)
-        return
-    name = _activation_name(layer)
-    if name == "relu6":
-        found.clip(op, 0, 6, where)
-        return
-    if name == "leaky_relu":  # keras.activations.leaky_relu's default slope
-        op.activation = leaky_relu(0.2, where)
-        return
-    if name not in ("linear", "sigmoid", "relu"):
-        raise LoweringError(f"{where}: Keras activation {name!r} has no [0, 1]-bounded GLSL "
-                            f"form; use workbench.nets.layers.Act with one of "
-                            f"{activations.names()}")
-    op.activation = name
-
-
-def _activation_name(layer) -> str:
-    return getattr(getattr(layer, "activation", None), "__name__", "linear")
-
-
-def _is_softmax(layer) -> bool:
-    """A Softmax layer, an Activation("softmax"), or a layer whose activation is softmax."""
-    return isinstance(layer, keras.layers.Softmax) or _activation_name(layer) == "softmax"
-
-
-def _normalise(layer, found):
-    """Rescaling (``x * scale + offset``) or Normalization (``(x - mean) / sqrt(variance)``)
-    of the input, for :class:`Scales` to fold into the convs that read it."""
-    where = f"layer {layer.name!r}"
-    if isinstance(layer, keras.layers.Rescaling):
-        found.normalise("mul", layer.scale, where, -1)
-        found.normalise("add", layer.offset, where, -1)
-        return
-    if layer.invert:
-        raise LoweringError(f"{where}: an inverted Normalization; only of the input")
-    mean, variance = (keras.ops.convert_to_numpy(v) for v in (layer.mean, layer.variance))
-    found.normalise("sub", mean, where, -1)
-    found.normalise("div", np.maximum(np.sqrt(variance), keras.backend.epsilon()), where, -1)
-
-
 def _inputs(layer) -> list:
     return layer.input if isinstance(layer.input, list) else [layer.input]
-
-
-def _conv_from(layer, source, found):
-    if isinstance(layer, GroupConv2D):
-        stride, padding, groups = layer.strides, layer.padding, layer.groups
-    else:
-        if layer.strides[0] != layer.strides[1] or layer.dilation_rate != (1, 1):
-            raise LoweringError(f"layer {layer.name!r}: only square strides, no dilation")
-        stride, padding = layer.strides[0], layer.padding
-        groups = getattr(layer, "groups", 1)  # DepthwiseConv2D: set from its kernel below
-    weights = layer.get_weights()
-    kernel = weights[0].astype(np.float32)
-    if isinstance(layer, keras.layers.DepthwiseConv2D):  # (k, k, C, m): C groups of 1 -> m
-        groups = kernel.shape[2]
-        kernel = kernel.reshape(*kernel.shape[:2], 1, -1)
-    if kernel.shape[0] != kernel.shape[1]:
-        raise LoweringError(f"layer {layer.name!r}: only square kernels, got {kernel.shape[:2]}")
-    bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[3])
-    check_finite(layer.name, {"kernel": kernel, "bias": bias})
-    op = Conv(layer.name, source, kernel, bias.astype(np.float32), stride, padding, groups)
-    if not isinstance(layer, GroupConv2D):
-        _keras_activation(layer, op, found)
-    return op
-
-
-def _pool_from(layer, source) -> Pool:
-    """Max or average pooling: square windows of 2 or 3, square strides."""
-    (kh, kw), (sh, sw) = layer.pool_size, layer.strides
-    if kh != kw or sh != sw or kh not in (2, 3):
-        raise LoweringError(f"layer {layer.name!r}: pooling takes square 2x2 or 3x3 windows "
-                            f"and square strides, got {kh}x{kw} at {sh}x{sw}")
-    kind = "max" if isinstance(layer, keras.layers.MaxPooling2D) else "average"
-    return Pool(layer.name, source, kind, kh, sh, layer.padding)
-
-
-def _upsample_from(layer, source) -> Upsample:
-    """Nearest or bilinear upsampling by one whole factor on both axes."""
-    (sy, sx), how = layer.size, layer.interpolation
-    if sy != sx or how not in ("nearest", "bilinear"):
-        raise LoweringError(f"layer {layer.name!r}: upsampling takes one factor on both axes "
-                            f"and nearest or bilinear, got {sy}x{sx} {how}")
-    return Upsample(layer.name, source, sy, how)
-
-
-def _fold_batchnorm(conv, layer):
-    fold_batchnorm(conv, layer.name, layer.gamma.numpy() if layer.scale else 1.0,
-                   layer.beta.numpy() if layer.center else 0.0, layer.moving_mean.numpy(),
-                   layer.moving_variance.numpy(), layer.epsilon)
 
 
 # The Keras front end's table: Keras layer type -> handler(lowering, layer, its inputs), which
@@ -168,8 +52,8 @@ LAYERS = Table("the Keras front end", taken=SUPPORTED)
 class _Lowering:
     """What one :func:`from_keras` has found so far: the IR ops, what each Keras tensor is."""
 
-    def __init__(self, model, luma_input, dense):
-        self.model, self.luma_input, self.dense = model, luma_input, dense
+    def __init__(self, model, luma_input):
+        self.model, self.luma_input = model, luma_input
         channels = model.inputs[0].shape[-1]
         self.input = Input("image", 3 if luma_input else channels, rgb=luma_input)
         self.ops, self.tensor_of, self.order_of = [], {}, {}  # keras tensor id -> IR, pack order
@@ -230,7 +114,7 @@ def _input(low, layer, inputs):
 
 @LAYERS.add(GroupConv2D, keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
 def _conv(low, layer, inputs):
-    op = _conv_from(layer, low.producer(inputs[0], padded=True), low.found)
+    op = conv_from(layer, low.producer(inputs[0], padded=True), low.found)
     if id(inputs[0]) in low.pads:
         if op.padding != "valid":
             raise LoweringError(f"layer {layer.name!r}: reads a ZeroPadding2D, so its "
@@ -243,7 +127,7 @@ def _conv(low, layer, inputs):
 
 @LAYERS.add(keras.layers.BatchNormalization)
 def _batchnorm(low, layer, inputs):
-    _fold_batchnorm(low.last_conv(inputs[0], layer, "BatchNormalization"), layer)
+    fold_batchnorm_layer(low.last_conv(inputs[0], layer, "BatchNormalization"), layer)
     return low.producer(inputs[0])
 
 
@@ -263,13 +147,13 @@ def _activation(low, layer, inputs):
     if isinstance(layer, Act):
         op.activation = layer.activation
     else:
-        _keras_activation(layer, op, low.found)
+        keras_activation(layer, op, low.found)
     return op.name
 
 
 @LAYERS.add(keras.layers.Activation)
 def _activation_layer(low, layer, inputs):
-    return (_softmax if _is_softmax(layer) else _activation)(low, layer, inputs)
+    return (_softmax if is_softmax(layer) else _activation)(low, layer, inputs)
 
 
 @LAYERS.add(keras.layers.Rescaling, keras.layers.Normalization)
@@ -277,7 +161,7 @@ def _normalisation(low, layer, inputs):
     if low.producer(inputs[0]) != low.input.name or low.readers[id(inputs[0])] > 1:
         raise LoweringError(f"layer {layer.name!r}: a {type(layer).__name__} only of "
                             "the input, read by it alone (it folds into the convs)")
-    _normalise(layer, low.found)
+    normalise(layer, low.found)
     return low.input.name
 
 
@@ -328,13 +212,13 @@ def _concatenate(low, layer, inputs):
 @LAYERS.add(keras.layers.MaxPooling2D, keras.layers.AveragePooling2D)
 def _pooling(low, layer, inputs):
     low.keep_order(layer, inputs[0])  # per channel: the packs keep their order
-    return low.emit(_pool_from(layer, low.producer(inputs[0])))
+    return low.emit(pool_from(layer, low.producer(inputs[0])))
 
 
 @LAYERS.add(keras.layers.UpSampling2D)
 def _upsampling(low, layer, inputs):
     low.keep_order(layer, inputs[0])  # per channel: the packs keep their order
-    return low.emit(_upsample_from(layer, low.producer(inputs[0])))
+    return low.emit(upsample_from(layer, low.producer(inputs[0])))
 
 
 @LAYERS.add(keras.layers.GlobalAveragePooling2D)
@@ -347,16 +231,16 @@ def _dense(low, layer, inputs):
     if id(inputs[0]) not in low.pooled:
         raise LoweringError(f"layer {layer.name!r}: Dense must follow a "
                             "GlobalAveragePooling2D on ES 2.0")
-    probabilities = _is_softmax(layer)
+    probabilities = is_softmax(layer)
     layers = low.model.layers
-    last = layers[-1] is layer or (_is_softmax(layers[-1]) and layers[-2] is layer)
-    if (not probabilities and _activation_name(layer) != "linear") or not last:
+    last = layers[-1] is layer or (is_softmax(layers[-1]) and layers[-2] is layer)
+    if (not probabilities and activation_name(layer) != "linear") or not last:
         raise LoweringError(f"layer {layer.name!r}: Dense must be the last layer, "
                             "without activation or with softmax (on the CPU)")
     weight, bias = (w.astype(np.float32) for w in layer.get_weights())
     check_finite(layer.name, {"kernel": weight, "bias": bias})
     return low.emit(Dense(layer.name, low.pooled[id(inputs[0])], weight, bias, pool=True,
-                          number=low.dense, softmax=probabilities))
+                          softmax=probabilities))
 
 
 @LAYERS.add(AnchorResidual)
@@ -384,25 +268,22 @@ def _depth_to_space(low, layer, inputs):
                                  anchor_storage=law))
 
 
-def from_keras(model, luma_input=None, dense="fixed16") -> Graph:
+def from_keras(model, luma_input=None) -> Graph:
     """Lower a Keras functional model to a :class:`Graph`, one layer at a time by its handler
     in :data:`LAYERS` (a layer without one: :class:`workbench.ir.registry.NotTaken`).
 
     ``luma_input``: the net takes an RGB image and sees its full-range luma (the SR net).
     Default: True when the model has a 1-channel input.  A final DepthToSpace of a luma net
     becomes the SR demux (chroma from the input image; an AnchorResidual before it, its
-    anchor).  ``dense``: number format of a
-    final Dense layer, ``"fixed16"`` or ``"float"`` (see :class:`Dense`).
+    anchor).
     """
-    if dense not in ("fixed16", "float"):
-        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
     if not isinstance(model, keras.Model):
         raise TypeError(f"model: a Keras model, an ONNX model or a model file's path, not "
                         f"{type(model).__name__}")
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise LoweringError(f"model {model.name!r}: one input and one output are supported")
     channels = model.inputs[0].shape[-1]
-    low = _Lowering(model, channels == 1 if luma_input is None else luma_input, dense)
+    low = _Lowering(model, channels == 1 if luma_input is None else luma_input)
     for layer in model.layers:
         tensor = LAYERS.of(layer)(low, layer, _inputs(layer))
         if tensor is not None:

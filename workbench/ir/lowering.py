@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.ir.graph import (Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample,
-                                explicit_pads)
+from workbench.ir.graph import explicit_pads
+from workbench.ir.ops import Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample
 from workbench.nets import activations
 
 

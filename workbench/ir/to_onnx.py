@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.ir.graph import Add, Concat, Conv, Dense, DepthToSpace, Graph, Pool, Upsample
-from workbench.ir.graph import conv_pads, explicit_pads
+from workbench.ir.graph import Graph, conv_pads, explicit_pads
 from workbench.ir.onnx import ANCHOR_STORAGE
+from workbench.ir.ops import Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample
 from workbench.ir.registry import Table
 
 ACTIVATIONS = ("linear", "bounded_relu", "relu", "sigmoid", "sigmoid_like")

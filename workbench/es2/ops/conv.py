@@ -297,7 +297,7 @@ def check(op: ir.Conv, shapes, limits):
     check_storage(op.name, activations.of(op), limits)
 
 
-def prepare(op: ir.Conv, shapes, limits):
+def prepare(op: ir.Conv, shapes, limits, options):
     """``op`` split over the stages its programs need to fit ``limits``
     (:func:`workbench.es2.ops.split.stages_needed`), or ``op`` itself where it fits whole."""
     n = split.stages_needed(op, limits)

@@ -2,11 +2,12 @@
 program per block of input packs and chunk of pooled pixels, then reduction passes; the last
 adds the bias), its numbers in 16-bit fixed point packed two to an RGBA8 texel (or float in
 RGBA32F); its weights texture, emulator, limits, cost and output decoding.  What compile
-chooses for a device's limits (the blocks) lives in :class:`Gemv`, the prepared op.
+chooses (the number format, the blocks for a device's limits) lives in :class:`Gemv`, the
+prepared op.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -27,10 +28,27 @@ class Gemv(ir.Dense):
     input packs and ``chunk`` of the pooled pixels (0: all) writes one row of partial sums
     (divided by the number of pixels: the rows add up to the average); reduction passes add
     ``reduce`` rows at a time; the last adds the bias.  Weights and bias live in a texture:
-    row c = input channel c, the last row = bias."""
+    row c = input channel c, the last row = bias.  ``number`` (``es2.compile(dense=...)``):
+    ``"fixed16"`` keeps weights, partial sums and logits in 16-bit fixed point (range
+    [-128, 128), steps of 1/256; the weights scaled by ``2**weight_shift``) in RGBA8
+    textures, ``"float"`` in float32 (RGBA32F)."""
+    number: str = "fixed16"
     block: int = 4
     chunk: int = 0
     reduce: int = 8
+
+    @property
+    def pairs(self):
+        """Texels per row: two outputs per texel."""
+        return -(-self.cout // 2)
+
+    @property
+    def weight_shift(self):
+        """Power of two the fixed16 weights are scaled by, to use the range fully."""
+        if self.number != "fixed16":
+            return 0
+        biggest = float(np.abs(self.weight).max()) or 1.0
+        return int(np.clip(np.floor(np.log2(127.0 / biggest)), 0, 7))
 
     def pieces(self, shapes) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """``(input packs, pixels (x, y))`` of each multiply program, in row order."""
@@ -55,7 +73,7 @@ def fetches(op: Gemv, shapes) -> int:
     return max(4 * len(packs) + len(packs) * len(pixels) for packs, pixels in op.pieces(shapes))
 
 
-def _number_glsl(op: ir.Dense):
+def _number_glsl(op: Gemv):
     """enc2/dec2 (two values per texel) and wdec (a weight pair) for the op's number format."""
     if op.number == "float":
         return ("vec4 enc2(vec2 v) { return vec4(v, 0.0, 0.0); }\n"
@@ -111,7 +129,7 @@ def passes(op: Gemv, shapes, target: Target) -> list[Pass]:
     return out
 
 
-def weight_texture(op: ir.Dense) -> np.ndarray:
+def weight_texture(op: Gemv) -> np.ndarray:
     """The weights texture (``cin + 1`` rows of ``pairs`` texels): row c holds the weights of
     input c for outputs (2j, 2j+1), the last row the bias.  fixed16: weights scaled by
     ``2**weight_shift``, 2 bytes per value (uint8); float: float32 (RGBA32F)."""
@@ -125,8 +143,7 @@ def weight_texture(op: ir.Dense) -> np.ndarray:
     return fixed16.encode(values).reshape(op.cin + 1, op.pairs, 4)
 
 
-
-def constants(op: ir.Dense) -> dict[str, np.ndarray]:
+def constants(op: Gemv) -> dict[str, np.ndarray]:
     return {f"{op.name}/weights": weight_texture(op)}
 
 
@@ -205,11 +222,11 @@ def emulate(op: Gemv, x, arithmetic="float32"):
     return rows[0]
 
 
-def apply(op: ir.Dense, tensors, arithmetic):
+def apply(op: Gemv, tensors, arithmetic):
     return emulate(op, tensors[op.input], arithmetic)
 
 
-def stored(op: ir.Dense, logits) -> np.ndarray:
+def stored(op: Gemv, logits) -> np.ndarray:
     """The logits as the output texture holds them (1 x pairs x 4: two values a texel)."""
     values = np.zeros(2 * op.pairs)
     values[:op.cout] = logits
@@ -220,7 +237,7 @@ def stored(op: ir.Dense, logits) -> np.ndarray:
     return fixed16.encode(values).reshape(1, op.pairs, 4)
 
 
-def output(op: ir.Dense, texture) -> np.ndarray:
+def output(op: Gemv, texture) -> np.ndarray:
     """The logits (float32 vector) from the output texture; their softmax where the net ends
     with one (on the CPU)."""
     pairs = texture[0, :op.pairs]
@@ -229,13 +246,13 @@ def output(op: ir.Dense, texture) -> np.ndarray:
     return ir.softmax(logits) if op.softmax else logits
 
 
-def output_spec(op: ir.Dense) -> dict:
+def output_spec(op: Gemv) -> dict:
     """What a runtime needs to decode the logits texture (:func:`output`)."""
     return {"packs": 1, "kind": "logits", "number": op.number, "count": op.cout,
             "pairs": op.pairs, "softmax": op.softmax}
 
 
-def saturated(op: ir.Dense, textures) -> bool:
+def saturated(op: Gemv, textures) -> bool:
     """Whether a fixed16 partial sum or logit hit the end of the range on the GPU;
     ``textures``: ``{tensor: stored}`` of this op's textures."""
     return op.number == "fixed16" and any(
@@ -288,13 +305,13 @@ def cost(op: Gemv, shapes, programs=None) -> Cost:
                 programs=len(pieces) + len(rows) - 1)
 
 
-
-def prepare(op: ir.Dense, shapes, limits) -> Gemv:
-    """``op`` as a :class:`Gemv` with the largest blocks a multiply program can read within
-    ``limits`` (:func:`blocks_for`)."""
+def prepare(op: ir.Dense, shapes, limits, options) -> Gemv:
+    """``op`` as a :class:`Gemv` in the number format ``options["dense"]`` (compile's
+    ``dense``; default ``"fixed16"``) with the largest blocks a multiply program can read
+    within ``limits`` (:func:`blocks_for`)."""
     block, chunk = blocks_for(op, shapes, limits)
-    fields = {k: v for k, v in vars(op).items() if k not in ("block", "chunk", "reduce")}
-    return Gemv(**fields, block=block, chunk=chunk)
+    ir_fields = {f.name: getattr(op, f.name) for f in fields(ir.Dense)}
+    return Gemv(**ir_fields, number=options.get("dense", "fixed16"), block=block, chunk=chunk)
 
 
 def tile(op: ir.Dense, step, reach):

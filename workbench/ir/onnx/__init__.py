@@ -33,9 +33,9 @@ __all__ = ["ANCHOR", "ANCHOR_STORAGE", "OPSET_MIN", "SUPPORTED", "from_onnx", "i
            "opset_max", "upsample_reference"]
 
 
-def from_onnx(model, luma_input=None, dense="fixed16", input_size=None) -> Graph:
+def from_onnx(model, luma_input=None, input_size=None) -> Graph:
     """Lower an ONNX model (an ``onnx.ModelProto``, an :class:`~workbench.nets.onnx_model.
-    OnnxModel` or a path) to a :class:`Graph`.  ``luma_input`` and ``dense`` as
+    OnnxModel` or a path) to a :class:`Graph`.  ``luma_input`` as
     :func:`workbench.ir.from_keras`; ``input_size`` ``(height, width)`` fixes a dynamic input
     size (a net with a Gemm, or a Shape node, needs one)."""
     if isinstance(model, str) or hasattr(model, "__fspath__"):
@@ -47,7 +47,5 @@ def from_onnx(model, luma_input=None, dense="fixed16", input_size=None) -> Graph
                         f"{type(model).__name__}")
     proto = getattr(model, "proto", model)
     input_size = input_size or getattr(model, "input_size", None)
-    if dense not in ("fixed16", "float"):
-        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
-    lowering = Lowering(Model(proto, luma_input, input_size), dense)
+    lowering = Lowering(Model(proto, luma_input, input_size))
     return lowering.graph(getattr(model, "name", None))

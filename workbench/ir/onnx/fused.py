@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.ir.graph import Conv, Dense, DepthToSpace
 from workbench.ir.lowering import fold_batchnorm, leaky_relu, prelu
 from workbench.ir.onnx import nodes
 from workbench.ir.onnx.patterns import (ACTIVATIONS, ANCHOR, SHUFFLES, Anchor, Block, Classifier,
                                         Normalisation, Shuffle, perm)
 from workbench.ir.onnx.reader import attributes, refuse, where
+from workbench.ir.ops import Conv, Dense, DepthToSpace
 
 
 # --- what fuses into an op ---------------------------------------------------------------

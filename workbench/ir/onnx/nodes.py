@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.ir.graph import Add, Concat, Conv, Dense, Pool, Upsample
 from workbench.ir.lowering import check_finite
 from workbench.ir.onnx.patterns import ACTIVATIONS, ANCHOR
 from workbench.ir.onnx.reader import refuse, text
 from workbench.ir.onnx.resize import resize_agrees
+from workbench.ir.ops import Add, Concat, Conv, Dense, Pool, Upsample
 
 SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (after a Conv)",
              "Relu / LeakyRelu / PRelu (slope (C, 1, 1)) / Clip(0, m) / Sigmoid / HardSigmoid "
@@ -141,7 +141,7 @@ def dense(low, node, attrs, source) -> Dense:
             attrs.get("beta", 1.0)), weight.shape[1:]).astype(np.float32)
     name = low.name(node)
     check_finite(name, {"weight": weight, "bias": bias})
-    return Dense(name, source, weight.astype(np.float32), bias, pool=True, number=low.dense)
+    return Dense(name, source, weight.astype(np.float32), bias, pool=True)
 
 
 # --- the nodes on their own --------------------------------------------------------------

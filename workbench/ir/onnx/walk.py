@@ -4,20 +4,21 @@ node type's handler (:data:`workbench.ir.onnx.nodes.NODES`); what they share: th
 tensor -> IR tensor map, the ops made so far, the names, the refusals."""
 from __future__ import annotations
 
-from workbench.ir.graph import Dense, DepthToSpace, Graph, Input
+from workbench.ir.graph import Graph, Input
 from workbench.ir.lowering import LoweringError, Scales, check_demux_size
 from workbench.ir.onnx import patterns
 from workbench.ir.onnx.fused import PATTERNS
 from workbench.ir.onnx.nodes import NODES, SUPPORTED
 from workbench.ir.onnx.patterns import ANCHOR
 from workbench.ir.onnx.reader import attributes, refuse, safe_name
+from workbench.ir.ops import Dense, DepthToSpace
 
 
 class Lowering:
     """The state of one lowering of ``model`` (a :class:`~workbench.ir.onnx.reader.Model`)."""
 
-    def __init__(self, model, dense):
-        self.model, self.dense, self.const, self.uses = model, dense, model.const, model.uses
+    def __init__(self, model):
+        self.model, self.const, self.uses = model, model.const, model.uses
         self.luma, self.size, self.opset = model.luma, model.size, model.opset
         self.input = Input("image", 3 if self.luma else model.channels, rgb=self.luma)
         self.tensor_of = {model.input_name: self.input.name}  # ONNX tensor -> IR tensor
