@@ -222,6 +222,18 @@ def test_a_size_over_the_memory_available_is_refused_before_any_work(tmp_path, c
     assert _one_line(capsys).endswith("GB available; give a smaller --size")
 
 
+def test_the_memory_check_takes_a_classifier_file_at_its_own_size():
+    """`bench web --model classifier.onnx`: the check crashed on the unprepared dense layer;
+    a fixed-size net is checked at its size, not --size."""
+    import argparse
+
+    from workbench.files import project_root
+    from workbench.run.cli import _require_memory
+
+    model = str(project_root() / "models" / "cifar10_plain.onnx")
+    assert _require_memory(argparse.Namespace(model=model, size=100000, what="web")) is None
+
+
 @pytest.mark.parametrize("argv", [["drivers", "--model", "sr4"],
                                   ["bench", "web", "--model", "dogs"]])
 def test_an_unknown_model_name_is_one_line_naming_the_known_ones(argv, tmp_path, capsys):

@@ -182,6 +182,8 @@ def _require_memory(args):
     the net's IR (default: web's reference SR checkpoint, the others' random-weight sr_x2)."""
     from workbench import ir
     from workbench.es2 import plan
+    from workbench.es2.limits import ES2
+    from workbench.es2.net import prepared
     from workbench.nets.models import is_name, load_model, named, reference_sr, sr_x2
     given = getattr(args, "model", None)
     if given and is_name(given):
@@ -192,7 +194,9 @@ def _require_memory(args):
     else:
         model = (load_model(given) if given else
                  load_model(reference_sr()) if args.what == "web" else sr_x2())
-    plan.require_memory(ir.from_model(model), (args.size, args.size), "give a smaller --size")
+    graph = prepared(ir.from_model(model), ES2)  # as the run will hold it (a dense's blocks)
+    plan.require_memory(graph, graph.input_size or (args.size, args.size),
+                        "give a smaller --size")
 
 
 def _positive(text) -> int:
