@@ -1,6 +1,7 @@
 """The package's shape: imports flow one way (docs/design.md, "Architecture"), and the GL
 worker processes never load TensorFlow."""
 import ast
+import dataclasses
 import importlib
 import subprocess
 import sys
@@ -168,8 +169,8 @@ CONSUMERS = {"the ES 2.0 back end": "workbench.es2",
 # writes IR graphs as ONNX), the ES 2.0 and ES 3.1 back ends' records (a module per op each),
 # the zoo's writer of Keras layers as PyTorch's ONNX (Keras layer types, whose names
 # the checker cannot tell from the IR's).  Elsewhere a consumer asks its table.
-OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/onnx/", "workbench/ir/lowering.py",
-                 "workbench/ir/onnx/", "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
+OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/keras_layers.py", "workbench/ir/onnx/",
+                 "workbench/ir/lowering.py", "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
                  "workbench/es2/ops/", "workbench/es31/ops/")
 
 
@@ -230,6 +231,41 @@ def test_no_op_type_tests_outside_the_op_records():
     outside = {p: lines for p, lines in tested.items() if not p.startswith(OP_TYPE_HOMES)}
     assert not outside, f"op types tested outside the op records: {outside}"
     assert set(tested) >= {"workbench/ir/lower.py", "workbench/ir/to_onnx.py"}  # it sees them
+
+
+# Fields some IR op types have and others not: asking an op for one by getattr / hasattr is
+# asking its kind (ir.ops.Op answers what any consumer may ask: reads, activation, residual,
+# storage, anchor_storage, rgb_output, nearest).
+_FIELDS = [{f.name for f in dataclasses.fields(t)} for t in ir.OP_TYPES.values()]
+KIND_FIELDS = set.union(*_FIELDS) - set.intersection(*_FIELDS)
+
+
+def attribute_probes(path: Path) -> list[int]:
+    """Lines of ``path`` that probe an op for another kind's field: ``getattr(op,
+    "chroma_from", None)``, ``hasattr(op, "interpolation")``."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr",
+                                                                                 "hasattr")
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in KIND_FIELDS]
+
+
+def test_no_attribute_probes_outside_the_op_records():
+    """An op or its record answers "RGB output?", "nearest?", "what do you read?" (issue
+    41): nothing outside the homes of op-type tests probes an op for a field of some kinds."""
+    root = PACKAGE.parent
+    probed = {p.relative_to(root).as_posix(): attribute_probes(p) for p in PACKAGE.rglob("*.py")}
+    outside = {p: lines for p, lines in probed.items() if lines and not p.startswith(OP_TYPE_HOMES)}
+    assert not outside, f"ops probed for another kind's field outside the op records: {outside}"
+    assert {"chroma_from", "interpolation", "anchor", "kernel"} <= KIND_FIELDS
+    assert "name" not in KIND_FIELDS and "input" not in KIND_FIELDS  # every op has them
+
+
+def test_the_attribute_probe_checker_finds_each_form(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('a = getattr(op, "chroma_from", None)\nb = hasattr(op, "interpolation")\n'
+                   'c = getattr(op, "name")\nd = op.anchor\ne = getattr(op, "anchor")\n')
+    assert attribute_probes(bad) == [1, 2, 5]
 
 
 def test_the_op_type_checker_finds_each_form(tmp_path):

@@ -72,7 +72,7 @@ def test_real_nets_need_what_issue_43_built():
     for net in (mobilenet, resnet):
         assert any(getattr(op, "split", 1) > 1 for op in net.graph.ops)
         assert all(op.activation == "bounded_relu" for op in net.graph.ops
-                   if hasattr(op, "activation"))
+                   if op.activation is not None)
     wide = [op for op in resnet.graph.ops
             if getattr(op, "kernel", np.zeros(0)).shape[:3] == (3, 3, 64)]
     assert wide and all(op.split >= 3 for op in wide)

@@ -34,7 +34,7 @@ MARGIN = 1.5  # the calibrated ranges widened by this factor (values past them a
 
 def unbounded(op) -> bool:
     """Whether ``op``'s activation leaves [0, 1] (an op without one keeps its input's)."""
-    if getattr(op, "activation", None) is None:
+    if op.activation is None:
         return False
     low, high = activations.of(op).output_range or (-np.inf, np.inf)
     return low < 0 or high > 1
@@ -73,7 +73,7 @@ def stored_as(graph: ir.Graph, found, margin=MARGIN) -> dict[str, tuple[np.ndarr
               for name, (low, high) in found.items()}
     offsets = {name: low.astype(np.float64) for name, (low, _) in found.items()}
     tied = [(op.name, op.residual) for op in graph.ops
-            if getattr(op, "residual", None) and (op.name in found or op.residual in found)]
+            if op.residual and (op.name in found or op.residual in found)]
     for _ in range(len(tied)):  # until every tie agrees (a chain of residual blocks)
         for a, b in tied:
             both = np.maximum(scales.get(a, 1.0), scales.get(b, 1.0))

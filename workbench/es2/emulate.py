@@ -161,7 +161,7 @@ def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
 
 def _rgb_tensors(graph):
     """Tensors that hold RGB pictures (the GPU stores alpha 255 there)."""
-    rgb = {op.name for op in graph.ops if getattr(op, "chroma_from", None)}
+    rgb = {op.name for op in graph.ops if op.rgb_output}
     if graph.input.rgb:
         rgb.add(graph.input.name)
     return rgb

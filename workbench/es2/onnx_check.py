@@ -45,7 +45,7 @@ def ranges(model, net, images) -> list[dict]:
     graph = net.graph
     origin = graph.origin or {}
     layers = [op for op in graph.ops if op.name in origin and record(op).stored is None
-              and not getattr(op, "chroma_from", None)]  # 8-bit images of the ONNX tensor's
+              and not op.rgb_output]  # 8-bit images of the ONNX tensor's
     if not layers:  # every 8-bit layer stored with a scale: nothing ONNX's values can check
         return []
     found = {op.name: {"onnx": [], "stored": []} for op in layers}

@@ -54,7 +54,7 @@ def peak_texture_bytes(graph: ir.Graph, hw) -> int:
         nbytes[owner] = nbytes.get(owner, 0) + texture_bytes(*texture)
     last = {graph.input.name: len(graph.ops), graph.output: len(graph.ops)}
     for i, op in enumerate(graph.ops):
-        for name in ir.reads(op):
+        for name in op.reads:
             last[name] = max(last.get(name, i), i)
     born = {graph.input.name: -1, **{op.name: i for i, op in enumerate(graph.ops)}}
     return max(sum(b for name, b in nbytes.items() if born[name] <= i <= last.get(name, born[name]))

@@ -93,12 +93,6 @@ class Input:
         return (*hw, self.channels)
 
 
-def reads(op) -> list[str]:
-    """Every tensor ``op`` reads: its input, and a residual, chroma, other or others."""
-    extra = [getattr(op, f, None) for f in ("residual", "chroma_from", "other")]
-    return [op.input, *(t for t in extra if t), *getattr(op, "others", ())]
-
-
 @dataclass
 class Graph:
     input: Input
@@ -113,19 +107,17 @@ class Graph:
         SR demux with the same ``anchor_storage``."""
         readers, by_name = {}, {op.name: op for op in self.ops}
         for op in self.ops:
-            for tensor in reads(op):
+            for tensor in op.reads:
                 readers.setdefault(tensor, []).append(op)
         for op in self.ops:
-            law = getattr(op, "storage", "linear")
+            law = op.storage
             storage.check(law, f"layer {op.name!r}: storage")
-            if law != "linear" and ([getattr(r, "anchor_storage", None) for r in
-                                     readers.get(op.name, [])] != [law]
-                                    or readers[op.name][0].input != op.name):
+            if law != "linear" and ([r.anchor_storage for r in readers.get(op.name, [])]
+                                    != [law] or readers[op.name][0].input != op.name):
                 raise ValueError(f"layer {op.name!r}: storage {law!r} needs one reader, "
                                  f"an SR demux with anchor_storage {law!r}")
-            decodes = getattr(op, "anchor_storage", "linear")
-            if decodes != "linear" and getattr(by_name.get(op.input), "storage",
-                                               "linear") != decodes:
+            decodes, source = op.anchor_storage, by_name.get(op.input)
+            if decodes != "linear" and (source.storage if source else "linear") != decodes:
                 raise ValueError(f"layer {op.name!r}: anchor_storage {decodes!r} needs its "
                                  f"input stored so (a Conv with storage {decodes!r})")
 
@@ -178,7 +170,7 @@ class Graph:
     def rgb_output(self) -> bool:
         """Whether the output is an RGB picture: the SR demux, which puts the net's luma
         sub-pixels and the input's chroma back together (its ``chroma_from``)."""
-        return bool(getattr(self.op(self.output), "chroma_from", None))
+        return self.op(self.output).rgb_output
 
     def channels(self, name) -> int:
         """Channels of tensor ``name`` (they do not depend on the input size)."""

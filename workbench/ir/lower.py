@@ -12,7 +12,7 @@ from collections import Counter
 import keras
 import numpy as np
 
-from workbench.ir.graph import Graph, Input, reads
+from workbench.ir.graph import Graph, Input
 from workbench.ir.keras_layers import (activation_name, conv_from, fold_batchnorm_layer,
                                        is_softmax, keras_activation, normalise, pool_from,
                                        upsample_from)
@@ -85,7 +85,7 @@ class _Lowering:
         ops = self.ops
         at = next((i for i, o in enumerate(ops) if o.name == name), None)
         op = ops[at] if at is not None else None
-        if (not isinstance(op, kinds) or any(name in reads(o) for o in ops[at + 1:])
+        if (not isinstance(op, kinds) or any(name in o.reads for o in ops[at + 1:])
                 or op.activation != "linear" or id(keras_tensor) in self.order_of):
             raise LoweringError(f"layer {layer.name!r}: {what} must directly follow a "
                                 f"convolution without activation (it follows {name!r})")

@@ -23,7 +23,10 @@
   CPU.  How its sums are stored is each back end's choice (ES 2.0: 16-bit fixed point or
   float, :class:`workbench.es2.ops.dense.Gemv`).
 
-Each back end reports an op's :class:`workbench.ir.cost.Cost`.
+Each back end reports an op's :class:`workbench.ir.cost.Cost`.  What any consumer may ask
+any op (what it reads, its activation, whether it makes an RGB picture, whether it samples
+nearest) every op answers (:class:`Op`): nothing outside the op records probes an op for
+another kind's attribute (``tests/test_architecture.py``).
 """
 from __future__ import annotations
 
@@ -35,8 +38,33 @@ from workbench.ir.graph import PACK, conv_out_hw, conv_pads, packs
 from workbench.nets import storage
 
 
+class Op:
+    """The questions any consumer may ask any IR op, answered for an op that has none of
+    what they ask about; the op types that have it answer with their fields (a dataclass
+    field of the same name) or properties."""
+    activation: str | None = None  # the activation after it (Conv, Add)
+    residual: str | None = None    # a tensor added before the activation (Conv)
+    storage: str = "linear"        # its output as its texture holds it (Conv: "sqrt")
+    anchor_storage: str = "linear"  # its input as it reads it (the SR demux)
+
+    @property
+    def reads(self) -> list[str]:
+        """Every tensor it reads."""
+        return [self.input, *([self.residual] if self.residual else [])]
+
+    @property
+    def rgb_output(self) -> bool:
+        """Whether its output is an RGB picture (the SR demux)."""
+        return False
+
+    @property
+    def nearest(self) -> bool:
+        """Whether it upsamples nearest (an upsampling, the SR demux's anchor)."""
+        return False
+
+
 @dataclass
-class Conv:
+class Conv(Op):
     name: str
     input: str
     kernel: np.ndarray
@@ -126,7 +154,7 @@ class Conv:
 
 
 @dataclass
-class DepthToSpace:
+class DepthToSpace(Op):
     name: str
     input: str
     block: int
@@ -144,6 +172,18 @@ class DepthToSpace:
         storage.check(self.anchor_storage, f"layer {self.name!r}: anchor_storage")
         if self.anchor_storage != "linear" and not self.anchor:
             raise ValueError(f"layer {self.name!r}: anchor_storage needs an anchor")
+
+    @property
+    def reads(self) -> list[str]:
+        return [self.input, *([self.chroma_from] if self.chroma_from else [])]
+
+    @property
+    def rgb_output(self) -> bool:
+        return bool(self.chroma_from)
+
+    @property
+    def nearest(self) -> bool:
+        return self.anchor == "nearest"
 
     def out_shape(self, shapes, hw):
         h, w, c = shapes[self.input]
@@ -167,7 +207,7 @@ class DepthToSpace:
         return packs(self.out_channels(shapes))
 
 
-class SameChannelsPacks:
+class SameChannelsPacks(Op):
     """For an op whose output packs follow its output's channels (its ``out_shape``)."""
 
     def out_packs(self, shapes):
@@ -200,6 +240,10 @@ class Upsample(SameChannelsPacks):
     scale: int
     interpolation: str = "nearest"
 
+    @property
+    def nearest(self) -> bool:
+        return self.interpolation == "nearest"
+
     def out_shape(self, shapes, hw):
         h, w, c = shapes[self.input]
         return (h * self.scale, w * self.scale, c)
@@ -214,6 +258,10 @@ class Add(SameChannelsPacks):
     other: str
     activation: str = "linear"
     activation_slope: np.ndarray | None = None  # as Conv's
+
+    @property
+    def reads(self) -> list[str]:
+        return [self.input, self.other]
 
     def out_shape(self, shapes, hw):
         return shapes[self.input]
@@ -230,6 +278,10 @@ class Concat(SameChannelsPacks):
     def inputs(self) -> tuple[str, ...]:
         return (self.input, *self.others)
 
+    @property
+    def reads(self) -> list[str]:
+        return list(self.inputs)
+
     def out_shape(self, shapes, hw):
         h, w, _ = shapes[self.input]
         return (h, w, sum(shapes[t][2] for t in self.inputs))
@@ -240,7 +292,7 @@ class Concat(SameChannelsPacks):
 
 
 @dataclass
-class Dense:
+class Dense(Op):
     """Fully connected layer (logits).
 
     ``weight`` is ``(cin, cout)``.  ``pool``: the input is averaged over all its pixels first

@@ -74,7 +74,7 @@ class _Writer:
         return self.node("Mul", [x, self.const(f"{layer}.scale{k or ''}", factor)], layer)
 
     def activation(self, out, op, order=slice(None)):  # order: of a conv's output channels
-        act, name = getattr(op, "activation", "linear"), op.name
+        act, name = op.activation or "linear", op.name
         if act.startswith("leaky_relu:"):  # nn.LeakyReLU(slope)
             return self.node("LeakyRelu", [out], name, alpha=float(act.split(":", 1)[1]))
         if act in ("prelu", "bounded_prelu"):  # nn.PReLU(channels): a slope (C, 1, 1)
@@ -218,7 +218,7 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
                           [helper.make_tensor_value_info("output", TensorProto.FLOAT, out_shape)],
                           inits),
         opset_imports=[helper.make_opsetid("", opset)], producer_name="workbench")
-    laws = {getattr(op, "anchor_storage", "linear") for op in graph.ops} - {"linear"}
+    laws = {op.anchor_storage for op in graph.ops} - {"linear"}
     if laws:  # an 8-bit storage law is not ONNX's: metadata that from_onnx reads back
         helper.set_model_props(model, {ANCHOR_STORAGE: laws.pop()})
     onnx.checker.check_model(model)

@@ -167,8 +167,7 @@ def unavailable_peers(graph, size, peers=PEERS) -> dict:
 def webgl_nearest(graph) -> str | None:
     """Why onnxruntime-web's WebGL back end cannot run ``graph``'s ONNX form: its packed
     Resize has no nearest mode (a nearest upsampling or anchor)."""
-    nearest = [op.name for op in graph.ops if "nearest" in (getattr(op, "interpolation", None),
-                                                            getattr(op, "anchor", None))]
+    nearest = [op.name for op in graph.ops if op.nearest]
     return (f"onnxruntime-web's WebGL back end has no nearest Resize (layer {nearest[0]!r}: "
             "'resize (packed) does not support mode: nearest')" if nearest else None)
 

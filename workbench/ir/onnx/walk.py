@@ -76,7 +76,7 @@ class Lowering:
         follow = (f"{what} must directly follow a "
                   f"{' or '.join(k.__name__ for k in kinds)} without activation")
         if (not isinstance(op, kinds) or self.tensor_of.get(onnx_name) != op.name
-                or getattr(op, "activation", "linear") != "linear"):
+                or op.activation != "linear"):
             refuse(node, follow)
         if self.uses[onnx_name] > 1:
             refuse(node, f"its input {onnx_name!r} is also used elsewhere; {what} "
