@@ -169,7 +169,8 @@ def check_precision(precision, limits: Limits = ES2):
     precision = precision or limits.float_precision
     if precision == "highp" and limits.float_precision != "highp":
         raise LimitError(f"precision 'highp': {limits.name} fragment shaders have no highp float "
-                         "(mediump only); compile with precision='mediump'")
+                         "(mediump only); compile for mediump (--precision mediump, "
+                         f"es2.Target.of({limits.name!r}, 'mediump'))")
     return precision
 
 
