@@ -1,13 +1,14 @@
-"""Convolutions too wide for one ES 2.0 program, split over their input packs
-(workbench.es2.ops.split): llvmpipe's bytes against the emulator, the output against TensorFlow,
-the cost against a hand count, the stored partial sums against numpy's exact sums."""
+"""Convolutions too wide for one ES 2.0 program, split over their input packs and, where one
+pack is too many, their kernel rows (workbench.es2.ops.split): llvmpipe's bytes against the
+emulator, the output against TensorFlow, the cost against a hand count, the stored partial sums
+against numpy's exact sums, a driver's refusal fitted by splitting rows."""
 import keras
 import numpy as np
 import pytest
 
 from workbench import es2, ir
-from workbench.es2 import emulate
-from workbench.es2.ops import split
+from workbench.es2 import emulate, limits
+from workbench.es2.ops import conv, split
 from workbench.nets.layers import Act
 
 from .test_bundle import bundled, outputs
@@ -47,7 +48,9 @@ def test_a_3x3_conv_over_64_channels_is_split_and_runs_as_emulated(residual):
     model = wide_model(residual=residual)
     net = es2.compile(model)
     wide = net.graph.op("wide")
-    assert split.stages(wide) == [tuple(range(6)), tuple(range(6, 11)), tuple(range(11, 16))]
+    rows = tuple(range(3))
+    assert split.stages(wide) == [(tuple(range(6)), rows), (tuple(range(6, 11)), rows),
+                                  (tuple(range(11, 16)), rows)]
     x = image()
     gpu, predicted = net.run(x, keep=True), net.emulate(x, keep=True)
     for name in predicted:
@@ -113,3 +116,93 @@ def test_split_net_saves_loads_and_replays_in_the_bundle(tmp_path):
         assert entry["bytes_equal_emulator"] == 1.0
     levels = emulate.to_packs(again.emulate(image()))
     np.testing.assert_array_equal(levels, net.run(image(), keep=True)[net.graph.output])
+
+
+def window_model(size, width, seed=0):
+    """RGB (-> a 3x3 conv to ``width`` channels, stored bounded, where ``width`` > 3) -> a
+    ``size`` x ``size`` 'same' conv to 4 channels ("wide"), sigmoid_like."""
+    rng = np.random.default_rng(seed)
+    x = inputs = keras.Input((None, None, 3))
+    if width > 3:
+        x = Act("bounded_relu")(keras.layers.Conv2D(width, 3, padding="same", name="first")(x))
+    y = Act("sigmoid_like")(keras.layers.Conv2D(4, size, padding="same", name="wide")(x))
+    model = keras.Model(inputs, y)
+    for layer in model.layers:
+        if layer.get_weights():
+            kernel, bias = layer.get_weights()
+            layer.set_weights([rng.normal(0, 2 / np.sqrt(np.prod(kernel.shape[:3])),
+                                          kernel.shape).astype("f4"),
+                               rng.normal(0.2, 0.1, bias.shape).astype("f4")])
+    return model
+
+
+def runs_as_emulated_and_as_tf(net, model, x):
+    """Every tensor's bytes on llvmpipe are the emulator's; the wide layer's output is TF's
+    (on the emulator's stored input) within half a level plus half a step of each stored
+    partial sum (sigmoid_like's slope is under 1)."""
+    gpu, predicted = net.run(x, keep=True), net.emulate(x, keep=True)
+    for name in predicted:
+        np.testing.assert_array_equal(gpu[name], predicted[name], err_msg=name)
+    wide = net.graph.op("wide")
+    stored = predicted[wide.input][..., :wide.cin] / 255.0
+    layer = model.get_layer("wide")
+    reference = keras.Model(layer.input, model.output)(stored[None]).numpy()[0]
+    rounding = (split.count(wide) - 1) * 2.0 ** -(9 + split.shift(wide))
+    assert np.abs(predicted["wide"][..., :4] / 255.0 - reference).max() \
+        <= 0.5 / 255 + rounding + 1e-5
+
+
+def test_a_9x9_conv_over_one_pack_splits_its_rows(tmp_path):
+    """81 fetches of one input pack (ES 2.0 allows 64), refused until now: its rows in 2
+    stages, 5 rows (45 fetches) and 4 (36 + 2)."""
+    model = window_model(9, 3)
+    whole = ir.from_model(model).op("wide")
+    with pytest.raises(limits.LimitError, match="texel fetches per fragment = 81"):
+        conv.check(whole, None, limits.ES2)  # what compile said of it before
+    net = es2.compile(model)
+    wide = net.graph.op("wide")
+    assert (wide.split, wide.row_split) == (1, 2)
+    assert split.stages(wide) == [((0,), tuple(range(5))), ((0,), tuple(range(5, 9)))]
+    x = image(4, (17, 13, 3))
+    runs_as_emulated_and_as_tf(net, model, x)
+    cost = net.cost((10, 12))["wide"]
+    assert cost.programs == 3 == len([p for p in net.passes if p.op == "wide"])
+    assert cost.texel_fetches == 10 * 12 * (2 * 9 * 5 + 9 * 4 + 2)
+    again = es2.load(net.save(tmp_path / "saved"))
+    assert again.graph.op("wide").row_split == 2
+    np.testing.assert_array_equal(again.run(x, keep=True)["wide"], net.run(x, keep=True)["wide"])
+    np.testing.assert_array_equal(again.emulate(x), net.emulate(x))
+
+
+@pytest.mark.parametrize("device, expected", [(None, (2, 1)), ("gc2000", (2, 3))])
+def test_a_7x7_conv_over_two_packs(device, expected):
+    """ES 2.0: one input pack a stage (49 fetches) fits; gc2000's 64 constant slots take a
+    partial stage of 3 rows of one pack at 2 channels (51 slots), not of 4 (65): its 2 packs
+    in 2 runs of 3 bands of rows, 6 stages."""
+    model = window_model(7, 8)
+    net = es2.compile(model, device)
+    wide = net.graph.op("wide")
+    assert (wide.split, wide.row_split) == expected
+    assert split.count(wide) == expected[0] * expected[1]
+    runs_as_emulated_and_as_tf(net, model, image(5, (12, 9, 3)))
+
+
+def test_a_driver_refusal_is_fitted_by_splitting_rows():
+    """The op table's 5x5 'same' conv over a whole pack with sigmoid_like: Vivante's compiler
+    refuses it at 260 instructions (> 256) even at one output channel a program; fit=True
+    then splits its rows over 2 stages, recorded on the graph, so the emulator follows."""
+    from tests.ops import cases
+    from workbench.gl import drivers
+
+    if drivers.available() is not None:
+        pytest.skip(drivers.available())
+    case = next(c for c in cases.CASES if c.op == "Conv" and c.name == "5x5")
+    net = es2.compile(case.build("sigmoid_like"), "gc2000", fit=True)
+    assert "kernel rows split over 2 stages" in net.changes[-1]
+    wide = next(op for op in net.graph.ops if isinstance(op, ir.Conv))
+    assert (wide.split, wide.row_split) == (1, 2)
+    x = cases.image(case)
+    gpu, predicted = net.run(x, keep=True), net.emulate(x, keep=True)
+    for name in predicted:  # (a tensor's own channels)
+        c = net.graph.channels(name)
+        np.testing.assert_array_equal(gpu[name][..., :c], predicted[name][..., :c], err_msg=name)

@@ -4,10 +4,12 @@
 returns what the driver said of each; :func:`require` refuses, in one line naming the
 program, the driver and its message, a net the driver's compiler cannot take;
 :func:`fit` re-plans the refused layers with fewer output channels a program (a compiler
-that keeps literals in a small constant file, as Vivante's does, then takes them) until the
-driver accepts, and keeps VideoCore IV's programs within its two-thread register budget
-where its estimated cycles say that pays.  A colour mask lets several programs write one RGBA target, so the bytes
-stay those of the whole-pack programs: the cost is passes and texel fetches, not dB.
+that keeps literals in a small constant file, as Vivante's does, then takes them) and then,
+a convolution at one input pack a stage, fewer kernel rows a stage, until the driver
+accepts, and keeps VideoCore IV's programs within its two-thread register budget where its
+estimated cycles say that pays.  A colour mask lets several programs write one RGBA target,
+so the bytes stay those of the whole-pack programs: the cost is passes and texel fetches, not
+dB (a row split adds the partial sums' fixed-point step, :mod:`workbench.es2.ops.split`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import replace
 from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS, formed
+from workbench.es2.ops.split import finer_rows
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
@@ -64,14 +67,16 @@ def fit(graph, generate, driver: str):
     makes the passes with ``{conv layer: {"channels": n, "inline_masks": bool}}``.
 
     1. Each refused convolution gets the next smaller count of output channels a program
-       (4, 2, 1) until the driver accepts every program.
+       (4, 2, 1), then, at 1 and one input pack a stage (or one in all), its kernel rows
+       split over more stages (``row_split``, :func:`workbench.es2.ops.split.finer_rows`),
+       until the driver accepts every program.
     2. Where the driver estimates cycles (vc4), a convolution with single-threaded programs
        computes its padding masks per tap (fewer live registers), kept only when the
        driver's estimated cycles of that layer drop.
 
     Returns ``(passes, reports, changes, options)``: ``changes`` says per layer what changed
     and what it measured, ``options`` what ``generate`` was asked; a program still refused at
-    1 channel, or one of another op, raises :class:`DriverRejected`."""
+    1 channel and one row a stage, or one of another op, raises :class:`DriverRejected`."""
     options: dict[str, dict] = {}
     changes = []
     gpu = drivers.driver(driver).gpu
@@ -81,14 +86,21 @@ def fit(graph, generate, driver: str):
         if not failed:
             break
         for layer in dict.fromkeys(p.op for p, _ in failed):
+            op, asked = graph.op(layer), options.setdefault(layer, {})
             now = _channels(passes, layer)
             smaller = [c for c in CHANNELS if c < now]
-            if "channels" not in layer_options(graph.op(layer)) or not smaller:
+            rows = "row_split" in layer_options(op) and finer_rows(op, asked.get("row_split"))
+            why = f"the {gpu} compiler refused it ({_reason(failed, layer)})"
+            if "channels" not in layer_options(op) or not (smaller or rows):
                 raise DriverRejected(rejection(driver, failed) + "; nothing left to split")
-            options.setdefault(layer, {})["channels"] = smaller[0]
-            changes.append(f"layer {layer!r}: {smaller[0]} output channel"
-                           f"{'s' if smaller[0] > 1 else ''} a program (was {now}): the {gpu} "
-                           f"compiler refused it ({_reason(failed, layer)})")
+            if smaller:
+                asked["channels"] = smaller[0]
+                changes.append(f"layer {layer!r}: {smaller[0]} output channel"
+                               f"{'s' if smaller[0] > 1 else ''} a program (was {now}): {why}")
+            else:
+                asked["row_split"] = rows
+                changes.append(f"layer {layer!r}: its kernel rows split over {rows} stages "
+                               f"a run of input packs: {why}")
     single = dict.fromkeys(p.op for p, r in zip(passes, reports)
                            if r.stats.get("threads") == 1 and "estimated_cycles" in r.stats
                            and _padded(graph.op(p.op)))
@@ -171,9 +183,9 @@ def _form_key(passes, reports, layer, metric):
 
 
 def ordered(graph, options):
-    """``graph`` with the summation order (and residual's place) ``options`` chose recorded
-    on its convolutions (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a
-    saved net."""
+    """``graph`` with the summation order (and residual's place, and the row split :func:`fit`
+    asked) ``options`` chose recorded on its convolutions
+    (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a saved net."""
     def form(op):
         return {k: v for k, v in options.get(op.name, {}).items() if k in FORM}
 

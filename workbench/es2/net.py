@@ -198,7 +198,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         if tune:
             passes, _, tuned, options = drivers.tune(graph, passes_with, gpu, options)
             changes += tuned
-            graph = drivers.ordered(graph, options)
+        graph = drivers.ordered(graph, options)
     else:
         passes = passes_with()
         if gpu:

@@ -96,7 +96,7 @@ def inside_mask(axis, d) -> str:
     return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
 
 
-def coordinates(size, stride, masked, inline_masks=False) -> list[str]:
+def coordinates(size, stride, masked, inline_masks=False, rows=None) -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     divided by ``u_in_size``; the window's first tap at ``(gl_FragCoord.xy - 0.5) * stride +
@@ -104,11 +104,12 @@ def coordinates(size, stride, masked, inline_masks=False) -> list[str]:
     row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
     Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
     ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
-    live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1)."""
+    live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1);
+    ``rows``: only these rows' (a stage of a split conv that holds some of its rows)."""
     lines = ["    vec2 inv = 1.0 / u_in_size;",
              f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
     for axis in "xy":
-        for d in range(size):
+        for d in range(size) if axis == "x" or rows is None else rows:
             step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
             lines.append(f"    float {axis}{d} = uv.{axis}{step};")
             if masked and not inline_masks:

@@ -7,7 +7,8 @@ The shader sums as :func:`emulate` does, in one of the summation orders
 (:mod:`workbench.es2.ops.orders`); a tap in the padding is masked
 (:mod:`workbench.es2.ops.padding`); a program holds its weights as literals or uniforms
 (:mod:`workbench.es2.ops.weights`); a program too wide for the target is split over its input
-packs (:mod:`workbench.es2.ops.split`, which also plans the split).
+packs and, where one pack is too many, its kernel rows (:mod:`workbench.es2.ops.split`, which
+also plans the split).
 """
 from __future__ import annotations
 
@@ -43,20 +44,24 @@ class ConvForm(ir.Conv):
     """A :class:`workbench.ir.Conv` whose programs add their products in ``order``
     (:data:`ORDERS`), its residual (if any) to the bias before them where
     ``residual_first`` (else after them), as :func:`workbench.es2.drivers.tune` chose for a
-    target's compiler; the emulator follows both.  ``split``: the stages its input packs are
-    split over where one program would exceed the limits (:mod:`workbench.es2.ops.split`,
-    chosen by :func:`prepare`).  (How a program holds its weights changes no arithmetic: a
-    layer option of :func:`passes`, not a field.)"""
+    target's compiler; the emulator follows both.  ``split``: the runs its input packs are
+    split over where one program would exceed the limits, ``row_split``: the bands each
+    run's kernel rows are split over where one input pack a program is still too many (its
+    stages: :mod:`workbench.es2.ops.split`; chosen by :func:`prepare`, or by
+    :func:`workbench.es2.drivers.fit` where a driver refuses).  (How a program holds its
+    weights changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
     residual_first: bool = False
     split: int = 1
+    row_split: int = 1
 
 
-FORM = ("order", "residual_first")  # the layer options a ConvForm records
+FORM = ("order", "residual_first", "row_split")  # the layer options a ConvForm records
 
 
 def formed(op: ir.Conv, **form) -> ConvForm:
-    """``op`` with the fields ``form`` (:data:`FORM`: ``order``, ``residual_first``)."""
+    """``op`` with the fields ``form`` (:data:`FORM`: ``order``, ``residual_first``,
+    ``row_split``; :func:`prepare`: ``split``)."""
     fields = {k: v for k, v in vars(op).items() if k not in form}
     return ConvForm(**fields, **form)
 
@@ -75,8 +80,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     (:data:`~workbench.es2.ops.weights.WEIGHTS`; uniforms for a program that writes one whole pack).
     ``residual_first``: the residual added to the bias, before the products (vc4 then fetches
     it with the others instead of waiting for it at the end).  ``stage``: the program is that
-    :class:`~workbench.es2.ops.split.Stage` of a split op, for one pack: its run of input packs,
-    starting from the partial sums before it; a partial stage writes its half's sums."""
+    :class:`~workbench.es2.ops.split.Stage` of a split op, for one pack: its run of input packs
+    and rows of taps, starting from the partial sums before it; a partial stage writes its
+    half's sums."""
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     partial = stage is not None and not stage.last
@@ -92,6 +98,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         raise ValueError("weights as uniforms: for a program that writes one whole pack")
     every = op.input_packs(packs[0])
     positions = [j for j in stage.positions if j < len(every)] if stage else range(len(every))
+    rows = stage.rows if stage else None
     in_packs = [every[j] for j in positions]
     padding = padding_terms(op, [op.logical_packs(packs[0])[j] for j in positions]
                              if not op.luma_input else [0])
@@ -115,7 +122,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
-    body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks)
+    body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows)
     residual = "" if not (op.residual and residual_first and not partial) else \
         " + texture2D({}, gl_FragCoord.xy / u_out_size)"
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
@@ -128,7 +135,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                         inline_masks, constants)
     else:
         body += chain(op, sums, outs, weights, samplers[:len(in_packs)], padded, inline_masks,
-                      constants, padding, channels)
+                      constants, padding, channels, rows)
     for k, s in enumerate(sums):
         if partial:
             body.append(f"    gl_FragColor = {split.store_glsl(op, stage, s)};")
@@ -165,7 +172,7 @@ def _kept(values, kept):
 
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
-           order=None, weights="literals", residual_first=None) -> list[Pass]:
+           order=None, weights="literals", residual_first=None, row_split=None) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
@@ -176,9 +183,13 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     program, where they fit the limits' uniform vectors (else literals).
     ``residual_first``: see :func:`program`, default the op's own.  A split op
     (:mod:`workbench.es2.ops.split`): its partial stages' programs, then its last stage's as
-    these options make them, one pack each."""
+    these options make them, one pack each; ``row_split``: its kernel rows split over that
+    many stages a run of input packs (a driver's ask, :func:`workbench.es2.drivers.fit`),
+    default the op's own."""
     precision, limits = target.precision, target.limits
-    order = "chain" if op.pad_value is not None else order or getattr(op, "order", "chain")
+    if row_split:
+        op = formed(op, row_split=row_split)
+    order = _order(op, order)
     if residual_first is None:
         residual_first = getattr(op, "residual_first", False)
     channels = channels or channels_per_program(op, limits.constant_vectors)
@@ -202,6 +213,18 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
                 residual_first=residual_first, stage=last.get(packs[0]))
         for packs in programs(op, draw_buffers, limits.texture_units,
                               limits.fetches_per_fragment)]
+
+
+def _chained(op) -> bool:
+    """Its programs add their products in a chain, whatever the order asked: where its
+    padding holds a value (masked per tap) or its kernel rows are split over stages."""
+    return op.pad_value is not None or getattr(op, "row_split", 1) > 1
+
+
+def _order(op, order=None) -> str:
+    """How its (last stage's) programs add their products: ``order``, default the op's own,
+    or a chain (:func:`_chained`)."""
+    return "chain" if _chained(op) else order or getattr(op, "order", "chain")
 
 
 def emulate(op: ir.Conv, x, residual=None):
@@ -240,14 +263,15 @@ def emulate(op: ir.Conv, x, residual=None):
                 product += window[..., index[j, i]] * weight[dy, dx, j, i]
             yield product
 
-    def summed(order, positions):  # the terms in ``order``, each added to the sum in turn
-        return emulated_terms(order, k, lambda dy, dx: products(dy, dx, positions))
+    def summed(order, positions, rows):  # the terms in ``order``, each added to the sum in turn
+        return emulated_terms(order, k, lambda dy, dx: products(dy, dx, positions),
+                              None if len(rows) == k else rows)
 
-    *runs, last = split.stages(op) if split.count(op) > 1 else [range(index.shape[0])]
+    *partials, last = split.stages(op)
     partial = None  # the stages before, as the next reads them (a split op)
-    for run in runs:  # a partial stage: a chain from the sums before, stored in fixed point
+    for run, rows in partials:  # a partial stage: a chain from the sums before, in fixed point
         sums = np.zeros((oh, ow, op.cout), F) if partial is None else partial.copy()
-        for term in summed("chain", run):
+        for term in summed("chain", run, rows):
             sums += term
         partial = split.stored(op, sums, F)
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
@@ -256,7 +280,7 @@ def emulate(op: ir.Conv, x, residual=None):
     first = getattr(op, "residual_first", False)
     if residual is not None and first:
         out += residual[..., :op.cout]
-    for term in summed(getattr(op, "order", "chain"), last):
+    for term in summed(_order(op), *last):
         out += term
     if residual is not None and not first:
         out += residual[..., :op.cout]
@@ -292,16 +316,16 @@ def apply(op: ir.Conv, tensors, arithmetic):
 def check(op: ir.Conv, shapes, limits):
     """The limits of every program of ``op`` (each stage's, where it is split) in its
     one-target form, and 8-bit storage."""
-    for need in split.stage_needs(op):
-        split.check_need(op, need, limits)
+    for stage in split.programs(op):
+        split.check_stage(op, stage, limits)
     check_storage(op.name, activations.of(op), limits)
 
 
 def prepare(op: ir.Conv, shapes, limits, options):
     """``op`` split over the stages its programs need to fit ``limits``
     (:func:`workbench.es2.ops.split.stages_needed`), or ``op`` itself where it fits whole."""
-    n = split.stages_needed(op, limits)
-    return op if n == 1 else formed(op, split=n)
+    n, rows = split.stages_needed(op, limits)
+    return op if (n, rows) == (1, 1) else formed(op, split=n, row_split=rows)
 
 
 def fetches(op: ir.Conv, packs) -> int:
@@ -309,7 +333,7 @@ def fetches(op: ir.Conv, packs) -> int:
     each input pack once per tap (shared by the outputs), plus one residual texel per output;
     a split op's heaviest stage's."""
     if split.count(op) > 1:
-        return max(need[2] for need in split.stage_needs(op))
+        return max(stage.fetches(op) for stage in split.programs(op))
     inputs = {p for pack in packs for p in op.input_packs(pack)}
     return op.size ** 2 * len(inputs) + (len(packs) if op.residual else 0)
 
@@ -342,10 +366,10 @@ def programs(op: ir.Conv, draw_buffers=1, max_units=None, max_fetches=None) -> l
 def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
     """Output channels one program of ``op`` writes: 4 (a whole pack), or 2 or 1 when its
     literals would not fit ``constant_vectors`` slots (None: no such budget)."""
-    inputs = split.stage_needs(op)[-1][0]  # the last stage's, where it is split
+    last = split.programs(op)[-1]  # the last stage's, where it is split
     for channels in (4, 2, 1):
         if constant_vectors is None or \
-                split.constant_slots(op, channels, inputs) <= constant_vectors:
+                split.constant_slots(op, channels, last) <= constant_vectors:
             return channels
     return 1
 
@@ -397,8 +421,9 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
     residual = ("residual_first",) if op.residual else ()
-    order = ("order",) if op.pad_value is None else ()  # a padding value: masked per tap
-    return ("channels", *masks, *order, *residual, "weights")
+    order = () if _chained(op) else ("order",)
+    rows = ("row_split",) if op.size > 1 else ()
+    return ("channels", *masks, *order, *residual, "weights", *rows)
 
 
 RECORD = register(ir.Conv, OpRecord(

@@ -20,9 +20,9 @@ ORDERS = {
 }
 
 
-def taps(size):
-    """The window's taps ``(dy, dx)``, row by row."""
-    return [(dy, dx) for dy in range(size) for dx in range(size)]
+def taps(size, rows=None):
+    """The window's taps ``(dy, dx)``, row by row (``rows``: only those rows)."""
+    return [(dy, dx) for dy in (range(size) if rows is None else rows) for dx in range(size)]
 
 
 def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
@@ -59,18 +59,19 @@ def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
 
 
 def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, padding,
-          channels=None) -> list[str]:
+          channels=None, rows=None) -> list[str]:
     """The lines that add the products into ``sums`` in a chain, tap by tap and, in a tap,
     input pack by input pack (``samplers``), times the tap's mask and plus its ``padding``
     term where it may lie in the padding; ``channels``: a program that writes only these
-    components of its one pack (the kept rows of each ``mat4 * t``)."""
+    components of its one pack (the kept rows of each ``mat4 * t``); ``rows``: only the taps
+    of these kernel rows (a stage of a row split, :mod:`workbench.es2.ops.split`)."""
     many = len(sums) > 1
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     part = "".join("xyzw"[k] for k in kept)
     lines = []
     if many or (channels is not None and not op.luma_input):  # a texel fetched once
         lines.append("    float y;" if op.luma_input else "    vec4 t;")
-    for dy, dx in taps(op.size):
+    for dy, dx in taps(op.size, rows):
         where, mask = f"vec2(x{dx}, y{dy})", (f" * m{dx}_{dy}" if padded else "")
         if padded:
             lines.append(tap_mask(dx, dy, inline_masks))
@@ -113,11 +114,14 @@ def _vec(values, kept):
     return glsl_float(values[0]) if len(values) == 1 else glsl_vec(values, len(values))
 
 
-def emulated_terms(order, size, products):
+def emulated_terms(order, size, products, rows=None):
     """The emulator's terms in ``order``, each added to the sum in turn: ``products(dy, dx)``
-    yields the products of a tap, one an input pack."""
+    yields the products of a tap, one an input pack; ``rows``: a chain over only the taps of
+    these kernel rows."""
     if order == "chain":
-        return (p for dy, dx in taps(size) for p in products(dy, dx))
+        return (p for dy, dx in taps(size, rows) for p in products(dy, dx))
+    if rows is not None:
+        raise ValueError(f"order {order!r}: a stage of split rows adds its products in a chain")
     if order == "taps":
         return (added(products(dy, dx)) for dy, dx in taps(size))
     if order == "rows":

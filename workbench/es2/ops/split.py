@@ -1,14 +1,17 @@
-"""A convolution too wide for one ES 2.0 program, split over its input packs.
+"""A convolution too wide for one ES 2.0 program, split over its input packs (and rows).
 
 Where one program of a :class:`workbench.ir.Conv` would need more texel fetches, texture
 units or sampled channels than the target allows (a 3x3 conv over 32 channels: 72 fetches,
 the ES 2.0 budget is 64), :func:`stages_needed` splits each output pack's input packs into
-``n`` runs ("stages", :func:`stages`).  Stage ``k < n - 1`` adds its run's products to the
-partial sums of the stages before it (no bias) and stores them in 16-bit fixed point
+runs and, where even one input pack a program is too many (a 9x9 window: 81 fetches), each
+run's kernel rows into bands: a stage (:func:`stages`) is one run's taps in one band of rows,
+``n`` stages in all.  Stage ``k < n - 1`` adds its products (a chain) to the partial sums
+of the stages before it (no bias) and stores them in 16-bit fixed point
 (:mod:`workbench.es2.fixed16`, two values a texel) scaled by ``2**shift``: channels 0-1 of
 output pack ``p`` in texture ``2p`` of tensor ``{layer}/partial{k}``, channels 2-3 in
 ``2p + 1`` (one program each).  The last stage starts from the bias plus the decoded partial
-sums, adds its own products, then the residual and the activation as an unsplit program.
+sums, adds its own products, then the residual and the activation as an unsplit program
+(in the op's summation order; a chain where its rows are split).
 
 The inputs are 8-bit levels in [0, 1], so a partial sum lies between minus the sum of an
 output's negative weights and the sum of its positive ones: :func:`shift` keeps that bound
@@ -17,7 +20,7 @@ emulator follows every stage's float arithmetic and fixed-point store exactly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,11 +36,13 @@ HALVES = ("xy", "zw")  # the components a partial-sum texture holds: 2 values a 
 @dataclass(frozen=True)
 class Stage:
     """One program's share of a split convolution: the positions (in the list of input packs
-    an output pack reads) of its run, its index among ``count`` stages and, for a stage that
-    writes partial sums, the ``half`` of the output pack it writes (0: channels 0-1)."""
+    an output pack reads) of its run, the kernel ``rows`` (``dy``) of its taps, its index
+    among ``count`` stages and, for a stage that writes partial sums, the ``half`` of the
+    output pack it writes (0: channels 0-1)."""
     index: int
     count: int
     positions: tuple[int, ...]
+    rows: tuple[int, ...]
     half: int | None = None
 
     @property
@@ -57,7 +62,15 @@ class Stage:
     def fetches(self, op) -> int:
         """Texel fetches a fragment of its program: each input pack of its run once a tap,
         one texel of each partial-sum texture and of the residual."""
-        return op.size ** 2 * len(self.positions) + _extra_inputs(self, bool(op.residual))
+        return self.taps(op) * len(self.positions) + _extra_inputs(self, bool(op.residual))
+
+    def taps(self, op) -> int:
+        """Taps of its window: its rows' columns."""
+        return op.size * len(self.rows)
+
+    def channels(self, op) -> int:
+        """Input channels its program samples."""
+        return min(op.kernel.shape[2], ir.PACK * len(self.positions))
 
     def reads(self, op, pack) -> list[tuple[str, int]]:
         """The partial-sum textures the stage starts from: none for the first."""
@@ -73,15 +86,13 @@ def partial_tensor(op, index) -> str:
 
 
 def count(op) -> int:
-    """The stages of ``op``: its ``split`` (1 for an op compiled whole)."""
-    return getattr(op, "split", 1)
+    """The stages of ``op``: its ``split`` times its ``row_split`` (1 for an op compiled
+    whole)."""
+    return getattr(op, "split", 1) * getattr(op, "row_split", 1)
 
 
-def stages(op, n=None) -> list[tuple[int, ...]]:
-    """The positions each of ``n`` stages (default :func:`count`) reads: consecutive runs of
-    the output pack's input packs, the longer runs first."""
-    n = n or count(op)
-    total = 1 if op.luma_input else max(len(op.logical_packs(p)) for p in range(op.out_packs()))
+def runs(total, n) -> list[tuple[int, ...]]:
+    """``range(total)`` in ``n`` consecutive runs, the longer runs first."""
     size, extra = divmod(total, n)
     out, first = [], 0
     for k in range(n):
@@ -91,13 +102,26 @@ def stages(op, n=None) -> list[tuple[int, ...]]:
     return out
 
 
+def stages(op, split=None, row_split=None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``(positions, rows)`` of each stage in order: the output pack's input packs in
+    ``split`` runs (default the op's own), each run's kernel rows in ``row_split`` bands
+    (default the op's own), the run's bands one after the other."""
+    split, row_split = split or getattr(op, "split", 1), row_split or getattr(op, "row_split", 1)
+    return [(run, rows) for run in runs(input_packs(op), split)
+            for rows in runs(op.size, row_split)]
+
+
+def input_packs(op) -> int:
+    """The input packs an output pack reads (the most of any)."""
+    return 1 if op.luma_input else max(len(op.logical_packs(p)) for p in range(op.out_packs()))
+
+
 def stage_list(op, pack) -> list[Stage]:
     """The programs of output pack ``pack`` of a split ``op`` in order: each partial stage's
     halves (only those the pack's channels reach), then the last stage."""
-    runs, n = stages(op), count(op)
+    *partials, last = programs(op)
     halves = [h for h in range(2) if 2 * h < op.cout - pack * ir.PACK]
-    return ([Stage(k, n, runs[k], h) for k in range(n - 1) for h in halves]
-            + [Stage(n - 1, n, runs[-1])])
+    return [replace(stage, half=h) for stage in partials for h in halves] + [last]
 
 
 def _extra_inputs(stage: Stage, residual: bool) -> int:
@@ -149,54 +173,70 @@ def stored(op, sums, dtype):
     return (fixed16.glsl_dec(load(levels, arithmetic)) * dtype(2.0 ** -shift(op))).astype(dtype)
 
 
-def stage_needs(op, n=None) -> list[tuple[int, int, int]]:
-    """``(input channels sampled, texture units, texel fetches a fragment)`` of a program of
-    each of ``n`` stages (default the op's own split; 1: the op whole), one pack a program."""
-    n = n or count(op)
-    needs = []
-    for k, run in enumerate(stages(op, n)):
-        stage = Stage(k, n, run, None if k == n - 1 else 0)
-        needs.append((min(op.kernel.shape[2], ir.PACK * len(run)), stage.units(op),
-                      stage.fetches(op)))
-    return needs
+def programs(op, split=None, row_split=None) -> list[Stage]:
+    """One program of each stage (:func:`stages`; default the op's own split; 1, 1: the op
+    whole), of one output pack (a partial stage's first half): what the limits check."""
+    *partials, last = stages(op, split, row_split)
+    n = len(partials) + 1
+    return [Stage(k, n, *partial, 0) for k, partial in enumerate(partials)] + [
+        Stage(n - 1, n, *last)]
 
 
-def check_need(op, need, limits):
-    """A program's ``need`` (one of :func:`stage_needs`) against ``limits``:
+def check_stage(op, stage: Stage, limits):
+    """A program of ``stage`` (one of :func:`programs`) against ``limits``:
     :class:`~workbench.es2.limits.LimitError` naming the limit it exceeds."""
-    channels, texture_units, texel_fetches = need
+    channels = stage.channels(op)
     fits(op.name, "input channels sampled per program", channels, limits.channels_per_program,
          limits)
     if limits.sampled_channels:
         fits(op.name, "input channels sampled per output", 3 if op.luma_input else channels,
              limits.sampled_channels[op.size > 1], limits)
-    fits(op.name, "texture units", texture_units, limits.texture_units, limits)
-    fits(op.name, "texel fetches per fragment", texel_fetches, limits.fetches_per_fragment, limits)
+    fits(op.name, "texture units", stage.units(op), limits.texture_units, limits)
+    fits(op.name, "texel fetches per fragment", stage.fetches(op), limits.fetches_per_fragment,
+         limits)
 
 
-def stages_needed(op, limits) -> int:
-    """The fewest stages whose programs fit ``limits`` (with a constant budget: a partial
-    stage's at 2 output channels a program, the last stage's at 1); 1 where the op fits
-    whole, or where no split fits (its check then names the limit)."""
-    for n in range(1, len(stages(op, 1)[0]) + 1):
-        needs = stage_needs(op, n)
+def stages_needed(op, limits) -> tuple[int, int]:
+    """``(split, row_split)``: the fewest runs of input packs whose stages fit ``limits``
+    (with a constant budget: a partial stage's program at 2 output channels, the last
+    stage's at 1); where even one input pack a stage does not fit, the fewest stages in all
+    with the kernel's rows split as well (fewer bands of rows first); ``(1, 1)`` where the op
+    fits whole, or where no split fits (its check then names the limit)."""
+    packs = input_packs(op)
+    splits = [(n, 1) for n in range(1, packs + 1)] + sorted(
+        ((n, r) for n in range(1, packs + 1) for r in range(2, op.size + 1)),
+        key=lambda nr: (nr[0] * nr[1], nr[1]))
+    for n, r in splits:
+        stage_programs = programs(op, n, r)
         try:
-            for need in needs:
-                check_need(op, need, limits)
+            for stage in stage_programs:
+                check_stage(op, stage, limits)
         except LimitError:
             continue
-        slots = [constant_slots(op, 2, channels) for channels, _, _ in needs[:-1]]
-        slots.append(constant_slots(op, 1, needs[-1][0]))
+        slots = [constant_slots(op, 1 if stage.last else 2, stage) for stage in stage_programs]
         if limits.constant_vectors is None or max(slots) <= limits.constant_vectors:
-            return n
-    return 1
+            return n, r
+    return 1, 1
 
 
-def constant_slots(op, channels, inputs=None) -> int:
+def finer_rows(op, row_split=None) -> int | None:
+    """The next ``row_split`` of ``op`` (from ``row_split``, default its own) that narrows
+    its widest band of kernel rows, where its stages hold one input pack each (or it has
+    one); None where they hold more, or one row each."""
+    now = row_split or getattr(op, "row_split", 1)
+    if getattr(op, "split", 1) < input_packs(op):
+        return None
+    widest = -(-op.size // now)
+    return next((r for r in range(now + 1, op.size + 1) if -(-op.size // r) < widest), None)
+
+
+def constant_slots(op, channels, stage=None) -> int:
     """The vec4 constant slots a program of ``op`` writing ``channels`` output channels needs
     where the compiler keeps literals in the uniform file (Vivante): its weights and biases,
     4 to a slot, plus 8 for the coordinates' constants (measured on etnaviv: the SR net's
-    3x3 program of 432 weights took 111 slots, 109 for the weights and biases); ``inputs``:
-    the input channels it reads (default all of its group's)."""
-    taps = op.size * op.size * (1 if op.luma_input else inputs or op.kernel.shape[2])
+    3x3 program of 432 weights took 111 slots, 109 for the weights and biases); ``stage``:
+    a program of that stage (its input channels and rows; default all of its group's)."""
+    taps = stage.taps(op) if stage else op.size * op.size
+    inputs = stage.channels(op) if stage else op.kernel.shape[2]
+    taps *= 1 if op.luma_input else inputs
     return -(-channels * (taps + 1) // ir.PACK) + 8
