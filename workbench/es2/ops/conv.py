@@ -3,8 +3,8 @@ activation, one program per output pack of 4 channels (or, with draw buffers, pe
 that read the same inputs; or, for a compiler with a small constant file, per 2 or 1 output
 channels under a colour mask), its emulator, limits, cost and tiling.
 
-The shader sums as :func:`emulate` does, in one of the summation orders
-(:mod:`workbench.es2.ops.orders`); a tap in the padding is masked
+The shader sums as its emulator (:mod:`workbench.es2.ops.conv_emulator`) does, in one of the
+summation orders (:mod:`workbench.es2.ops.orders`); a tap in the padding is masked
 (:mod:`workbench.es2.ops.padding`); a program holds its weights as literals or uniforms
 (:mod:`workbench.es2.ops.weights`); a program too wide for the target is split over its input
 packs and, where one pack is too many, its kernel rows (:mod:`workbench.es2.ops.split`, which
@@ -18,10 +18,11 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
-from workbench.es2.emulate import F32, luma, quantize
+from workbench.es2.emulate import quantize
 from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops import split
-from workbench.es2.ops.orders import ORDERS, chain, emulated_terms, grouped
+from workbench.es2.ops.conv_emulator import emulate
+from workbench.es2.ops.orders import ORDERS, chain, chained, grouped, order_of
 from workbench.es2.ops.padding import padding_terms
 from workbench.es2.ops.weights import Weights, uniforms_fit
 from workbench.es2.plan import pack_textures
@@ -189,7 +190,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     precision, limits = target.precision, target.limits
     if row_split:
         op = formed(op, row_split=row_split)
-    order = _order(op, order)
+    order = order_of(op, order)
     if residual_first is None:
         residual_first = getattr(op, "residual_first", False)
     channels = channels or channels_per_program(op, limits.constant_vectors)
@@ -213,98 +214,6 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
                 residual_first=residual_first, stage=last.get(packs[0]))
         for packs in programs(op, draw_buffers, limits.texture_units,
                               limits.fetches_per_fragment)]
-
-
-def _chained(op) -> bool:
-    """Its programs add their products in a chain, whatever the order asked: where its
-    padding holds a value (masked per tap) or its kernel rows are split over stages."""
-    return op.pad_value is not None or getattr(op, "row_split", 1) > 1
-
-
-def _order(op, order=None) -> str:
-    """How its (last stage's) programs add their products: ``order``, default the op's own,
-    or a chain (:func:`_chained`)."""
-    return "chain" if _chained(op) else order or getattr(op, "order", "chain")
-
-
-def emulate(op: ir.Conv, x, residual=None):
-    """Convolution + bias (+ residual) + activation of HxWxC ``x`` (float32, or float16 for
-    mediump: the arithmetic follows ``x``'s type), companded by its ``storage`` law, before
-    the 8-bit store.
-
-    Summed as the shader sums, in the op's ``order`` (:data:`ORDERS`; a plain Conv: the
-    chain): the products are per tap and input pack of 4 channels ``mat4 * vec4`` (its 4
-    terms in channel order; a weight 0 where the channel is outside the output's group adds
-    exactly 0); a tap in the padding reads zeros, as the shader's masks make it.  The
-    residual is added last, or to the bias first (``residual_first``).
-    """
-    F = np.float16 if np.asarray(x).dtype == np.float16 else F32
-    x = np.asarray(x, F)
-    if op.luma_input:
-        x = luma(x[..., :3])[..., None]
-    if op.input_order is not None:  # physical pack order -> logical channel order
-        x = np.concatenate([x[..., 4 * p:4 * p + 4] for p in op.input_order], axis=-1)
-    x = x[..., :op.cin]
-    h, w = x.shape[:2]
-    (oh, ow), (pt, pl), k, s = op.out_hw((h, w)), op.pads((h, w)), op.size, op.stride
-    padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
-                       x.shape[2]), F)
-    if op.pad_value is not None:  # what the shader's masked taps read (exactly)
-        padded[:] = op.pad_value[:x.shape[2]].astype(F)
-    padded[pt:pt + h, pl:pl + w] = x
-    index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
-    weight = weight.astype(F)
-
-    def products(dy, dx, positions):  # of the tap's input packs, each output's j-th: mat4 * vec4
-        window = padded[dy:dy + (oh - 1) * s + 1:s, dx:dx + (ow - 1) * s + 1:s]
-        for j in positions:
-            product = window[..., index[j, 0]] * weight[dy, dx, j, 0]
-            for i in range(1, ir.PACK):
-                product += window[..., index[j, i]] * weight[dy, dx, j, i]
-            yield product
-
-    def summed(order, positions, rows):  # the terms in ``order``, each added to the sum in turn
-        return emulated_terms(order, k, lambda dy, dx: products(dy, dx, positions),
-                              None if len(rows) == k else rows)
-
-    *partials, last = split.stages(op)
-    partial = None  # the stages before, as the next reads them (a split op)
-    for run, rows in partials:  # a partial stage: a chain from the sums before, in fixed point
-        sums = np.zeros((oh, ow, op.cout), F) if partial is None else partial.copy()
-        for term in summed("chain", run, rows):
-            sums += term
-        partial = split.stored(op, sums, F)
-    out = np.tile(op.bias.astype(F), (oh, ow, 1))
-    if partial is not None:
-        out += partial
-    first = getattr(op, "residual_first", False)
-    if residual is not None and first:
-        out += residual[..., :op.cout]
-    for term in summed(_order(op), *last):
-        out += term
-    if residual is not None and not first:
-        out += residual[..., :op.cout]
-    return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
-
-
-def _gathers(op: ir.Conv):
-    """For every output channel ``o`` at once, what its program multiplies: ``index[j, i, o]``
-    the input channel that is component ``i`` of its ``j``-th input pack and ``weight[dy, dx,
-    j, i, o]`` its weight (:meth:`workbench.ir.Conv.tap_weights`; 0 past the pack's inputs or
-    the channel's group, and for a ``j`` beyond those of its pack, which adds exactly 0)."""
-    packs = range(op.out_packs())
-    logical = [[0] if op.luma_input else op.logical_packs(p) for p in packs]
-    slots = max(map(len, logical))
-    index = np.zeros((slots, ir.PACK, op.cout), int)
-    weight = np.zeros((op.size, op.size, slots, ir.PACK, op.cout), np.float32)
-    for p, firsts in zip(packs, logical):
-        outs = range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))
-        w = op.tap_weights(p)
-        for j, first in enumerate(firsts):
-            for i in range(ir.PACK):
-                index[j, i, outs.start:outs.stop] = min(ir.PACK * first + i, op.cin - 1)
-            weight[:, :, j, :, outs.start:outs.stop] = w[:, :, j, :, :len(outs)]
-    return index, weight
 
 
 def apply(op: ir.Conv, tensors, arithmetic):
@@ -421,7 +330,7 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
     residual = ("residual_first",) if op.residual else ()
-    order = () if _chained(op) else ("order",)
+    order = () if chained(op) else ("order",)
     rows = ("row_split",) if op.size > 1 else ()
     return ("channels", *masks, *order, *residual, "weights", *rows)
 

@@ -136,3 +136,15 @@ def added(values):
     for v in values:
         total += v
     return total
+
+
+def chained(op) -> bool:
+    """Its programs add their products in a chain, whatever the order asked: where its
+    padding holds a value (masked per tap) or its kernel rows are split over stages."""
+    return op.pad_value is not None or getattr(op, "row_split", 1) > 1
+
+
+def order_of(op, order=None) -> str:
+    """How its (last stage's) programs add their products: ``order``, default the op's own,
+    or a chain (:func:`chained`)."""
+    return "chain" if chained(op) else order or getattr(op, "order", "chain")
