@@ -387,6 +387,20 @@ def test_pooled_dense(number, cin, cout, hw):
         glslang.validate_many({p.name: p.source for p in net.passes})
 
 
+@pytest.mark.parametrize("block, chunk", [(1, 0), (4, 0), (4, 5), (8, 16)])
+def test_the_dense_layers_piece_count_is_its_pieces_without_listing_them(block, chunk):
+    """The page sizes a dense layer's textures at large sample sizes: counting its pieces
+    without listing every pixel (export-web of a pooled classifier took 12 s for it)."""
+    from workbench.es2.ops.dense import Gemv
+
+    for cin, pool, (h, w) in [(3, True, (7, 3)), (13, True, (8, 8)), (64, False, (1, 1)),
+                              (48, True, (1, 5))]:
+        op = Gemv("d", "x", np.zeros((cin, 10), np.float32), np.zeros(10, np.float32),
+                  pool=pool, block=block, chunk=chunk)
+        shapes = {"x": (h, w, cin)}
+        assert op.piece_count(shapes) == len(op.pieces(shapes))
+
+
 def test_compile_leaves_the_ir_it_lowered_unchanged(monkeypatch):
     """es2.compile chooses the dense layer's block of input packs for its limits on a
     prepared copy (es2's Gemv); the lowered graph's Dense has no ES 2.0 geometry."""

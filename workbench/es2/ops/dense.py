@@ -59,9 +59,16 @@ class Gemv(ir.Dense):
         return [(list(range(b, min(b + self.block, n))), pixels[c:c + step])
                 for b in range(0, n, self.block) for c in range(0, every, step)]
 
+    def piece_count(self, shapes) -> int:
+        """``len(self.pieces(shapes))``, without listing the pixels (the page sizes its
+        textures at large sample sizes)."""
+        h, w, _ = shapes[self.input]
+        every = max(h * w if self.pool else 1, 1)
+        return -(-ir.packs(self.cin) // self.block) * -(-every // (self.chunk or every))
+
     def reductions(self, shapes) -> list[int]:
         """Row counts: of the partial sums, then after each reduction pass (ends at 1)."""
-        rows = [len(self.pieces(shapes))]
+        rows = [self.piece_count(shapes)]
         while rows[-1] > 1 or len(rows) == 1:
             rows.append(-(-rows[-1] // self.reduce))
         return rows
