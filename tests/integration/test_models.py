@@ -40,6 +40,8 @@ def test_the_reference_checkpoints_are_there():
 
 @pytest.mark.parametrize("card_path", CLASSIFIER_CARDS, ids=[c.stem for c in CLASSIFIER_CARDS])
 def test_classifier_checkpoint_matches_its_card(card_path):
+    """TF's top-1 on the 10,000 test images is the card's; the GPU agrees with TF on every
+    hundredth (the card: on 99.58 % of all)."""
     import numpy as np
 
     from workbench.studies import deploy
@@ -55,8 +57,8 @@ def test_classifier_checkpoint_matches_its_card(card_path):
     assert len(images) == card["test"]["images"]
     top1 = np.mean(np.argmax(model.predict(images, batch_size=500, verbose=0), -1) == labels)
     assert top1 == pytest.approx(card["test"]["top1_tf"], abs=0.002)
-    result = deploy.compare_classifier(model, es2.compile(model), list(images[::50]),
-                                       labels[::50], emulate=False, progress=False)
+    result = deploy.compare_classifier(model, es2.compile(model), list(images[::100]),
+                                       labels[::100], emulate=False, progress=False)
     assert result["gpu_top1_equals_tf"] >= 0.99
 
 

@@ -134,13 +134,16 @@ def run(notebook, values: dict[str, list], profile="quick", collect="summary", o
     return table
 
 
-def _client(address, timeout=10):
+CONNECT_SECONDS = 10  # how long a --dask scheduler has to answer
+
+
+def _client(address):
     """A Dask client of the scheduler at ``address``; ConnectionError in one line naming
-    ``--dask`` when none answers within ``timeout`` seconds."""
+    ``--dask`` when none answers within :data:`CONNECT_SECONDS`."""
     from dask.distributed import Client
 
     try:
-        return Client(address, timeout=timeout)
+        return Client(address, timeout=CONNECT_SECONDS)
     except (OSError, ValueError) as err:
         raise ConnectionError(f"--dask {address}: no Dask scheduler answers there ("
                               f"{str(err).splitlines()[0]}); start one (dask scheduler) or "
