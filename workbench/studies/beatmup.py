@@ -226,7 +226,7 @@ def classifier_timing(net, paths, step) -> dict:
 
 # --- both implementations through the targets' compilers ----------------------------------
 
-def implementations(model_path) -> dict:
+def implementations(model_path, nets=("x2", "classifier")) -> dict:
     """``{net: {implementation: (check, draws, programs)}}`` for x2 (a 256x256 photo) and the
     classifier (one photo): ``check(driver)`` compiles that side's programs through the
     Mesa driver once (a report each; asked again, the same reports), ``draws``
@@ -234,21 +234,28 @@ def implementations(model_path) -> dict:
     to GL; ours is the reference checkpoint as compiled by default and for
     ``"videocore4", tune=True``, and the imported classifier by default and with
     weights as uniforms, tuned (``shared=True, tune=True``); ``programs``: distinct programs
-    (passes of one shape share one)."""
+    (passes of one shape share one).  ``nets``: which of the two to compile."""
     from workbench import es2
     from workbench.es2 import drivers as es2_drivers
     from workbench.nets.models import load_model, reference_sr
 
+    def x2():
+        sr = load_model(reference_sr())
+        return {"workbench": es2.compile(sr),
+                "workbench (videocore4, tuned)": es2.compile(sr, "videocore4", tune=True)}
+
+    def classifier():
+        return {"workbench": es2.compile(beatmup_model.load(model_path)),
+                "workbench (videocore4, shared, tuned)": es2.compile(
+                    beatmup_model.load(model_path), "videocore4", shared=True, tune=True)}
+
     picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
-    sr = load_model(reference_sr())
-    ours = {"x2": {"workbench": es2.compile(sr),
-                   "workbench (videocore4, tuned)": es2.compile(sr, "videocore4", tune=True)},
-            "classifier": {"workbench": es2.compile(beatmup_model.load(model_path)),
-                           "workbench (videocore4, shared, tuned)": es2.compile(
-                               beatmup_model.load(model_path), "videocore4", shared=True,
-                               tune=True)}}
+    ours = {name: build() for name, build in (("x2", x2), ("classifier", classifier))
+            if name in nets}
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
+        if name not in nets:
+            continue
         captured = beatmup.capture(app, picture)
         found[name] = {"Beatmup": (cache(lambda t, c=captured: beatmup.compile_captured(t, c)),
                                    [(i, w * h) for i, w, h in captured.draws],
@@ -257,7 +264,8 @@ def implementations(model_path) -> dict:
             found[name][side] = (cache(lambda t, n=net: es2_drivers.check(n, t)),
                                  compilers.draws(net, hw or net.graph.input_size),
                                  len({p.source for p in net.passes}))
-    found["x2 layers"] = ours["x2"]
+    if "x2" in nets:
+        found["x2 layers"] = ours["x2"]
     return found
 
 
