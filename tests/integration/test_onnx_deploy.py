@@ -111,7 +111,7 @@ def test_an_unsupported_node_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["export-web", "--model", str(tmp_path / "elu.onnx"), "--out",
                  str(tmp_path / "page")]) == 2
     err = _one_line(capsys)
-    assert "node '/act1/Elu_1' (Elu): not supported; supported:" in err
+    assert "node '/act1/Elu_1' (Elu): not taken by the ONNX front end; taken:" in err
     assert not (tmp_path / "page").exists()
 
 

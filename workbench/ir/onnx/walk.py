@@ -10,8 +10,9 @@ from workbench.ir.onnx import patterns
 from workbench.ir.onnx.fused import PATTERNS
 from workbench.ir.onnx.nodes import NODES, SUPPORTED
 from workbench.ir.onnx.patterns import ANCHOR
-from workbench.ir.onnx.reader import attributes, refuse, safe_name
+from workbench.ir.onnx.reader import attributes, refuse, safe_name, where
 from workbench.ir.ops import Dense, DepthToSpace
+from workbench.ir.registry import NotTaken
 
 
 class Lowering:
@@ -117,7 +118,8 @@ class Lowering:
             elif node.op_type in NODES:
                 NODES[node.op_type](self, node, attributes(node))
             else:
-                refuse(node, f"not supported; supported: {', '.join(SUPPORTED)}")
+                raise NotTaken(f"{where(node)}: not taken by the ONNX front end; taken: "
+                               f"{', '.join(SUPPORTED)}")
         return self.finish(name)
 
     def finish(self, name) -> Graph:
