@@ -140,6 +140,32 @@ def test_an_onnx_net_and_a_saved_net_run_without_tensorflow(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.gl
+def test_upscale_with_an_onnx_model_loads_no_tensorflow(tmp_path):
+    """`python -m workbench upscale --model sr.onnx`: it loaded TensorFlow and Keras (5.0 s
+    for a 64x64 picture here, 2.7 s without) through the model-name table, the model-file
+    reader and the deploy study's imports."""
+    import onnx
+    from PIL import Image
+
+    from workbench.ir.to_onnx import to_onnx
+    from workbench.nets.models import load_model, reference_sr
+
+    model = tmp_path / "sr.onnx"
+    onnx.save(to_onnx(ir.from_keras(load_model(reference_sr())), 17), model)
+    Image.new("RGB", (24, 16), (90, 140, 200)).save(tmp_path / "in.png")
+    probe = ("import sys\n"
+             "from workbench.__main__ import main\n"
+             f"assert main(['upscale', '--model', {str(model)!r}, {str(tmp_path / 'in.png')!r}, "
+             f"{str(tmp_path / 'out.png')!r}]) == 0\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert Image.open(tmp_path / "out.png").size == (48, 32)
+
+
 @pytest.mark.parametrize("module", ["workbench.gl.fragment", "workbench.gl.compute"])
 def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
     """The GL workers run as ``python -m`` children; TensorFlow and llvmpipe both carry LLVM

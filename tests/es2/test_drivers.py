@@ -20,7 +20,7 @@ from workbench.es2 import drivers as es2_drivers
 from workbench.es2 import emulate, limits
 from workbench.gl import drivers
 from workbench.nets.layers import Act, GroupConv2D
-from workbench.nets.models import dogs_classifier, load_model, named, reference_sr
+from workbench.nets.models import dogs_classifier, load_model, load_named, named, reference_sr
 from workbench.studies import compilers
 
 def _small():
@@ -278,7 +278,7 @@ def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
     table = limits.profile(device)
     precision = es2.Target.of(device).precision
     for model, image in ((load_model(reference_sr()), rng.random((24, 20, 3))),
-                         (named("cifar10").load(), rng.random((32, 32, 3)))):
+                         (load_named(named("cifar10")), rng.random((32, 32, 3)))):
         net = es2.compile(model, device, fit=True)
         assert all(r.ok for r in es2_drivers.check(net, table.driver))
         if precision == "highp":  # llvmpipe computes mediump in float32: no byte prediction

@@ -159,7 +159,7 @@ def test_named_resolves_every_model_name_the_project_uses():
     from workbench.nets import models
 
     assert set(models.CLASSIFIER_PRESETS) <= set(PROJECT_MODEL_NAMES) == set(models.NAMED)
-    loaded = {name: models.named(name).load() for name in PROJECT_MODEL_NAMES}
+    loaded = {name: models.load_named(models.named(name)) for name in PROJECT_MODEL_NAMES}
     assert all(models.is_name(name) for name in PROJECT_MODEL_NAMES)
     assert models.named("sr").path == models.reference_sr() and models.named("sr").trained
     assert models.named("sr-mrt4").draw_buffers == 4 and models.named("sr").draw_buffers is None
@@ -169,7 +169,7 @@ def test_named_resolves_every_model_name_the_project_uses():
         size = models.CLASSIFIER_PRESETS[preset]["input_size"]
         assert loaded[preset].input_shape == (None, size, size, 3)
     assert not models.named("dogs120").trained
-    again = models.named("tiny").load()  # random weights, seeded: the same net each time
+    again = models.load_named(models.named("tiny"))  # random weights, seeded: the same net each time
     for a, b in zip(again.get_weights(), loaded["tiny"].get_weights()):
         np.testing.assert_array_equal(a, b)
     assert not models.is_name(models.reference_sr()) and not models.is_name("net.onnx")

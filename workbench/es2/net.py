@@ -256,7 +256,7 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
     if not path.exists():
         raise FileNotFoundError(f"model {path} not found (a .keras or .onnx file, or a saved "
                                 "shader folder)")
-    from workbench.nets.models import load_model  # (Keras: only for a model file)
+    from workbench.nets.model_files import load_model  # (Keras: only for a .keras file)
 
     model = load_model(path, input_size)
     net = compile(model, target)

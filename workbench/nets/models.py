@@ -18,91 +18,14 @@ any H and W.  Output: luma of the x2 image, (N, 2H, 2W, 1), in [0, 1].
 """
 from __future__ import annotations
 
-import dataclasses
-import zipfile
-from pathlib import Path
-
 import keras
 
-from workbench.nets import beatmup_model, onnx_model
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D  # registers the custom layers
-
-
-class ModelFileError(ValueError):
-    """A model file that cannot be read (corrupt, truncated, not a model); names the file."""
-
-
-def load_model(path, input_size=None) -> keras.Model:
-    """``keras.models.load_model`` with the workbench's layers registered, and errors that
-    name the file: a missing file, or one that is not a readable model (corrupt, truncated).
-    An ``.onnx`` file gives an :class:`workbench.nets.onnx_model.OnnxModel` (called as a
-    Keras model is, ONNX Runtime computing); ``input_size`` ``(height, width)`` fixes its
-    dynamic input size (a Keras model has its own).  A Beatmup chunk file (``.chunks``) gives
-    its net as a Keras model (:func:`workbench.nets.beatmup_model.load`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
-    if path.suffix.lower() == ".onnx":
-        return onnx_model.load(path, input_size)
-    if path.suffix.lower() == ".chunks":
-        if input_size is not None:
-            raise ValueError(f"{path}: a Beatmup model has its own input size (its image_sampler)")
-        return beatmup_model.load(path)
-    if input_size is not None:
-        raise ValueError(f"{path}: an input size is for ONNX models with a dynamic size; a "
-                         "Keras model has its own (keras.Input((height, width, channels)))")
-    if path.suffix.lower() == ".keras" and not zipfile.is_zipfile(path):
-        raise ModelFileError(f"{path}: corrupt or truncated .keras model (not a zip archive)")
-    try:
-        return keras.models.load_model(path)
-    except Exception as e:  # Keras, h5py and zipfile raise many kinds; keep the first line
-        lambdas = _lambda_layers(path) if "Lambda" in str(e) else []
-        if lambdas:
-            raise ModelFileError(
-                f"{path}: layer {lambdas[0]!r} is a Lambda layer, Python code stored in the "
-                "file: the workbench loads models in Keras' safe mode, which does not run it "
-                "(and no shader could); build the model from standard layers") from None
-        first = (str(e).strip().splitlines() or [""])[0]
-        raise ModelFileError(f"{path}: not a readable Keras model ({type(e).__name__}: "
-                             f"{first})") from e
-
-def _lambda_layers(path) -> list[str]:
-    """Names of the Lambda layers in a ``.keras`` file's config (without loading it)."""
-    import json
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            config = json.loads(z.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return []
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if node.get("class_name") == "Lambda":
-                found.append(node.get("config", {}).get("name", "?"))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(config)
-    return found
-
-
-def reference_sr() -> Path:
-    """The x2 SR reference checkpoint of this checkout (``models/sr_x2_reference.keras``, with
-    its card beside it); FileNotFoundError naming the path when there is none."""
-    path = named("sr").path
-    if not path.is_file():
-        raise FileNotFoundError(f"no --model given and no reference checkpoint at {path}")
-    return path
-
-
-def reference_cifar10() -> Path:
-    """The CIFAR-10 reference classifier of this checkout (``models/cifar10_reference.keras``,
-    with its card beside it); it may not exist (callers check)."""
-    return named("cifar10").path
+# Re-exported: reading a model file and resolving a name need no Keras (a command reads an
+# ONNX file or a name without TensorFlow), so they live in model_files and named.
+from workbench.nets.model_files import ModelFileError, load_model  # noqa: F401
+from workbench.nets.named import (CLASSIFIER_PRESETS, NAMED, NamedModel, is_name,  # noqa: F401
+                                  named, reference_cifar10, reference_sr)
 
 
 SR_WIDTHS = (48, 32, 24, 16)
@@ -134,17 +57,6 @@ def sr_x2(widths=SR_WIDTHS, kernels=SR_KERNELS, groups=SR_GROUPS,
 # --- the dogs classifier (docs/design.md, "The dogs classifier") and smaller nets built from the same units -------
 from workbench.nets.layers import FastBatchNorm, Quantize8, Shuffle  # noqa: E402
 
-# stem: (kernel, stride, padding); stages: (regular units, channels); each stage is followed
-# by a downsampling unit to the next stage's channels (``head`` after the last); ``final``:
-# a 3x3 valid conv head -> head (groups head/8) before the global average pool.
-CLASSIFIER_PRESETS = {
-    "dogs120": dict(input_size=385, classes=120, stem=(5, 2, "valid"),
-                    stages=((2, 32), (3, 32), (3, 64), (4, 128), (5, 192)), head=192, final=True),
-    "cifar10": dict(input_size=32, classes=10, stem=(3, 1, "same"),
-                    stages=((2, 32), (3, 64), (3, 128)), head=192, final=False),
-    "tiny": dict(input_size=16, classes=4, stem=(3, 1, "same"),
-                 stages=((1, 32), (2, 64)), head=64, final=False),
-}
 SHUFFLE_STEP = 8
 
 
@@ -233,56 +145,11 @@ def plain_classifier(input_size=32, classes=10, widths=(16, 24, 28), *,
     return keras.Model(inputs, outputs, name=name)
 
 
-# --- models by name (``--model NAME``) ---------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class NamedModel:
-    """A model the commands take by name (``--model sr``): a checkpoint of this checkout's
-    ``models/``, or a classifier preset (:data:`CLASSIFIER_PRESETS`) with seeded random
-    weights where no checkpoint is named or there; ``draw_buffers``: the render targets a
-    program writes, where the name asks for more than one (the target's, ``es2.compile``)."""
-    name: str
-    checkpoint: str | None = None
-    preset: str | None = None
-    draw_buffers: int | None = None
-
-    @property
-    def path(self) -> Path | None:
-        """The checkpoint's path (it may not exist), or None."""
-        from workbench.files import project_root
-
-        return project_root() / "models" / self.checkpoint if self.checkpoint else None
-
-    @property
-    def trained(self) -> bool:
-        """Whether :meth:`load` gives trained weights (the checkpoint is there)."""
-        return self.path is not None and self.path.is_file()
-
-    def load(self) -> keras.Model:
-        """The checkpoint where it is there, else the preset's net with random weights (seed 0);
-        a missing checkpoint without a preset is FileNotFoundError naming the path."""
-        if self.trained or self.preset is None:
-            return load_model(self.path)
-        keras.utils.set_random_seed(0)
-        return dogs_classifier(self.preset)
-
-
-NAMED = {m.name: m for m in (
-    NamedModel("sr", "sr_x2_reference.keras"),
-    NamedModel("sr-mrt4", "sr_x2_reference.keras", draw_buffers=4),
-    NamedModel("cifar10", "cifar10_reference.keras", preset="cifar10"),
-    *(NamedModel(p, preset=p) for p in CLASSIFIER_PRESETS if p != "cifar10"))}
-
-
-def named(name) -> NamedModel:
-    """The model of a name of :data:`NAMED`; another name is refused in one line listing them."""
-    if name not in NAMED:
-        raise ValueError(f"unknown model name {name!r}; known: {', '.join(NAMED)}")
-    return NAMED[name]
-
-
-def is_name(model) -> bool:
-    """Whether a ``--model`` value is a name for :func:`named` rather than a file: one of
-    :data:`NAMED`, or a word with no file suffix where there is no such file."""
-    path = Path(model)
-    return str(model) in NAMED or not (path.suffix or path.exists())
+def load_named(entry: NamedModel) -> keras.Model:
+    """The model of a name (:func:`workbench.nets.named.named`): its checkpoint where it is
+    there, else its preset's net with random weights (seed 0); a missing checkpoint without a
+    preset is FileNotFoundError naming the path."""
+    if entry.trained or entry.preset is None:
+        return load_model(entry.path)
+    keras.utils.set_random_seed(0)
+    return dogs_classifier(entry.preset)

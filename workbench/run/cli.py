@@ -65,10 +65,10 @@ def _target(args):
 
 
 def _upscale(args):
-    from workbench.nets.models import reference_sr
-    from workbench.studies import deploy
+    from workbench.nets.named import reference_sr
+    from workbench.studies.upscale import upscale_file
     model = args.model or reference_sr()
-    shape, seconds, tiles = deploy.upscale_file(args.input, args.output, model, _target(args),
+    shape, seconds, tiles = upscale_file(args.input, args.output, model, _target(args),
                                                 args.quality)
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU"
           + (f" ({tiles} tiles)" if tiles > 1 else ""))
@@ -154,7 +154,7 @@ def _report(args):
 def _drivers(args):
     from workbench import es2
     from workbench.gl.drivers import driver
-    from workbench.nets.models import is_name, load_model, named
+    from workbench.nets.models import is_name, load_model, load_named, named
     from workbench.studies import compilers
 
     names = _names(args.driver)
@@ -167,7 +167,7 @@ def _drivers(args):
         for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
             if is_name(name):
                 entry = named(name)
-                models[name] = (entry.load(), {"target": es2.Target.of(
+                models[name] = (load_named(entry), {"target": es2.Target.of(
                     draw_buffers=entry.draw_buffers)} if entry.draw_buffers else {})
             else:
                 models[Path(name).stem] = (load_model(name), {})
@@ -184,13 +184,14 @@ def _require_memory(args):
     from workbench.es2 import plan
     from workbench.es2.limits import ES2
     from workbench.es2.net import prepared
-    from workbench.nets.models import is_name, load_model, named, reference_sr, sr_x2
+    from workbench.nets.models import (is_name, load_model, load_named, named, reference_sr,
+                                       sr_x2)
     given = getattr(args, "model", None)
     if given and is_name(given):
         entry = named(given)  # an unknown name: one line naming the known ones
         if entry.preset:
             return  # a classifier: its fixed size, not --size
-        model = entry.load()
+        model = load_named(entry)
     else:
         model = (load_model(given) if given else
                  load_model(reference_sr()) if args.what == "web" else sr_x2())

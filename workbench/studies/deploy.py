@@ -14,8 +14,7 @@ import numpy as np
 
 from workbench import es2, references, tables
 from workbench.data import datasets, images, metrics
-from workbench.es2 import emulate, tiling
-from workbench.es2.record import record
+from workbench.es2 import emulate
 from workbench.files import read_json, write_json
 from workbench.ir import cost
 from workbench.ir.cost import Cost
@@ -146,31 +145,6 @@ def dogs120_check(count=20, root=None, calibrate=4, seed=0):
             "texel fetches M": total.texel_fetches / 1e6, "reference fetches M": references.DOGS120_TEXEL_FETCHES_M,
             "peak texture MB": net.peak_texture_bytes((385, 385)) / 1e6,
             "all textures MB": total.texture_bytes / 1e6}
-
-
-def upscale_file(source, output, model_path, target=None, quality=95):
-    """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB.  The
-    output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
-    is the input, or that cannot be saved, is refused before anything runs.  ``target``: what
-    the net is compiled for (as :func:`workbench.es2.load_net` takes it: default plain ES 2.0,
-    or a saved folder's own).  An image whose textures would exceed this GPU's
-    GL_MAX_TEXTURE_SIZE (or the net's ``max_texture_size`` if smaller) runs in overlapping
-    tiles, with the same bytes
-    (:mod:`workbench.es2.tiling`).  Returns ``(output shape, GPU seconds, tiles)``."""
-    images.check_save_path(output, quality, inputs=[source])  # check_output_path and more
-    net, _ = es2.load_net(model_path, target)
-    out = net.graph.op(net.graph.output)
-    if not net.graph.rgb_output:
-        raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
-                         f"layer is a {record(out).name}); upscale takes one whose last layer "
-                         "puts the sub-pixels and the chroma back together, as "
-                         "models/sr_x2_reference.keras")
-    image = images.load_image(source)
-    max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
-    max_size = min(max_size, net.target.limits.max_texture_size or max_size)
-    out, tiles, seconds = tiling.run_tiled(net, image, max_size)
-    images.save_image(output, out, quality, inputs=[source])
-    return out.shape, seconds, tiles
 
 
 # --- results and the report --------------------------------------------------------------------

@@ -54,7 +54,7 @@ from workbench.data import datasets, metrics
 from workbench.es2.net import output_spec
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
-from workbench.nets.models import is_name, load_model, named, reference_sr
+from workbench.nets.models import is_name, load_model, load_named, named, reference_sr
 from workbench.web import browser, ort, tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
@@ -101,7 +101,7 @@ def resolve_model(model=None) -> tuple[keras.Model, str]:
         return load_model(path), path.name
     if is_name(model):
         entry = named(str(model))
-        net = entry.load()
+        net = load_named(entry)
         if entry.trained:
             return net, entry.path.name
         classify.calibrate_batchnorm(net, datasets.photos(net.input_shape[1], 8))
