@@ -105,6 +105,16 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     assert LAYER_OF["es2"] > LAYER_OF["data"]
 
 
+def frameworks_loaded(probe: str) -> list[str]:
+    """Run ``probe`` (Python source) in a fresh process; which of TensorFlow and Keras it
+    loaded (it must exit 0)."""
+    probe += "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+
+
 def test_the_onnx_front_end_does_not_load_tensorflow():
     """``workbench.ir.onnx`` (every module of the package) lowers the shipped ONNX classifier
     in a fresh process without loading TensorFlow or Keras."""
@@ -113,12 +123,8 @@ def test_the_onnx_front_end_does_not_load_tensorflow():
     probe = ("import sys\n"
              "from workbench.ir.onnx import from_onnx\n"
              f"from_onnx({str(PACKAGE.parent / 'models' / 'cifar10_plain.onnx')!r})\n"
-             f"assert not set({package!r}) - set(sys.modules), 'a module not imported'\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+             f"assert not set({package!r}) - set(sys.modules), 'a module not imported'\n")
+    assert frameworks_loaded(probe) == []
 
 
 @pytest.mark.gl
@@ -132,12 +138,8 @@ def test_an_onnx_net_and_a_saved_net_run_without_tensorflow(tmp_path):
              f"net = es2.compile(onnx.load({str(model)!r}))\n"
              f"net.save({str(tmp_path / 'net')!r})\n"
              "x = np.random.default_rng(0).random((32, 32, 3)).astype(np.float32)\n"
-             f"assert (es2.load({str(tmp_path / 'net')!r}).run(x) == net.run(x)).all()\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+             f"assert (es2.load({str(tmp_path / 'net')!r}).run(x) == net.run(x)).all()\n")
+    assert frameworks_loaded(probe) == []
 
 
 @pytest.mark.gl
@@ -157,12 +159,8 @@ def test_upscale_with_an_onnx_model_loads_no_tensorflow(tmp_path):
     probe = ("import sys\n"
              "from workbench.__main__ import main\n"
              f"assert main(['upscale', '--model', {str(model)!r}, {str(tmp_path / 'in.png')!r}, "
-             f"{str(tmp_path / 'out.png')!r}]) == 0\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))\n")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+             f"{str(tmp_path / 'out.png')!r}]) == 0\n")
+    assert frameworks_loaded(probe) == []
     assert Image.open(tmp_path / "out.png").size == (48, 32)
 
 

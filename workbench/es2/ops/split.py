@@ -107,11 +107,11 @@ def stages(op, split=None, row_split=None) -> list[tuple[tuple[int, ...], tuple[
     ``split`` runs (default the op's own), each run's kernel rows in ``row_split`` bands
     (default the op's own), the run's bands one after the other."""
     split, row_split = split or getattr(op, "split", 1), row_split or getattr(op, "row_split", 1)
-    return [(run, rows) for run in runs(input_packs(op), split)
+    return [(run, rows) for run in runs(packs_per_output(op), split)
             for rows in runs(op.size, row_split)]
 
 
-def input_packs(op) -> int:
+def packs_per_output(op) -> int:
     """The input packs an output pack reads (the most of any)."""
     return 1 if op.luma_input else max(len(op.logical_packs(p)) for p in range(op.out_packs()))
 
@@ -202,7 +202,7 @@ def stages_needed(op, limits) -> tuple[int, int]:
     stage's at 1); where even one input pack a stage does not fit, the fewest stages in all
     with the kernel's rows split as well (fewer bands of rows first); ``(1, 1)`` where the op
     fits whole, or where no split fits (its check then names the limit)."""
-    packs = input_packs(op)
+    packs = packs_per_output(op)
     splits = [(n, 1) for n in range(1, packs + 1)] + sorted(
         ((n, r) for n in range(1, packs + 1) for r in range(2, op.size + 1)),
         key=lambda nr: (nr[0] * nr[1], nr[1]))
@@ -224,7 +224,7 @@ def finer_rows(op, row_split=None) -> int | None:
     its widest band of kernel rows, where its stages hold one input pack each (or it has
     one); None where they hold more, or one row each."""
     now = row_split or getattr(op, "row_split", 1)
-    if getattr(op, "split", 1) < input_packs(op):
+    if getattr(op, "split", 1) < packs_per_output(op):
         return None
     widest = -(-op.size // now)
     return next((r for r in range(now + 1, op.size + 1) if -(-op.size // r) < widest), None)
