@@ -16,6 +16,7 @@ Tolerances, and why:
 import json
 import os
 import signal
+from dataclasses import replace
 
 import keras
 import numpy as np
@@ -24,6 +25,7 @@ import pytest
 from workbench import es2, gl, ir, references
 from workbench.data import metrics
 from workbench.es2 import emulate, glslang, limits, plan
+from workbench.es2.ops.orders import LAST
 from workbench.ir import cost
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
 from workbench.nets.models import sr_x2
@@ -179,9 +181,9 @@ def test_emulator_is_exact_on_llvmpipe():
 def test_every_summation_order_is_predicted_byte_for_byte(order):
     """Each order the tuner may choose (es2.drivers.tune) on llvmpipe: every tensor's bytes
     those of the emulator following the same order; a luma 5x5, grouped 3x3 convolutions
-    over several packs, a residual (added to the bias first, or last), a strided 'valid'
-    one and draw buffers among them.  The orders round differently: some bytes differ from
-    the chain's."""
+    over several packs, a residual (added to the bias first, after the order's first or
+    second term, or last), a strided 'valid' one and draw buffers among them.  The orders
+    round differently: some bytes differ from the chain's."""
     if "llvmpipe" not in gl.info()["GL_RENDERER"]:
         pytest.skip("the exact order is llvmpipe's")
     from workbench.es2 import drivers
@@ -193,13 +195,13 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
     strided = _model(8, GroupConv2D(8, 3, groups=2, strides=2, padding="valid"),
                      Act("sigmoid_like"))
     residual = _model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid_like"), residual=True)
-    first = order in ("taps", "columns")  # the residual added to the bias first, or last
+    after = {"chain": 0, "taps": 1, "rows": 2, "columns": LAST}[order]  # the residual's place
     sr = sr_x2()
     for model, x, buffers in ((sr, image, 1), (strided, _image(17, 15, 8), 2),
                               (residual, _image(15, 13, 8), 1)):
         net = es2.compile(model, es2.Target.of(draw_buffers=buffers))
         graph = drivers.ordered(net.graph, {
-            op.name: {"order": order, "residual_first": first and bool(op.residual)}
+            op.name: {"order": order, **({"residual_after": after} if op.residual else {})}
             for op in net.graph.ops if isinstance(op, ir.Conv)})
         assert all(isinstance(op, ConvForm) and op.order == order
                    for op in graph.ops if isinstance(op, ir.Conv))
@@ -211,6 +213,11 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
             op = next(op for op in net.graph.ops if isinstance(op, ir.Conv) and op.cin > 4)
             x = np.random.default_rng(9).random((9, 7, op.cin)).astype(np.float32)
             assert not np.array_equal(conv.emulate(op, x), conv.emulate(graph.op(op.name), x))
+        if after != LAST and model is residual:  # so is the residual's place
+            op = graph.op(next(op.name for op in graph.ops if getattr(op, "residual", None)))
+            x, r = np.random.default_rng(10).random((2, 9, 7, op.cin)).astype(np.float32)
+            last = conv.emulate(replace(op, residual_after=LAST), x, r)
+            assert not np.array_equal(conv.emulate(op, x, r), last)
 
 
 def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):

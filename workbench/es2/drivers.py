@@ -19,12 +19,15 @@ from dataclasses import replace
 from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS, formed
+from workbench.es2.ops.orders import LAST
 from workbench.es2.ops.split import finer_rows
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
 
 CHANNELS = (4, 2, 1)  # output channels a conv program may write, most first
+RESIDUAL_PLACES = {LAST: "", 0: ", the residual added to the bias first",  # the places tried
+                   1: ", the residual added after the first term"}
 
 
 class DriverRejected(LimitError):
@@ -122,7 +125,8 @@ def tune(graph, generate, driver: str, options=None):
     """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
     ``driver``'s compiler runs fastest by its own numbers: each convolution whose programs
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
-    masks computed once or per tap and its residual added last or first where it has them,
+    masks computed once or per tap and its residual added last, first or after the order's
+    first term (:data:`RESIDUAL_PLACES`) where it has them,
     and keeps the form with the fewest spills, then the most threads, then the fewest
     estimated cycles (vc4) or instructions (the others); a tie keeps what it had.  A form
     changes the float rounding, not the arithmetic; the emulator follows it
@@ -141,12 +145,14 @@ def tune(graph, generate, driver: str, options=None):
         return {**options.get(layer, {}), **{k: v for k, v in form.items() if k in allowed}}
 
     choices = {"order": list(ORDERS), "inline_masks": [False, True],
-               "residual_first": [False, True]}  # each only where some layer has it
+               "residual_after": list(RESIDUAL_PLACES)}  # each only where some layer has it
     choices = {k: v for k, v in choices.items()
                if any(k in layer_options(graph.op(layer)) for layer in layers)}
     tried = [(options, passes, reports)]
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
+        if form.get("order") == "chain" and form.get("residual_after", 0) not in (0, LAST):
+            continue  # a chain places its residual first or last
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         tried.append((trial, *_compiled(generate, trial, driver)))
     changes = []
@@ -168,7 +174,7 @@ def _described(form) -> str:
     order = form.get("order", "chain")
     return (f"products added {order!r} ({ORDERS[order]})"
             + (", padding masks computed per tap" if form.get("inline_masks") else "")
-            + (", the residual added to the bias first" if form.get("residual_first") else ""))
+            + RESIDUAL_PLACES.get(form.get("residual_after", LAST), ""))
 
 
 def _form_key(passes, reports, layer, metric):

@@ -14,6 +14,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import limits, plan
+from workbench.es2.ops.orders import LAST
 from workbench.es2.record import record, record_of_type
 from workbench.es2.shaders import PRECISIONS, VERTEX_SHADER, Binding, Pass, constant_textures
 from workbench.files import checked_file, content_bytes, sha256
@@ -172,6 +173,8 @@ def _read(directory: Path, manifest: dict):
         for key in ("input_order", "padding"):  # JSON lists back to tuples
             if isinstance(desc.get(key), list):
                 desc[key] = tuple(desc[key])
+        if "residual_first" in desc:  # folders saved before residual_after: first or last
+            desc["residual_after"] = 0 if desc.pop("residual_first") else LAST
         if set(desc) - {f.name for f in fields(kind)}:  # the back end's choices: as prepared
             kind = record_of_type(kind).prepared or kind
         ops.append(kind(**desc, **arrays))

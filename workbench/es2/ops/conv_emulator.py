@@ -8,7 +8,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2.emulate import F32, luma
 from workbench.es2.ops import split
-from workbench.es2.ops.orders import emulated_terms, order_of
+from workbench.es2.ops.orders import LAST, emulated_terms, order_of
 from workbench.nets import activations, storage
 
 
@@ -21,7 +21,8 @@ def emulate(op: ir.Conv, x, residual=None):
     chain): the products are per tap and input pack of 4 channels ``mat4 * vec4`` (its 4
     terms in channel order; a weight 0 where the channel is outside the output's group adds
     exactly 0); a tap in the padding reads zeros, as the shader's masks make it.  The
-    residual is added last, or to the bias first (``residual_first``).
+    residual is added after ``residual_after`` of the order's terms (0: to the bias first;
+    :data:`~workbench.es2.ops.orders.LAST`: last), as the program adds it.
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
     x = np.asarray(x, F)
@@ -62,12 +63,12 @@ def emulate(op: ir.Conv, x, residual=None):
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
     if partial is not None:
         out += partial
-    first = getattr(op, "residual_first", False)
-    if residual is not None and first:
-        out += residual[..., :op.cout]
-    for term in summed(order_of(op), *last):
+    after = getattr(op, "residual_after", LAST) if residual is not None else None
+    for n, term in enumerate(summed(order_of(op), *last)):
+        if n == after:
+            out += residual[..., :op.cout]
         out += term
-    if residual is not None and not first:
+    if after is not None and (after == LAST or after > n):
         out += residual[..., :op.cout]
     return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
 

@@ -12,6 +12,8 @@ from workbench import ir
 from workbench.es2.ops.padding import axis_mask, tap_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
+LAST = -1  # a residual added after all of the order's terms (ConvForm.residual_after)
+
 ORDERS = {
     "chain": "the bias, then every product in turn (tap by tap, row by row; pack by pack)",
     "taps": "the bias, then each tap's group in turn",

@@ -141,11 +141,12 @@ def shift(op) -> int:
     return int(min(15, np.floor(np.log2(127.0 / bound))))
 
 
-def start_glsl(op, stage: Stage, bias: str) -> str:
+def start_glsl(op, stage: Stage, bias: str, texel: str) -> str:
     """The initial value of a stage's ``vec4`` sum: a partial stage's the partial sums before
-    it in its half's components (zero for the first), the last stage's ``bias`` plus them."""
+    it in its half's components (zero for the first), the last stage's ``bias`` plus them;
+    ``texel``: GLSL for the coordinates of this fragment's texel in the partial sums."""
     def fetched(h):
-        return f"dec2(texture2D(u_part{h}, gl_FragCoord.xy / u_out_size))"
+        return f"dec2(texture2D(u_part{h}, {texel}))"
 
     scale = glsl_float(2.0 ** -shift(op))
     if stage.half is not None:
