@@ -28,6 +28,13 @@ def _small():
     return keras.Model(x, Act("bounded_relu")(GroupConv2D(4, 1)(x)))
 
 
+def _every_tensor_is_the_emulators(net, image):
+    """Every tensor's bytes on llvmpipe those the emulator predicts."""
+    stored, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
+    for name in stored:
+        np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
+
+
 needs_build = pytest.mark.skipif(drivers.available() is not None,
                                  reason=drivers.available() or "")
 
@@ -212,9 +219,7 @@ def test_tune_keeps_the_summation_order_vc4_runs_fastest_and_the_emulator_follow
     assert set(orders) <= {"L1", "L2", "L3", "L4", "L5"} and "columns" in orders.values()
     assert sum("products added" in c for c in net.changes) == len(orders)
     image = np.random.default_rng(4).random((30, 26, 3)).astype(np.float32)
-    stored, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
-    for name in stored:
-        np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
+    _every_tensor_is_the_emulators(net, image)
     net.save(tmp_path / "tuned")
     loaded = es2.load(tmp_path / "tuned")
     assert {op.name: op.order for op in loaded.graph.ops if hasattr(op, "order")} == orders
@@ -247,9 +252,7 @@ def test_a_residual_is_fetched_at_the_centre_tap_and_tune_places_it(tmp_path):
     place = tuned.graph.op(net.passes[0].op).residual_after
     assert place != LAST and any("residual added" in c for c in tuned.changes)
     image = np.random.default_rng(6).random((19, 23, 8)).astype(np.float32)
-    stored, predicted = tuned.run(image, keep=True), tuned.emulate(image, keep=True)
-    for name in stored:
-        np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
+    _every_tensor_is_the_emulators(tuned, image)
     tuned.save(tmp_path / "tuned")
     loaded = es2.load(tmp_path / "tuned")
     assert loaded.graph.op(net.passes[0].op).residual_after == place
@@ -266,9 +269,7 @@ def test_a_residual_is_fetched_at_the_centre_tap_and_tune_places_it(tmp_path):
     manifest.write_text(json.dumps(saved))
     old = es2.load(tmp_path / "old")
     assert old.graph.op(layer).residual_after == 0
-    stored, predicted = old.run(image, keep=True), old.emulate(image, keep=True)
-    for name in stored:
-        np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
+    _every_tensor_is_the_emulators(old, image)
 
 
 @needs_build
