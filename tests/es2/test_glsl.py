@@ -223,12 +223,15 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
 def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):
     """shared=True: each layer's weights as a uniform array set at each draw, so passes of
     one shape share a program (the SR net's 32 passes: 5 programs); the same float32 values
-    as the literals, so every tensor's bytes are those of the literal net; saved and loaded
-    with each array's file and its sha256."""
+    as the literals, so every tensor's bytes are those of the literal net (an RGB input's
+    products over its 3 components alone: the absent 4th neither read nor multiplied); saved
+    and loaded with each array's file and its sha256."""
     keras.utils.set_random_seed(11)
     sr = sr_x2()
     residual = _model(8, GroupConv2D(8, 3, groups=2), Act("sigmoid_like"), residual=True)
-    for model, image in ((sr, _image(40, 36, 3, seed=12)), (residual, _image(15, 13, 8))):
+    rgb = _model(3, GroupConv2D(8, 3), Act("sigmoid_like"))
+    for model, image in ((sr, _image(40, 36, 3, seed=12)), (residual, _image(15, 13, 8)),
+                         (rgb, _image(15, 13, 3))):
         plain = es2.compile(model)
         shared = es2.compile(model, "videocore4", shared=True)
         assert [p.name for p in shared.passes] == [p.name for p in plain.passes]
@@ -239,6 +242,8 @@ def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):
         for name in literal:
             np.testing.assert_array_equal(stored[name], literal[name], err_msg=name)
     assert len({p.source for p in shared.passes}) < len(shared.passes)
+    assert "mul3(" in shared.passes[0].source and "mat4(" not in shared.passes[0].source
+    assert len(shared.passes[0].arrays["u_w"]) == 1 + 9 * 3  # the bias, 3 columns a tap
     sr_shared = es2.compile(sr, "videocore4", shared=True)
     assert len(sr_shared.passes) == 32 and len({p.source for p in sr_shared.passes}) == 5
     with pytest.raises(limits.LimitError, match="fragment uniform vectors"):

@@ -24,7 +24,7 @@ from workbench.es2.ops import split
 from workbench.es2.ops.conv_emulator import emulate
 from workbench.es2.ops.orders import LAST, ORDERS, chain, chained, grouped, order_of
 from workbench.es2.ops.padding import padding_terms
-from workbench.es2.ops.weights import Weights, uniforms_fit
+from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import (
@@ -131,12 +131,13 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]
     body += [f"    vec4 {s} = {start};" for s, start in zip(sums, starts)]
+    present = [present_components(op, p) for p in in_packs]
     if order != "chain":
         terms = grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
-                        inline_masks, constants)
+                        inline_masks, constants, present)
     else:
         terms = chain(op, sums, outs, weights, samplers[:len(in_packs)], padded, inline_masks,
-                      constants, padding, channels, rows)
+                      constants, padding, present, channels, rows)
     body += place_residual(terms, dict(zip(sums, fetched)), residual_after, order)
     for k, s in enumerate(sums):
         if partial:

@@ -28,10 +28,10 @@ def taps(size, rows=None):
 
 
 def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
-            constants) -> list[str]:
+            constants, present) -> list[str]:
     """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
     group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
-    padding."""
+    padding; ``present``: the components each input pack has (:meth:`Weights.product`)."""
     def mask(axis, d):
         return f" * {axis_mask(axis, d, inline_masks)}" if padded else ""
 
@@ -42,7 +42,8 @@ def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
             if op.luma_input:
                 return (f"{constants.vec4(op.kernel[dy, dx, 0, o])} * dot(texture2D("
                         f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)})")
-            terms = [f"{constants.mat4(w[dy, dx, j])} * texture2D({sampler}, {where})"
+            terms = [constants.product(w[dy, dx, j], f"texture2D({sampler}, {where})",
+                                       present[j])
                      for j, sampler in enumerate(samplers) if constants.kept(w[dy, dx, j])]
             return " + ".join(terms) or "vec4(0.0)"
 
@@ -61,10 +62,11 @@ def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
 
 
 def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, padding,
-          channels=None, rows=None) -> list[str]:
+          present, channels=None, rows=None) -> list[str]:
     """The lines that add the products into ``sums`` in a chain, tap by tap and, in a tap,
     input pack by input pack (``samplers``), times the tap's mask and plus its ``padding``
-    term where it may lie in the padding; ``channels``: a program that writes only these
+    term where it may lie in the padding; ``present``: the components each input pack has
+    (:meth:`Weights.product`); ``channels``: a program that writes only these
     components of its one pack (the kept rows of each ``mat4 * t``); ``rows``: only the taps
     of these kernel rows (a stage of a row split, :mod:`workbench.es2.ops.split`)."""
     many = len(sums) > 1
@@ -106,7 +108,8 @@ def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, pa
             if len(products) > 1:
                 lines.append(f"    t = {texel};")
                 texel = "t"
-            lines += [f"    {s} += {constants.mat4(m)} * {texel};" for s, m in products]
+            lines += [f"    {s} += {constants.product(m, texel, present[j])};"
+                      for s, m in products]
     return lines
 
 

@@ -8,6 +8,7 @@ from workbench import ir
 from workbench.glsl_text import glsl_float, glsl_vec
 
 WEIGHTS = ("literals", "uniforms")
+XYZW = "xyzw"
 
 
 class Weights:
@@ -20,6 +21,7 @@ class Weights:
         if kind not in WEIGHTS:
             raise ValueError(f"weights {kind!r}: one of {', '.join(WEIGHTS)}")
         self.rows = [] if kind == "uniforms" else None
+        self.partial = set()  # the component counts of the partial products written (mul<n>)
 
     def vec4(self, values) -> str:
         if self.rows is None:
@@ -34,22 +36,51 @@ class Weights:
             return f"mat4({', '.join(glsl_float(v) for v in np.asarray(m).ravel())})"
         return f"mat4({', '.join(self.vec4(column) for column in m)})"
 
+    def product(self, m, texel, present=ir.PACK) -> str:
+        """``mat4(m) * texel`` where only its first ``present`` components exist (a tensor's
+        last pack: an RGB image's 3) and the weights are uniforms: ``mul<n>(c0, .., texel)``,
+        the same terms in ``mat4``'s order without the absent ones (their weights are 0: they
+        add exactly 0), so the absent columns are neither read nor multiplied (literal zeros
+        the compilers drop themselves)."""
+        if self.rows is None or present >= ir.PACK:
+            return f"{self.mat4(m)} * {texel}"
+        self.partial.add(present)
+        columns = ", ".join(self.vec4(column) for column in np.asarray(m)[:present])
+        return f"mul{present}({columns}, {texel})"
+
     def kept(self, m) -> bool:
         """Whether a product with the weights ``m`` is written (a literal 0 is left out)."""
         return self.rows is not None or bool(np.any(m))
 
     def declaration(self) -> str:
-        return f"uniform vec4 u_w[{len(self.rows)}];\n" if self.rows else ""
+        """The uniform array and the partial products' functions the program uses."""
+        if not self.rows:
+            return ""
+        functions = "".join(
+            f"vec4 mul{n}({', '.join(f'vec4 c{i}' for i in range(n))}, vec4 t) {{ return "
+            f"{' + '.join(f'c{i} * t.{XYZW[i]}' for i in range(n))}; }}\n"
+            for n in sorted(self.partial))
+        return f"uniform vec4 u_w[{len(self.rows)}];\n" + functions
 
     def arrays(self) -> dict:
         return {"u_w": np.stack(self.rows)} if self.rows else {}
 
 
+def present_components(op: ir.Conv, pack: int) -> int:
+    """The components input pack ``pack`` holds: 4, or fewer in the input's last pack (an RGB
+    image's 3; where the packs are read in another order, 4: not worked out)."""
+    if op.luma_input or op.input_order is not None:
+        return ir.PACK
+    return max(1, min(ir.PACK, op.cin - ir.PACK * pack))
+
+
 def uniform_rows(op: ir.Conv) -> int:
-    """The rows of ``u_w`` of one of its programs with weights as uniforms: the bias, and a
-    vec4 a tap (luma input) or four a tap and input pack."""
-    packs = 1 if op.luma_input else len(op.input_packs(0))
-    return 1 + op.size ** 2 * (1 if op.luma_input else ir.PACK * packs)
+    """The most rows of ``u_w`` one of its programs with weights as uniforms has: the bias,
+    and a vec4 a tap (luma input) or one a tap and component of an input pack it reads."""
+    if op.luma_input:
+        return 1 + op.size ** 2
+    return 1 + op.size ** 2 * max(sum(present_components(op, p) for p in op.input_packs(out))
+                                  for out in range(op.out_packs()))
 
 
 def uniforms_fit(op: ir.Conv, limits) -> bool:
