@@ -31,32 +31,34 @@ def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
             constants, present) -> list[str]:
     """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
     group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
-    padding; ``present``: the components each input pack has (:meth:`Weights.product`)."""
+    padding (a luma input's tap: its scalar luma times the tap's own mask, a multiply instead
+    of four; 0 or 1, so exact either way); ``present``: the components each input pack has
+    (:meth:`Weights.product`)."""
     def mask(axis, d):
         return f" * {axis_mask(axis, d, inline_masks)}" if padded else ""
 
     lines = []
     for s, o, w in zip(sums, outs, weights):
-        def group(dy, dx):
+        def group(dy, dx, own=""):  # ``own``: the tap's mask, where it is the tap's alone
             where = f"vec2(x{dx}, y{dy})"
             if op.luma_input:
-                return (f"{constants.vec4(op.kernel[dy, dx, 0, o])} * dot(texture2D("
-                        f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)})")
+                return (f"({constants.vec4(op.kernel[dy, dx, 0, o])} * (dot(texture2D("
+                        f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){own}))")
             terms = [constants.product(w[dy, dx, j], f"texture2D({sampler}, {where})",
                                        present[j])
                      for j, sampler in enumerate(samplers) if constants.kept(w[dy, dx, j])]
-            return " + ".join(terms) or "vec4(0.0)"
+            return f"({' + '.join(terms) or 'vec4(0.0)'}){own}"
 
         if order == "taps":
-            lines += [f"    {s} += ({group(dy, dx)}){mask('x', dx)}{mask('y', dy)};"
+            lines += [f"    {s} += {group(dy, dx, mask('x', dx) + mask('y', dy))};"
                       for dy, dx in taps(op.size)]
             continue
         for line in range(op.size):
             if order == "rows":
-                terms = [f"({group(line, dx)}){mask('x', dx)}" for dx in range(op.size)]
+                terms = [group(line, dx, mask("x", dx)) for dx in range(op.size)]
                 lines.append(f"    {s} += ({' + '.join(terms)}){mask('y', line)};")
             else:
-                terms = [f"({group(dy, line)}){mask('y', dy)}" for dy in range(op.size)]
+                terms = [group(dy, line, mask("y", dy)) for dy in range(op.size)]
                 lines.append(f"    {s} += ({' + '.join(terms)}){mask('x', line)};")
     return lines
 
