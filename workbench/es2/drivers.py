@@ -19,7 +19,7 @@ from dataclasses import replace
 from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS, formed
-from workbench.es2.ops.orders import LAST
+from workbench.es2.ops.orders import LAST, places_residual
 from workbench.es2.ops.split import finer_rows
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
@@ -151,8 +151,8 @@ def tune(graph, generate, driver: str, options=None):
     tried = [(options, passes, reports)]
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
-        if form.get("order") == "chain" and form.get("residual_after", 0) not in (0, LAST):
-            continue  # a chain places its residual first or last
+        if not places_residual(form.get("order"), form.get("residual_after", LAST)):
+            continue
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         tried.append((trial, *_compiled(generate, trial, driver)))
     changes = []

@@ -22,7 +22,8 @@ from workbench.es2.emulate import quantize
 from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops import split
 from workbench.es2.ops.conv_emulator import emulate
-from workbench.es2.ops.orders import LAST, ORDERS, chain, chained, grouped, order_of
+from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, order_of,
+                                      places_residual)
 from workbench.es2.ops.padding import padding_terms
 from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
@@ -117,16 +118,15 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     samplers += [f"u_part{h}" for h in range(len(parts))]
     bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]
     texel = output_texel(op, rows)
-    if op.residual and not partial:
-        residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))]
-        samplers += residuals
-        bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
-    if (parts or op.residual and not partial) and "u_out_size" in texel:
+    residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))] \
+        if op.residual and not partial else []
+    samplers += residuals
+    bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
+    if (parts or residuals) and "u_out_size" in texel:
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows)
-    fetched = [f"texture2D({r}, {texel})" for r in residuals] if op.residual and not partial \
-        else []
+    fetched = [f"texture2D({r}, {texel})" for r in residuals]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]
@@ -168,14 +168,12 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
 def place_residual(terms, residuals, after, order) -> list[str]:
     """The lines ``terms`` (what adds the products to each sum) with ``sum += residual``
     (``residuals``: ``{sum: its fetch}``, empty for none) after the ``after``-th line that adds
-    to that sum (0: before them, :data:`LAST` or beyond them: after them all); a chain places
-    it first or last only (its lines skip a pack whose weights are all zero, the emulator's
-    terms do not)."""
-    if after not in (0, LAST) and order == "chain":
+    to that sum (0: before them, :data:`LAST` or beyond them: after them all; where it may,
+    :func:`~workbench.es2.ops.orders.places_residual`)."""
+    if not places_residual(order, after):
         raise ValueError(f"a chain adds its residual first or last, not after {after} terms")
-    counts, lines = dict.fromkeys(residuals, 0), []
-    for s in residuals if after == 0 else ():
-        lines.append(f"    {s} += {residuals[s]};")
+    counts = dict.fromkeys(residuals, 0)
+    lines = [f"    {s} += {fetch};" for s, fetch in residuals.items()] if after == 0 else []
     for line in terms:
         lines.append(line)
         s = next((s for s in residuals if line.startswith((f"    {s} +=", f"    {s}."))), None)
@@ -193,7 +191,7 @@ def output_texel(op: ir.Conv, rows=None) -> str:
     where the output pixel is that input pixel (stride 1, an odd window padded by half of it
     each side, the centre row among ``rows``), the same texel centre as ``gl_FragCoord.xy /
     u_out_size`` (nearest: the same bytes); else that.  VideoCore IV's compiler then fetches it
-    with the taps instead of after a division: a 3x3 grouped layer with a residual, 821 -> 520
+    with the taps instead of after a division: a 3x3 grouped layer with a residual, 821 -> 501
     estimated cycles."""
     c = op.size // 2
     pads = (c, c) if op.padding == "same" else ir.explicit_pads(op.padding)

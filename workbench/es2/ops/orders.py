@@ -145,6 +145,13 @@ def added(values):
     return total
 
 
+def places_residual(order, after) -> bool:
+    """Whether a program adding its products in ``order`` may add its residual after ``after``
+    of its terms: a chain first or last only (its lines skip a pack whose weights are all
+    zero, the emulator's terms do not)."""
+    return order != "chain" or after in (0, LAST)
+
+
 def chained(op) -> bool:
     """Its programs add their products in a chain, whatever the order asked: where its
     padding holds a value (masked per tap) or its kernel rows are split over stages."""
