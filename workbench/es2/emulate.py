@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
+from workbench.es2 import fixed16
 from workbench.es2.record import record
 
 F32 = np.float32
@@ -143,7 +144,14 @@ def _stored(graph, name, t):
     if not _levels(graph, name):
         op = graph.op(name)
         return record(op).stored(op, t)
+    if _bits(graph, name) == 16:
+        return fixed16.tensor_bytes(t)
     return to_packs(t, opaque=name in _rgb_tensors(graph))
+
+
+def _bits(graph, name) -> int:
+    """The bits tensor ``name`` is stored in (:func:`workbench.es2.fixed16.tensor_bits`)."""
+    return 8 if name == graph.input.name else fixed16.tensor_bits(graph.op(name))
 
 
 def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
@@ -154,9 +162,33 @@ def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
     difference in one layer does not spread to the next.
     """
     shapes = graph.shapes(stored[graph.input.name].shape[:2])
-    values = {name: load(data[..., :shapes[name][2]], arithmetic) for name, data in stored.items()
-              if name in shapes and _levels(graph, name)}
+    values = {name: fixed16.tensor_values(data, shapes[name][2], arithmetic)
+              if _bits(graph, name) == 16 else load(data[..., :shapes[name][2]], arithmetic)
+              for name, data in stored.items() if name in shapes and _levels(graph, name)}
     return {op.name: _stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
+
+
+def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, int]:
+    """Per tensor, the most storage steps by which two runs' stored tensors (as ``keep=True``
+    returns them; the tensors both have) differ: 8-bit levels, or a 16-bit tensor's codes (its
+    high and low byte together); a dense layer's texture byte by byte."""
+    out = {}
+    for name in stored.keys() & other.keys():
+        a, b = np.asarray(stored[name], np.int64), np.asarray(other[name], np.int64)
+        if name in {op.name for op in graph.ops} and _bits(graph, name) == 16:
+            a, b = (x[..., 0::2] * 256 + x[..., 1::2] for x in (a, b))
+        out[name] = int(np.abs(a - b).max(initial=0))
+    return out
+
+
+def unpredicted(graph: ir.Graph, stored: dict, arithmetic="float32") -> dict[str, int]:
+    """The tensors of a GPU run (``stored``: as ``net.run(image, keep=True)`` returns them)
+    whose bytes each op, emulated from that run's own inputs (:func:`stepwise`), does not
+    predict to within what the emulator promises: the same 8-bit levels, a 16-bit tensor's
+    codes within one step; ``{tensor: steps apart}``, empty where every one holds."""
+    apart = steps_apart(graph, stored, stepwise(graph, stored, arithmetic))
+    return {name: steps for name, steps in apart.items() if name != graph.input.name
+            and steps > (1 if _bits(graph, name) == 16 else 0)}
 
 
 def _rgb_tensors(graph):

@@ -1,4 +1,5 @@
-"""16-bit fixed point in two 8-bit channels, as the ES 2.0 dense layer stores numbers.
+"""16-bit fixed point in two 8-bit channels, as the ES 2.0 dense layer stores numbers, and
+a tensor stored at 16 bits (:func:`tensor_bits`).
 
 A value ``v`` in [-128, 128) is kept as the integer ``q = round(256 v) + 32768`` in
 [0, 65535]: high byte ``q // 256`` in one channel, low byte ``q % 256`` in the next
@@ -82,3 +83,84 @@ def saturated(b):
     """Where the stored uint8 pairs hold the range's end codes (a sign of overflow)."""
     q = np.asarray(b, np.int64)[..., 0] * 256 + np.asarray(b, np.int64)[..., 1]
     return (q == 0) | (q == 65535)
+
+
+# --- a tensor stored at 16 bits ------------------------------------------------------------
+# A tensor a convolution writes in [0, 1] may be stored at 16 bits instead of 8 (a tensor kept
+# with a scale, where only convolutions read it: :func:`workbench.es2.ops.conv.wide_tensors`):
+# channels 0-1 of pack p in texture 2p, 2-3 in texture 2p + 1, each value v as the code of
+# ``v * 2**SHIFT`` (``enc2``), so in steps of 2**-15 (v = 1 saturates one step below it).
+
+SHIFT = 7
+
+
+BITS = {"output": "out_bits", "input": "in_bits", "residual": "residual_bits"}  # a ConvForm's
+
+
+def tensor_bits(op, tensor="output") -> int:
+    """The bits a value of ``op``'s ``"output"``, ``"input"`` or ``"residual"`` is stored
+    in: 8 (one RGBA8 texture a pack) or 16 (two, :data:`SHIFT`)."""
+    return getattr(op, BITS[tensor], 8)
+
+
+def textures_a_pack(op, tensor="output") -> int:
+    """RGBA8 textures a pack of ``op``'s ``tensor`` (:func:`tensor_bits`) takes: 1 or 2."""
+    return tensor_bits(op, tensor) // 8
+
+
+def fetch_glsl(first, second, where) -> str:
+    """GLSL of one pack of a 16-bit tensor at ``where``: its two textures' samplers decoded,
+    in [0, 1]."""
+    return (f"(vec4(dec2(texture2D({first}, {where})), dec2(texture2D({second}, {where})))"
+            f" * {1 / 2 ** SHIFT!r})")
+
+
+def store_glsl(value, components) -> str:
+    """GLSL of the colour that stores ``components`` (``"xy"`` or ``"zw"``) of ``value`` (a
+    ``vec4`` in [0, 1] where it is not clamped) in one texture of a 16-bit tensor."""
+    return f"enc2(clamp({value}.{components}, 0.0, 1.0) * {float(2 ** SHIFT)!r})"
+
+
+def round_trip(values, shift, arithmetic="float32"):
+    """``values`` (float32, or float16 for the mediump prediction) as a reader fetches them
+    back after a store of ``values * 2**shift`` in two RGBA8 channels each: encoded as the
+    shader's ``enc`` does, stored, fetched and decoded as its ``dec`` does, times ``2**-shift``
+    (powers of 2: exact)."""
+    from workbench.es2.emulate import load, store
+
+    dtype = values.dtype.type
+    levels = store(glsl_enc(values * dtype(2.0 ** shift)))
+    return (glsl_dec(load(levels, arithmetic)) * dtype(2.0 ** -shift)).astype(dtype)
+
+
+def stored_tensor(values, arithmetic="float32"):
+    """A 16-bit tensor's values (HxWxC, the float type of ``arithmetic``) as its reader
+    fetches them after the store (:func:`store_glsl`: clamped to [0, 1]); ``"real"``
+    arithmetic (no storage): ``values`` themselves."""
+    if arithmetic == "real":
+        return values
+    return round_trip(np.clip(values, values.dtype.type(0), values.dtype.type(1)), SHIFT,
+                      arithmetic)
+
+
+def tensor_bytes(values):
+    """A 16-bit tensor's fetched values (HxWxC, :func:`stored_tensor`) -> uint8
+    HxWx(8*packs), its textures' bytes in order (channel c's high and low byte at 2c, 2c + 1),
+    as the GPU runner returns them; a texture's channel past the tensor's holds 0's code, and
+    a texture wholly past it, no program writes, zero bytes)."""
+    h, w, c = values.shape
+    written = np.zeros((h, w, c + c % 2))
+    written[..., :c] = np.asarray(values, np.float64) * 2 ** SHIFT
+    out = np.zeros((h, w, 4 * -(-c // 4), 2), np.uint8)
+    out[..., :written.shape[2], :] = encode(written)
+    return out.reshape(h, w, -1)
+
+
+def tensor_values(stored, channels, arithmetic="float32"):
+    """:func:`tensor_bytes`' inverse: the values a reader fetches from a 16-bit tensor's
+    bytes (uint8 HxWx(8*packs)), HxWx``channels``."""
+    from workbench.es2.emulate import dtype, load
+
+    pairs = load(stored, arithmetic).reshape(*stored.shape[:2], -1, 2)[..., :channels, :]
+    kind = dtype(arithmetic)
+    return (glsl_dec(pairs) * kind(2.0 ** -SHIFT)).astype(kind)

@@ -39,10 +39,11 @@ def textures(graph: ir.Graph, hw) -> dict[tuple[str, int], tuple[int, int, str]]
     return out
 
 
-def pack_textures(name, shapes) -> dict[tuple[str, int], tuple[int, int, str]]:
-    """The RGBA8 textures of tensor ``name``: one per 4 channels, of its size."""
+def pack_textures(name, shapes, per_pack=1) -> dict[tuple[str, int], tuple[int, int, str]]:
+    """The RGBA8 textures of tensor ``name``: ``per_pack`` (2 for a 16-bit tensor) per 4
+    channels, of its size."""
     h, w, c = shapes[name]
-    return {(name, p): (w, h, "f1") for p in range(ir.packs(c))}
+    return {(name, p): (w, h, "f1") for p in range(per_pack * ir.packs(c))}
 
 
 def peak_texture_bytes(graph: ir.Graph, hw) -> int:

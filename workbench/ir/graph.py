@@ -101,6 +101,8 @@ class Graph:
     name: str = "net"
     input_size: tuple | None = None   # (height, width) when the net needs a fixed size
     origin: dict | None = None  # tensor -> the source model's tensor it stands for (ONNX)
+    scaled: frozenset = frozenset()  # tensors stored with a scale, (y - offset) / scale
+    #   (ir.lowering.Scales: a calibrated ReLU or linear tensor, a Clip(0, m)'s y / m)
 
     def __post_init__(self):
         """A companded tensor (a Conv's ``storage``) is read by one op that decodes it: the

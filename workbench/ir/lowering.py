@@ -198,6 +198,7 @@ class Scales:
                                 "or a Dense")
         for name in scaled & set(graph.origin or ()):
             del graph.origin[name]
+        graph.scaled = graph.scaled | scaled
 
 
 def leaky_relu(slope, where) -> str:

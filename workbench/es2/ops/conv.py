@@ -12,7 +12,7 @@ also plans the split).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,12 +50,17 @@ class ConvForm(ir.Conv):
     split over where one program would exceed the limits, ``row_split``: the bands each
     run's kernel rows are split over where one input pack a program is still too many (its
     stages: :mod:`workbench.es2.ops.split`; chosen by :func:`prepare`, or by
-    :func:`workbench.es2.drivers.fit` where a driver refuses).  (How a program holds its
-    weights changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
+    :func:`workbench.es2.drivers.fit` where a driver refuses).  ``out_bits``, ``in_bits``,
+    ``residual_bits``: 16 where its output, input or residual is a 16-bit tensor
+    (:func:`wide_tensors`; :func:`workbench.es2.fixed16.tensor_bits`).  (How a program holds
+    its weights changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
     residual_after: int = LAST
     split: int = 1
     row_split: int = 1
+    out_bits: int = 8
+    in_bits: int = 8
+    residual_bits: int = 8
 
 
 FORM = ("order", "residual_after", "row_split")  # the layer options a ConvForm records
@@ -68,6 +73,35 @@ def formed(op: ir.Conv, **form) -> ConvForm:
     return ConvForm(**fields, **form)
 
 
+def wide_tensors(graph: ir.Graph) -> set[str]:
+    """The tensors stored at 16 bits (:mod:`workbench.es2.fixed16`) where a compile asks it:
+    each one held with a scale (``graph.scaled``: a calibrated ReLU's or linear tensor, a
+    ReLU6's y / 6; 8-bit steps of its range are what cost a net of the ecosystem its agreement)
+    that a convolution writes and only convolutions read, as input or residual (not the net's
+    output)."""
+    readers = {}
+    for op in graph.ops:
+        for tensor in op.reads:
+            readers.setdefault(tensor, []).append(op)
+    return {op.name for op in graph.ops
+            if isinstance(op, ir.Conv) and op.name in graph.scaled and op.storage == "linear"
+            and op.name != graph.output and readers.get(op.name)
+            and all(isinstance(r, ir.Conv) and not r.luma_input for r in readers[op.name])}
+
+
+def widened(graph: ir.Graph, wide) -> ir.Graph:
+    """A copy of ``graph`` whose convolutions write, read and add the tensors ``wide`` (:func:
+    `wide_tensors`) at 16 bits (:class:`ConvForm`'s ``out_bits``, ``in_bits``,
+    ``residual_bits``)."""
+    def bits(op):
+        found = {"out_bits": op.name in wide, "in_bits": op.input in wide,
+                 "residual_bits": op.residual in wide}
+        return {field: 16 for field, is_wide in found.items() if is_wide}
+
+    return replace(graph, ops=[formed(op, **bits(op)) if isinstance(op, ir.Conv) and bits(op)
+                               else op for op in graph.ops])
+
+
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
             order="chain", weights="literals", residual_after=LAST, stage=None) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
@@ -76,6 +110,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     pack, only these components of it (0-3), the others' weights left out of the program (a
     compiler that keeps literals in a small constant file takes it then); the runtime masks
     the rest, so a component's arithmetic, and its bytes, are those of the whole program.
+    A program of a 16-bit output writes ``channels`` of one half of a pack (0-1 or 2-3), each
+    value in two components of that half's texture.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
@@ -93,6 +129,10 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         channels, order, weights = stage.components, "chain", "literals"
     if channels is not None and many:
         raise ValueError("a program that writes part of a pack writes one pack")
+    wide = fixed16.tensor_bits(op) == 16 and not partial
+    if wide and (channels is None or len({k // 2 for k in channels}) > 1):
+        raise ValueError("a program of a 16-bit output writes one or two channels of one "
+                         "half of a pack")
     if order not in ORDERS or (order != "chain" and channels is not None):
         raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
                          "program that writes part of a pack)")
@@ -105,8 +145,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     in_packs = [every[j] for j in positions]
     padding = padding_terms(op, [op.logical_packs(packs[0])[j] for j in positions]
                              if not op.luma_input else [0])
-    samplers = [f"u_in{i}" for i in range(len(in_packs))]
-    bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
+    fetches, samplers, bindings = reads(op, "input", in_packs,
+                                        [f"u_in{i}" for i in range(len(in_packs))])
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     # [dy, dx, input pack, in component, out]
@@ -120,24 +160,26 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     texel = output_texel(op, rows)
     residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))] \
         if op.residual and not partial else []
-    samplers += residuals
-    bindings += [Binding(r, op.residual, p) for r, p in zip(residuals, packs)]
+    residual_fetches, residual_samplers, residual_bindings = reads(op, "residual", packs,
+                                                                   residuals)
+    samplers += residual_samplers
+    bindings += residual_bindings
     if (parts or residuals) and "u_out_size" in texel:
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows)
-    fetched = [f"texture2D({r}, {texel})" for r in residuals]
+    fetched = [fetch(texel) for fetch in residual_fetches]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]
     body += [f"    vec4 {s} = {start};" for s, start in zip(sums, starts)]
     present = [present_components(op, p) for p in in_packs]
     if order != "chain":
-        terms = grouped(op, order, sums, outs, weights, samplers[:len(in_packs)], padded,
-                        inline_masks, constants, present)
+        terms = grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
+                        constants, present)
     else:
-        terms = chain(op, sums, outs, weights, samplers[:len(in_packs)], padded, inline_masks,
-                      constants, padding, present, channels, rows)
+        terms = chain(op, sums, outs, weights, fetches, padded, inline_masks, constants,
+                      padding, present, channels, rows)
     body += place_residual(terms, dict(zip(sums, fetched)), residual_after, order)
     for k, s in enumerate(sums):
         if partial:
@@ -148,8 +190,13 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         if op.storage != "linear":  # the activation, then its companded value
             body.append(f"    {s} = {out};")
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
+        if wide:  # the activation, then its half's two values in 16 bits
+            body.append(f"    {s} = {out};")
+            out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2])
         body.append(f"    {target} = {out};")
-    source = (header(precision, many) + (fixed16.GLSL if parts or partial else "")
+    sixteen = parts or partial or wide or any(
+        fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
+    source = (header(precision, many) + (fixed16.GLSL if sixteen else "")
               + uniform_declarations(samplers, vectors)
               + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
@@ -158,11 +205,37 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         name += f".s{stage.index}h{stage.half}"
         outputs = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)]
         channels = None
+    elif wide:  # its half's texture: whole, or the two components of its one channel
+        outputs = [(op.name, 2 * packs[0] + channels[0] // 2)]
+        name += ".c" + "".join(map(str, channels))
+        channels = None if len(channels) == 2 else tuple(range(2 * (channels[0] % 2),
+                                                               2 * (channels[0] % 2) + 2))
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
     return Pass(name, op.name, source, bindings, outputs, vectors,
                 channels=tuple(channels) if channels is not None else None,
                 arrays=constants.arrays())
+
+
+def reads(op: ir.Conv, tensor, packs, samplers):
+    """``(fetches, samplers, bindings)`` of a program reading ``packs`` of ``op``'s
+    ``tensor`` (``"input"`` or ``"residual"``) through the ``samplers`` named, one a pack:
+    each pack's fetch at GLSL coordinates (a function of them); a 16-bit tensor's pack
+    through two samplers (the name and the name + ``b``: its textures ``2p``, ``2p + 1``),
+    decoded (:func:`workbench.es2.fixed16.fetch_glsl`)."""
+    name = op.input if tensor == "input" else op.residual
+    fetches, names, bindings = [], [], []
+    for sampler, pack in zip(samplers, packs):
+        if fixed16.tensor_bits(op, tensor) == 16:
+            pair = (sampler, sampler + "b")
+            names += pair
+            bindings += [Binding(pair[0], name, 2 * pack), Binding(pair[1], name, 2 * pack + 1)]
+            fetches.append(lambda where, pair=pair: fixed16.fetch_glsl(*pair, where))
+        else:
+            names.append(sampler)
+            bindings.append(Binding(sampler, name, pack))
+            fetches.append(lambda where, sampler=sampler: f"texture2D({sampler}, {where})")
+    return fetches, names, bindings
 
 
 def place_residual(terms, residuals, after, order) -> list[str]:
@@ -229,6 +302,8 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     if residual_after is None:
         residual_after = getattr(op, "residual_after", LAST)
     channels = channels or channels_per_program(op, limits.constant_vectors)
+    if fixed16.tensor_bits(op) == 16:  # a half of a pack's texture (or one of its values)
+        channels = min(channels, 2)
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
         weights = "literals"
     partials, last = [], {}
@@ -252,9 +327,12 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
 
 
 def apply(op: ir.Conv, tensors, arithmetic):
-    """The stored output, as the next op fetches it."""
+    """The stored output, as the next op fetches it (8 or 16 bits)."""
     res = tensors[op.residual] if op.residual else None
-    return quantize(emulate(op, tensors[op.input], res), arithmetic)
+    out = emulate(op, tensors[op.input], res)
+    if fixed16.tensor_bits(op) == 16:
+        return fixed16.stored_tensor(out, arithmetic)
+    return quantize(out, arithmetic)
 
 
 def check(op: ir.Conv, shapes, limits):
@@ -279,13 +357,15 @@ def fetches(op: ir.Conv, packs) -> int:
     if split.count(op) > 1:
         return max(stage.fetches(op) for stage in split.programs(op))
     inputs = {p for pack in packs for p in op.input_packs(pack)}
-    return op.size ** 2 * len(inputs) + (len(packs) if op.residual else 0)
+    return (op.size ** 2 * len(inputs) * fixed16.textures_a_pack(op, "input")
+            + (len(packs) * fixed16.textures_a_pack(op, "residual") if op.residual else 0))
 
 
 def units(op: ir.Conv, packs) -> int:
     """Texture units of one program writing output packs ``packs`` of ``op``."""
     inputs = {p for pack in packs for p in op.input_packs(pack)}
-    return len(inputs) + (len(packs) if op.residual else 0)
+    return (len(inputs) * fixed16.textures_a_pack(op, "input")
+            + (len(packs) * fixed16.textures_a_pack(op, "residual") if op.residual else 0))
 
 
 def programs(op: ir.Conv, draw_buffers=1, max_units=None, max_fetches=None) -> list[list[int]]:
@@ -323,21 +403,31 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     h, w, _ = shapes[op.name]
     pixels = h * w
     if split.count(op) > 1:  # every stage's programs, one pack each
-        stages = [s for pack in range(op.out_packs()) for s in split.stage_list(op, pack)]
-        per_pixel = sum(s.fetches(op) for s in stages)
+        stages = [(s, writers(op, pack) if s.last else 1) for pack in range(op.out_packs())
+                  for s in split.stage_list(op, pack)]
+        per_pixel = sum(s.fetches(op) * n for s, n in stages)
         return Cost(multiply_adds=pixels * op.kernel.size, texel_fetches=pixels * per_pixel,
-                    texture_bytes=pixels * 4 * len(textures(op, shapes)), programs=len(stages))
+                    texture_bytes=pixels * 4 * len(textures(op, shapes)),
+                    programs=sum(n for _, n in stages))
     programs = programs or [[p] for p in range(op.out_packs())]
+    copies = [writers(op, packs[0]) for packs in programs]
     return Cost(multiply_adds=pixels * op.kernel.size,
-                texel_fetches=pixels * sum(fetches(op, packs) for packs in programs),
-                texture_bytes=pixels * 4 * op.out_packs(),
-                programs=len(programs))
+                texel_fetches=pixels * sum(n * fetches(op, packs)
+                                           for n, packs in zip(copies, programs)),
+                texture_bytes=pixels * 4 * op.out_packs() * fixed16.textures_a_pack(op),
+                programs=sum(copies))
+
+
+def writers(op: ir.Conv, pack) -> int:
+    """Programs that write output pack ``pack`` (of a 2-channel program of a 16-bit output,
+    one a half it has channels in; else one)."""
+    return len(split.halves(op, pack)) if fixed16.tensor_bits(op) == 16 else 1
 
 
 def textures(op: ir.Conv, shapes) -> dict:
-    """Its output packs, and a split op's partial sums: two RGBA8 textures an output pack
-    and partial stage, of the output's size."""
-    out = pack_textures(op.name, shapes)
+    """Its output packs (two RGBA8 textures each where it is 16-bit), and a split op's partial
+    sums: two RGBA8 textures an output pack and partial stage, of the output's size."""
+    out = pack_textures(op.name, shapes, fixed16.textures_a_pack(op))
     h, w, _ = shapes[op.name]
     for k in range(split.count(op) - 1):
         out.update({(split.partial_tensor(op, k), i): (w, h, "f1")

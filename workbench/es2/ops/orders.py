@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
+from workbench.es2 import fixed16
 from workbench.es2.ops.padding import axis_mask, tap_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
@@ -27,12 +28,13 @@ def taps(size, rows=None):
     return [(dy, dx) for dy in (range(size) if rows is None else rows) for dx in range(size)]
 
 
-def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
+def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
             constants, present) -> list[str]:
     """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
     group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
     padding (a luma input's tap: its scalar luma times the tap's own mask, a multiply instead
-    of four; 0 or 1, so exact either way); ``present``: the components each input pack has
+    of four; 0 or 1, so exact either way); ``fetches``: each input pack's texel at GLSL
+    coordinates (a function of them); ``present``: the components each input pack has
     (:meth:`Weights.product`)."""
     def mask(axis, d):
         return f" * {axis_mask(axis, d, inline_masks)}" if padded else ""
@@ -42,11 +44,10 @@ def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
         def group(dy, dx, own=""):  # ``own``: the tap's mask, where it is the tap's alone
             where = f"vec2(x{dx}, y{dy})"
             if op.luma_input:
-                return (f"({constants.vec4(op.kernel[dy, dx, 0, o])} * (dot(texture2D("
-                        f"{samplers[0]}, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){own}))")
-            terms = [constants.product(w[dy, dx, j], f"texture2D({sampler}, {where})",
-                                       present[j])
-                     for j, sampler in enumerate(samplers) if constants.kept(w[dy, dx, j])]
+                return (f"({constants.vec4(op.kernel[dy, dx, 0, o])} * (dot("
+                        f"{fetches[0](where)}.rgb, {glsl_vec(ir.LUMA, 3)}){own}))")
+            terms = [constants.product(w[dy, dx, j], fetch(where), present[j])
+                     for j, fetch in enumerate(fetches) if constants.kept(w[dy, dx, j])]
             return f"({' + '.join(terms) or 'vec4(0.0)'}){own}"
 
         if order == "taps":
@@ -63,10 +64,10 @@ def grouped(op, order, sums, outs, weights, samplers, padded, inline_masks,
     return lines
 
 
-def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, padding,
+def chain(op, sums, outs, weights, fetches, padded, inline_masks, constants, padding,
           present, channels=None, rows=None) -> list[str]:
     """The lines that add the products into ``sums`` in a chain, tap by tap and, in a tap,
-    input pack by input pack (``samplers``), times the tap's mask and plus its ``padding``
+    input pack by input pack (``fetches``: each one's texel at GLSL coordinates), times the tap's mask and plus its ``padding``
     term where it may lie in the padding; ``present``: the components each input pack has
     (:meth:`Weights.product`); ``channels``: a program that writes only these
     components of its one pack (the kept rows of each ``mat4 * t``); ``rows``: only the taps
@@ -82,7 +83,7 @@ def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, pa
         if padded:
             lines.append(tap_mask(dx, dy, inline_masks))
         if op.luma_input:
-            y = f"(dot(texture2D(u_in0, {where}).rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
+            y = f"(dot({fetches[0](where)}.rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
             if many:
                 lines.append(f"    y = {y};")
                 y = "y"
@@ -93,12 +94,12 @@ def chain(op, sums, outs, weights, samplers, padded, inline_masks, constants, pa
             lines += [f"    {s} += {constants.vec4(op.kernel[dy, dx, 0, o])} * {y};"
                       for s, o in zip(sums, outs)]
             continue
-        for j, sampler in enumerate(samplers):
+        for j, fetch in enumerate(fetches):
             # m[i, o]: input component i -> output component o
             products = [(s, w[dy, dx, j]) for s, w in zip(sums, weights)
                         if constants.kept(w[dy, dx, j])]
             pad = padding[j].format(dx=dx, dy=dy) if padded else ""
-            texel = f"(texture2D({sampler}, {where}){mask}{pad})"
+            texel = f"({fetch(where)}{mask}{pad})"
             if channels is not None:  # the kept rows of mat4 * t, summed in its order
                 if products:
                     m = products[0][1]
@@ -154,8 +155,10 @@ def places_residual(order, after) -> bool:
 
 def chained(op) -> bool:
     """Its programs add their products in a chain, whatever the order asked: where its
-    padding holds a value (masked per tap) or its kernel rows are split over stages."""
-    return op.pad_value is not None or getattr(op, "row_split", 1) > 1
+    padding holds a value (masked per tap), its kernel rows are split over stages or it
+    writes a 16-bit tensor (two channels a program)."""
+    return (op.pad_value is not None or getattr(op, "row_split", 1) > 1
+            or fixed16.tensor_bits(op) == 16)
 
 
 def order_of(op, order=None) -> str:

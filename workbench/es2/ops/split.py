@@ -26,7 +26,6 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
-from workbench.es2.emulate import load, store
 from workbench.es2.limits import LimitError, fits
 from workbench.glsl_text import glsl_float
 
@@ -55,14 +54,16 @@ class Stage:
         return None if self.half is None else (2 * self.half, 2 * self.half + 1)
 
     def units(self, op) -> int:
-        """Texture units of its program: its run's input packs, the partial sums it starts
-        from and, in the last stage, the residual."""
-        return len(self.positions) + _extra_inputs(self, bool(op.residual))
+        """Texture units of its program: its run's input packs' textures, the partial sums it
+        starts from and, in the last stage, the residual's."""
+        return len(self.positions) * fixed16.textures_a_pack(op, "input") \
+            + _extra_inputs(self, op)
 
     def fetches(self, op) -> int:
-        """Texel fetches a fragment of its program: each input pack of its run once a tap,
-        one texel of each partial-sum texture and of the residual."""
-        return self.taps(op) * len(self.positions) + _extra_inputs(self, bool(op.residual))
+        """Texel fetches a fragment of its program: each input pack's textures once a tap,
+        one texel of each partial-sum texture and of the residual's."""
+        return self.taps(op) * len(self.positions) * fixed16.textures_a_pack(op, "input") \
+            + _extra_inputs(self, op)
 
     def taps(self, op) -> int:
         """Taps of its window: its rows' columns."""
@@ -120,15 +121,19 @@ def stage_list(op, pack) -> list[Stage]:
     """The programs of output pack ``pack`` of a split ``op`` in order: each partial stage's
     halves (only those the pack's channels reach), then the last stage."""
     *partials, last = programs(op)
-    halves = [h for h in range(2) if 2 * h < op.cout - pack * ir.PACK]
-    return [replace(stage, half=h) for stage in partials for h in halves] + [last]
+    return [replace(stage, half=h) for stage in partials for h in halves(op, pack)] + [last]
 
 
-def _extra_inputs(stage: Stage, residual: bool) -> int:
+def halves(op, pack) -> list[int]:
+    """The halves of output pack ``pack`` (0: channels 0-1) that hold channels of ``op``."""
+    return [h for h in range(2) if 2 * h < op.cout - pack * ir.PACK]
+
+
+def _extra_inputs(stage: Stage, op) -> int:
     """Texture units (and fetches a fragment) a stage needs beyond its input packs: the
-    partial sums it starts from, and the residual in the last stage."""
-    return (0 if stage.index == 0 else (1 if stage.half is not None else 2)) \
-        + (1 if stage.last and residual else 0)
+    partial sums it starts from, and the residual's textures in the last stage."""
+    residual = fixed16.textures_a_pack(op, "residual") if stage.last and op.residual else 0
+    return (0 if stage.index == 0 else (1 if stage.half is not None else 2)) + residual
 
 
 def shift(op) -> int:
@@ -169,9 +174,7 @@ def stored(op, sums, dtype):
     reads them back: scaled, encoded as the shader's ``enc2`` does, stored in RGBA8, fetched
     and decoded as its ``dec2`` does, unscaled (exact powers of 2)."""
     arithmetic = "float16" if dtype == np.float16 else "float32"
-    scaled = sums * dtype(2.0 ** shift(op))
-    levels = store(fixed16.glsl_enc(scaled))
-    return (fixed16.glsl_dec(load(levels, arithmetic)) * dtype(2.0 ** -shift(op))).astype(dtype)
+    return fixed16.round_trip(np.asarray(sums, dtype), shift(op), arithmetic)
 
 
 def programs(op, split=None, row_split=None) -> list[Stage]:
