@@ -73,7 +73,7 @@ def test_keras_prelu_is_stored_within_half_a_level_of_tf():
     assert c3.residual == "c1"
     real = outputs(model, "p1", IMAGES[:8])
     assert (real < 0).mean() > 0.1  # the slopes matter
-    net = es2.compile(model, calibration=list(IMAGES[:8]))
+    net = es2.compile(model, calibration=list(IMAGES[:8]), scaled_bits=8)
     assert [op.activation for op in net.graph.ops[:3]] == ["bounded_prelu"] * 3
     np.testing.assert_array_equal(net.graph.ops[1].activation_slope, np.full(8, 0.25, np.float32))
     assert net.graph.ops[1].pad_value is not None  # c2 reads the signed c1 with padding
@@ -100,7 +100,7 @@ def test_the_onnx_writer_writes_prelu_as_onnx_runtime_runs_it():
 
 
 def test_a_saved_net_keeps_its_slopes(tmp_path):
-    net = es2.compile(prelu_net(), calibration=list(IMAGES[:8]))
+    net = es2.compile(prelu_net(), calibration=list(IMAGES[:8]), scaled_bits=8)
     net.save(tmp_path / "net")
     loaded = es2.load(tmp_path / "net")
     for mine, theirs in zip(net.graph.ops[:3], loaded.graph.ops[:3]):
@@ -132,7 +132,7 @@ def test_onnx_prelu_is_stored_within_half_a_level_of_onnx_runtime(shape):
         np.testing.assert_array_equal(conv.activation_slope, SLOPES)
     else:
         assert conv.activation == activations.leaky_relu(np.float32(0.2)).name
-    net = es2.compile(model, calibration=list(IMAGES[:8]))
+    net = es2.compile(model, calibration=list(IMAGES[:8]), scaled_bits=8)
     real = model.tensors(IMAGES[:8], [prelu])[prelu]
     assert (real < 0).mean() > 0.1
     graph = ir.from_model(model)
@@ -154,7 +154,7 @@ def test_prelu_nets_run_on_the_gpu_as_emulated_and_on_es31_as_tf():
     np.testing.assert_allclose(np.stack([es31.compile(model).run(x) for x in IMAGES[:2]]),
                                model(IMAGES[:2]).numpy(), atol=1e-5)
     for source in (model, onnx_prelu_net(SLOPES.reshape(8, 1, 1))[0]):
-        net = es2.compile(source, calibration=list(IMAGES[:8]))
+        net = es2.compile(source, calibration=list(IMAGES[:8]), scaled_bits=8)
         gpu, predicted = net.run(IMAGES[0], keep=True), net.emulate(IMAGES[0], keep=True)
         for name in predicted:
             np.testing.assert_array_equal(gpu[name], predicted[name], err_msg=name)
@@ -171,7 +171,7 @@ def test_the_shaders_pass_glslang(tmp_path):
 
     if shutil.which("glslangValidator") is None:
         pytest.skip("glslangValidator not installed")
-    net = es2.compile(prelu_net(), calibration=list(IMAGES[:8]))
+    net = es2.compile(prelu_net(), calibration=list(IMAGES[:8]), scaled_bits=8)
     assert "vec4(0.100000001, 0.214285716, 0.328571439, 0.442857146) * min(" in net.passes[0].source
     glslang.validate_many({p.name: p.source for p in net.passes})
     for kernel in es31.compile(prelu_net()).kernels:

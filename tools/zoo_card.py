@@ -2,11 +2,12 @@
 ``tools/zoo_train.py --save models``) through ES 2.0 on llvmpipe and write their cards,
 ``models/cifar10_<net>.json`` and ``.md``.
 
-  python tools/zoo_card.py TRAIN_LOG [--nets mobilenet_v2,resnet]
+  python tools/zoo_card.py TRAIN_LOG [--nets mobilenet_v2,resnet] [--scaled-bits 16]
 
 TRAIN_LOG: the JSON lines zoo_train.py printed (steps, seconds, top-1 of the run).  Each net is
 compiled from both files with its unbounded tensors calibrated on 20 CIFAR-10 training images
-(2 a class) and run on the 500 test images of :func:`workbench.nets.zoo.cifar10_test`.
+(2 a class), stored at ``--scaled-bits`` (es2.compile's ``scaled_bits``, default 16), and run on
+the 500 test images of :func:`workbench.nets.zoo.cifar10_test`.
 """
 import argparse
 import json
@@ -40,9 +41,9 @@ def cpu() -> str:
     return f"{name}{' with AVX-512' if 'avx512f' in info else ''}"
 
 
-def measure(path, images, labels, calibration) -> dict:
+def measure(path, images, labels, calibration, scaled_bits) -> dict:
     model = load_model(path)
-    net = es2.compile(model, calibration=calibration)
+    net = es2.compile(model, calibration=calibration, scaled_bits=scaled_bits)
     result = deploy.compare_classifier(model, net, images, labels, emulate=False,
                                        progress=False)
     return {"top1_reference": result["top1_TF"], "top1_gpu": result["top1_GPU"],
@@ -57,6 +58,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("train_log")
     parser.add_argument("--nets", default="mobilenet_v2,resnet")
+    parser.add_argument("--scaled-bits", type=int, default=16)
     args = parser.parse_args(argv)
     lines = Path(args.train_log).read_text().splitlines()
     runs = {r["net"]: r for r in map(json.loads, (ln for ln in lines if ln.startswith("{")))}
@@ -69,8 +71,10 @@ def main(argv=None):
     for name in args.nets.split(","):
         run, stem = runs[name], project_root() / "models" / f"cifar10_{name}"
         test = {"images": len(images), "calibration_images": len(calibration),
-                "keras": measure(stem.with_suffix(".keras"), images, labels, list(calibration)),
-                "onnx": measure(stem.with_suffix(".onnx"), images, labels, list(calibration))}
+                "scaled_bits": args.scaled_bits,
+                **{form: measure(stem.with_suffix(f".{form}"), images, labels,
+                                 list(calibration), args.scaled_bits)
+                   for form in ("keras", "onnx")}}
         card = {"model": stem.name + ".keras", "onnx": stem.name + ".onnx",
                 "net": DESCRIPTIONS[name], "parameters": run["parameters"],
                 "multiply_adds": run["multiply_adds"],
@@ -84,7 +88,8 @@ def main(argv=None):
                 "top1_keras_at_training": run["top1"], "test": test,
                 "reproduce": "WORKBENCH_DATA=... python tools/zoo_train.py --nets "
                              f"{name} --steps {run['steps']} --save models; python "
-                             "tools/zoo_card.py TRAIN_LOG"}
+                             f"tools/zoo_card.py TRAIN_LOG --nets {name} --scaled-bits "
+                             f"{args.scaled_bits}"}
         stem.with_suffix(".json").write_text(json.dumps(card, indent=1) + "\n")
         rows = "\n".join(
             f"| {form} | {100 * t['top1_reference']:.1f} % | {100 * t['top1_gpu']:.1f} % | "
@@ -100,7 +105,8 @@ def main(argv=None):
             f"Recipe: {json.dumps(card['recipe'])}; {run['seconds']:.0f} s of training on "
             f"{machine} (shared with other work).\nData: {card['data']}.\n\n"
             "Through ES 2.0 (Mesa llvmpipe), its ReLUs and linear tensors stored with a scale "
-            f"calibrated on {len(calibration)} training images, its wide convs split "
+            f"calibrated on {len(calibration)} training images, at {args.scaled_bits} bits "
+            f"(`es2.compile(scaled_bits={args.scaled_bits})`), its wide convs split "
             f"({test['keras']['split_layers']}):\n\n"
             "| file | reference top-1 | GPU top-1 | GPU top-1 = reference | largest "
             "probability difference | programs |\n|---|---|---|---|---|---|\n" + rows +

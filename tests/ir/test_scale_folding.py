@@ -75,7 +75,7 @@ STORED = {"stem": ("stem_act", 6), "res": ("res_act", 6), "dw": ("dw", 6),
 @pytest.fixture(scope="module", params=["layer", "activation"])
 def keras_relu6(request):
     model = keras_net(request.param)
-    return model, es2.compile(model)
+    return model, es2.compile(model, scaled_bits=8)  # (the levels of 8-bit storage)
 
 
 def test_relu6_is_stored_as_y_over_6_and_the_emulator_follows_tf(keras_relu6):
@@ -331,4 +331,5 @@ def test_the_relu6_net_written_as_onnx_computes_tf_and_gives_the_same_shaders(ke
     written = OnnxModel(to_onnx(ir.from_keras(model), NEWEST))
     np.testing.assert_allclose(written.predict(IMAGES[:8]),
                                model(IMAGES[:8], training=False).numpy(), atol=1e-5)
-    assert [p.source for p in es2.compile(written).passes] == [p.source for p in net.passes]
+    assert [p.source for p in es2.compile(written, scaled_bits=8).passes] == [
+        p.source for p in net.passes]

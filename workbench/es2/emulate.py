@@ -12,6 +12,15 @@ trained one (values within 1e-5 of a half level, where llvmpipe still rounds dif
 A GPU that fuses or reorders differs only where a value sits that close to a half level.
 It is the oracle of the tests.
 
+A tensor stored at 16 bits (:mod:`.fixed16`: a tensor kept with a scale that only convolutions
+read) keeps steps of 2**-15, 128 times finer than a level.  There the last bit by which
+llvmpipe's float32 sums differ from the emulator's shows: llvmpipe folds a literal bias into
+the first ``mat4 * vec4`` product's terms, ``(((b + a0) + a1) + a2) + a3`` where the emulator
+adds ``b + (((a0 + a1) + a2) + a3)``, so about one value in 15 differs in its last bit, and
+about one in 10,000 of a 16-bit tensor's codes is one step apart (an 8-bit tensor that reads
+it, a level in a few of its values): :func:`unpredicted` compares a GPU run op by op with that
+allowance.
+
 ``arithmetic="float16"`` predicts instead a GPU whose ``mediump`` is a true 16-bit float
 (Mali-400, many Adreno and PowerVR parts; a ``highp`` shader falls back to it where
 ``GL_FRAGMENT_PRECISION_HIGH`` is undefined).  The same code runs with numpy float16 in place
@@ -35,39 +44,15 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.record import record
-
-F32 = np.float32
-LEVEL = F32(1 / 255)
-# the GPU's arithmetic the emulator predicts: "float32" (highp; llvmpipe, whatever the shader
-# declares) or "float16" (a GPU whose mediump is a true 16-bit float)
-DTYPES = {"float32": np.float32, "float16": np.float16}
-# no storage at all: every tensor kept as computed, float32 (the calibration of unbounded
-# tensors' ranges, :mod:`workbench.es2.calibrate`); not a GPU's arithmetic
-REAL = "real"
-
-
-def dtype(arithmetic):
-    """The numpy float type the emulator computes in for ``arithmetic``."""
-    if arithmetic == REAL:
-        return np.float32
-    if arithmetic not in DTYPES:
-        raise ValueError(f"arithmetic must be one of {tuple(DTYPES)}, not {arithmetic!r}")
-    return DTYPES[arithmetic]
-
-
-def load(levels, arithmetic="float32"):
-    """8-bit levels -> float, as a texture fetch converts RGBA8: ``level * float32(1/255)``
-    (rounded to float16 for ``arithmetic="float16"``)."""
-    return (np.asarray(levels, F32) * LEVEL).astype(dtype(arithmetic))
-
-
-def store(x):
-    """float32 (or float16) -> uint8 levels, as an RGBA8 render target stores them: clamp to
-    [0, 1], then ``255 * x`` rounded to the nearest integer, ties to even (NaN, which only a
-    float16 overflow makes, as 0)."""
-    x = np.nan_to_num(np.asarray(x, F32), nan=0.0)
-    return np.rint(np.clip(x, F32(0), F32(1)) * F32(255)).astype(np.uint8)
-
+from workbench.es2.texels import (  # noqa: F401  (the emulator's names for them)
+    DTYPES,
+    F32,
+    LEVEL,
+    REAL,
+    dtype,
+    load,
+    store,
+)
 
 def quantize(x, arithmetic="float32"):
     """The value the next op reads back after an RGBA8 store of ``x`` (:data:`REAL`: ``x``
@@ -168,27 +153,35 @@ def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
     return {op.name: _stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
 
 
-def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, int]:
-    """Per tensor, the most storage steps by which two runs' stored tensors (as ``keep=True``
-    returns them; the tensors both have) differ: 8-bit levels, or a 16-bit tensor's codes (its
-    high and low byte together); a dense layer's texture byte by byte."""
+def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, np.ndarray]:
+    """Per tensor both runs have (as ``keep=True`` returns them), how many storage steps
+    apart each stored value is: 8-bit levels, or a 16-bit tensor's codes (its high and low
+    byte together); a dense layer's texture byte by byte."""
+    ops = {op.name for op in graph.ops}
     out = {}
     for name in stored.keys() & other.keys():
         a, b = np.asarray(stored[name], np.int64), np.asarray(other[name], np.int64)
-        if name in {op.name for op in graph.ops} and _bits(graph, name) == 16:
+        if name in ops and _bits(graph, name) == 16:
             a, b = (x[..., 0::2] * 256 + x[..., 1::2] for x in (a, b))
-        out[name] = int(np.abs(a - b).max(initial=0))
+        out[name] = np.abs(a - b)
     return out
 
 
 def unpredicted(graph: ir.Graph, stored: dict, arithmetic="float32") -> dict[str, int]:
     """The tensors of a GPU run (``stored``: as ``net.run(image, keep=True)`` returns them)
     whose bytes each op, emulated from that run's own inputs (:func:`stepwise`), does not
-    predict to within what the emulator promises: the same 8-bit levels, a 16-bit tensor's
-    codes within one step; ``{tensor: steps apart}``, empty where every one holds."""
-    apart = steps_apart(graph, stored, stepwise(graph, stored, arithmetic))
-    return {name: steps for name, steps in apart.items() if name != graph.input.name
-            and steps > (1 if _bits(graph, name) == 16 else 0)}
+    predict to within what the emulator promises where 16-bit tensors are about: a 16-bit
+    tensor's codes within one step, an 8-bit tensor's levels within one, and those in all but
+    0.1 % of its values (llvmpipe's float32 sums differ from the emulator's in the last bit of
+    a few values, module docstring); ``{tensor: most steps apart}``, empty where all hold."""
+    out = {}
+    for name, steps in steps_apart(graph, stored, stepwise(graph, stored, arithmetic)).items():
+        if name == graph.input.name or not steps.size:
+            continue
+        wide = name in {op.name for op in graph.ops} and _bits(graph, name) == 16
+        if steps.max() > 1 or (not wide and np.mean(steps > 0) > 1e-3):
+            out[name] = int(steps.max())
+    return out
 
 
 def _rgb_tensors(graph):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.es2.texels import REAL, dtype, load, store
+
 RANGE = (-128.0, 128.0)
 STEP = 1.0 / 256
 LOW, HIGH = -32768, 32767
@@ -115,10 +117,13 @@ def fetch_glsl(first, second, where) -> str:
             f" * {1 / 2 ** SHIFT!r})")
 
 
-def store_glsl(value, components) -> str:
-    """GLSL of the colour that stores ``components`` (``"xy"`` or ``"zw"``) of ``value`` (a
+def store_glsl(value, components=None) -> str:
+    """GLSL of the colour that stores ``components`` (``"xy"`` or ``"zw"``; None: the half
+    the pass's ``u_half`` names, 0 or 1, so that one program draws both) of ``value`` (a
     ``vec4`` in [0, 1] where it is not clamped) in one texture of a 16-bit tensor."""
-    return f"enc2(clamp({value}.{components}, 0.0, 1.0) * {float(2 ** SHIFT)!r})"
+    part = f"{value}.{components}" if components else \
+        f"(u_half.x > 0.5 ? {value}.zw : {value}.xy)"
+    return f"enc2(clamp({part}, 0.0, 1.0) * {float(2 ** SHIFT)!r})"
 
 
 def round_trip(values, shift, arithmetic="float32"):
@@ -126,8 +131,6 @@ def round_trip(values, shift, arithmetic="float32"):
     back after a store of ``values * 2**shift`` in two RGBA8 channels each: encoded as the
     shader's ``enc`` does, stored, fetched and decoded as its ``dec`` does, times ``2**-shift``
     (powers of 2: exact)."""
-    from workbench.es2.emulate import load, store
-
     dtype = values.dtype.type
     levels = store(glsl_enc(values * dtype(2.0 ** shift)))
     return (glsl_dec(load(levels, arithmetic)) * dtype(2.0 ** -shift)).astype(dtype)
@@ -137,7 +140,7 @@ def stored_tensor(values, arithmetic="float32"):
     """A 16-bit tensor's values (HxWxC, the float type of ``arithmetic``) as its reader
     fetches them after the store (:func:`store_glsl`: clamped to [0, 1]); ``"real"``
     arithmetic (no storage): ``values`` themselves."""
-    if arithmetic == "real":
+    if arithmetic == REAL:
         return values
     return round_trip(np.clip(values, values.dtype.type(0), values.dtype.type(1)), SHIFT,
                       arithmetic)
@@ -159,8 +162,6 @@ def tensor_bytes(values):
 def tensor_values(stored, channels, arithmetic="float32"):
     """:func:`tensor_bytes`' inverse: the values a reader fetches from a 16-bit tensor's
     bytes (uint8 HxWx(8*packs)), HxWx``channels``."""
-    from workbench.es2.emulate import dtype, load
-
     pairs = load(stored, arithmetic).reshape(*stored.shape[:2], -1, 2)[..., :channels, :]
     kind = dtype(arithmetic)
     return (glsl_dec(pairs) * kind(2.0 ** -SHIFT)).astype(kind)

@@ -71,10 +71,12 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple[int, int]]:
 
     ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height);
     ``("pad", input, kernel, stride, padding)`` the (left, top) zero padding of a convolution
-    reading ``input``.  Both back ends' generators state their uniforms this way, so that the
-    runners never look at ops.
+    reading ``input``; ``("value", x, y)`` a constant.  Both back ends' generators state their
+    uniforms this way, so that the runners never look at ops.
     """
     def value(kind, tensor, *conv):
+        if kind == "value":
+            return (tensor, *conv)
         h, w = shapes[tensor][:2]
         if kind == "size":
             return (w, h)

@@ -204,10 +204,13 @@ def uniform_formula(spec) -> dict:
     heights) ``floor(max(sum(coef * ceil(size(tensor) / div)) + offset, at_least) / divide)``
     (``offset`` one number, or ``[x, y]``)
     over ``terms`` ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
-    :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)`` or ``("pad", input,
+    :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("pad", input,
     kernel, stride, padding)``: TensorFlow's 'SAME' padding before the first column and
-    row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0) // 2``."""
+    row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0) // 2``, or ``("value", x,
+    y)``, a constant."""
     kind, tensor, *conv = spec
+    if kind == "value":
+        return {"terms": [], "offset": [tensor, *conv], "at_least": None, "divide": 1}
     if kind == "size":
         return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1}
     if kind == "pad":
@@ -218,7 +221,7 @@ def uniform_formula(spec) -> dict:
                     "at_least": None, "divide": 1}
         return {"terms": [[stride, tensor, stride], [-1, tensor, 1]], "offset": kernel - stride,
                 "at_least": 0, "divide": 2}
-    raise ValueError(f"uniform spec {spec!r}: the page knows 'size' and 'pad'")
+    raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'pad' and 'value'")
 
 
 def pass_spec(p, shader, name=None) -> dict:

@@ -103,15 +103,18 @@ def widened(graph: ir.Graph, wide) -> ir.Graph:
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
-            order="chain", weights="literals", residual_after=LAST, stage=None) -> Pass:
+            order="chain", weights="literals", residual_after=LAST, stage=None,
+            half=None) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
     pack, only these components of it (0-3), the others' weights left out of the program (a
     compiler that keeps literals in a small constant file takes it then); the runtime masks
     the rest, so a component's arithmetic, and its bytes, are those of the whole program.
-    A program of a 16-bit output writes ``channels`` of one half of a pack (0-1 or 2-3), each
-    value in two components of that half's texture.
+    A program of a 16-bit output writes one half of a pack (channels 0-1 or 2-3), each value
+    in two components of that half's texture: a whole pack's program draws each ``half``
+    (the same source, the half in its uniform ``u_half``: one program to compile for both),
+    a program of ``channels`` the half they lie in.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
@@ -130,9 +133,10 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if channels is not None and many:
         raise ValueError("a program that writes part of a pack writes one pack")
     wide = fixed16.tensor_bits(op) == 16 and not partial
-    if wide and (channels is None or len({k // 2 for k in channels}) > 1):
-        raise ValueError("a program of a 16-bit output writes one or two channels of one "
-                         "half of a pack")
+    if wide and (many or (half is None) == (channels is None)
+                 or len({k // 2 for k in channels or ()}) > 1):
+        raise ValueError("a program of a 16-bit output writes one half of one pack: a whole "
+                         "pack's program with its half, or one or two channels of that half")
     if order not in ORDERS or (order != "chain" and channels is not None):
         raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
                          "program that writes part of a pack)")
@@ -164,6 +168,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                                                                    residuals)
     samplers += residual_samplers
     bindings += residual_bindings
+    if wide and half is not None:
+        vectors["u_half"] = ("value", float(half), 0.0)
     if (parts or residuals) and "u_out_size" in texel:
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding)
@@ -192,7 +198,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
         if wide:  # the activation, then its half's two values in 16 bits
             body.append(f"    {s} = {out};")
-            out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2])
+            out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2] if channels else None)
         body.append(f"    {target} = {out};")
     sixteen = parts or partial or wide or any(
         fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
@@ -205,7 +211,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         name += f".s{stage.index}h{stage.half}"
         outputs = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)]
         channels = None
-    elif wide:  # its half's texture: whole, or the two components of its one channel
+    elif wide and half is not None:  # its half's texture
+        outputs, name = [(op.name, 2 * packs[0] + half)], name + f".h{half}"
+    elif wide:  # its channels' half's texture: whole, or the two components of its one channel
         outputs = [(op.name, 2 * packs[0] + channels[0] // 2)]
         name += ".c" + "".join(map(str, channels))
         channels = None if len(channels) == 2 else tuple(range(2 * (channels[0] % 2),
@@ -290,7 +298,9 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
     ``weights="uniforms"``: weights set at each draw (:class:`~.weights.Weights`), one pack a
     program, where they fit the limits' uniform vectors (else literals).
-    ``residual_after``: see :func:`program`, default the op's own.  A split op
+    ``residual_after``: see :func:`program`, default the op's own.  A 16-bit output
+    (:func:`wide_tensors`): each pack's program drawn once a half; programs of 2 or 1
+    channels each write their half.  A split op
     (:mod:`workbench.es2.ops.split`): its partial stages' programs, then its last stage's as
     these options make them, one pack each; ``row_split``: its kernel rows split over that
     many stages a run of input packs (a driver's ask, :func:`workbench.es2.drivers.fit`),
@@ -302,8 +312,6 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     if residual_after is None:
         residual_after = getattr(op, "residual_after", LAST)
     channels = channels or channels_per_program(op, limits.constant_vectors)
-    if fixed16.tensor_bits(op) == 16:  # a half of a pack's texture (or one of its values)
-        channels = min(channels, 2)
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
         weights = "literals"
     partials, last = [], {}
@@ -318,12 +326,14 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
                     residual_after=residual_after, stage=last.get(pack))
             for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
             if k < op.cout - pack * ir.PACK]
-    draw_buffers = target.draw_buffers if weights == "literals" and not last else 1
+    wide = fixed16.tensor_bits(op) == 16
+    draw_buffers = target.draw_buffers if weights == "literals" and not last and not wide else 1
     return partials + [
         program(op, packs, precision, inline_masks=inline_masks, order=order, weights=weights,
-                residual_after=residual_after, stage=last.get(packs[0]))
+                residual_after=residual_after, stage=last.get(packs[0]), half=half)
         for packs in programs(op, draw_buffers, limits.texture_units,
-                              limits.fetches_per_fragment)]
+                              limits.fetches_per_fragment)
+        for half in (split.halves(op, packs[0]) if wide else [None])]
 
 
 def apply(op: ir.Conv, tensors, arithmetic):

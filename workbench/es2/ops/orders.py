@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import fixed16
 from workbench.es2.ops.padding import axis_mask, tap_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
@@ -155,10 +154,8 @@ def places_residual(order, after) -> bool:
 
 def chained(op) -> bool:
     """Its programs add their products in a chain, whatever the order asked: where its
-    padding holds a value (masked per tap), its kernel rows are split over stages or it
-    writes a 16-bit tensor (two channels a program)."""
-    return (op.pad_value is not None or getattr(op, "row_split", 1) > 1
-            or fixed16.tensor_bits(op) == 16)
+    padding holds a value (masked per tap) or its kernel rows are split over stages."""
+    return op.pad_value is not None or getattr(op, "row_split", 1) > 1
 
 
 def order_of(op, order=None) -> str:
