@@ -14,13 +14,13 @@ pytestmark = pytest.mark.gl
 
 
 def bottleneck_model(seed=0):
-    """A MobileNetV2-style block at 16x16: a ReLU6 stem, a linear projection, an inverted
+    """A MobileNetV2-style block at 16x16: a ReLU6 stem, a linear 3x3 conv, an inverted
     residual (1x1 expansion, 3x3 depthwise, linear 1x1 projection, linear add), a ReLU head,
     global average pooling and a dense layer."""
     rng = np.random.default_rng(seed)
     x = inputs = keras.Input((16, 16, 3))
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu6", name="stem")(x)
-    p = keras.layers.Conv2D(8, 1, name="project1")(x)
+    p = keras.layers.Conv2D(8, 3, padding="same", name="project1")(x)
     y = keras.layers.Conv2D(16, 1, activation="relu6", name="expand")(p)
     y = keras.layers.DepthwiseConv2D(3, padding="same", activation="relu6", name="dw")(y)
     y = keras.layers.Conv2D(8, 1, name="project2")(y)
@@ -155,3 +155,38 @@ def test_16_bit_codes_round_trip_by_integer_arithmetic():
     zero = np.broadcast_to([128, 0], (3, 5, 2))  # the 8th channel, past the 7: 0's code
     np.testing.assert_array_equal(data[..., 14:16], zero)
     np.testing.assert_array_equal(fixed16.tensor_values(data, 7), stored)
+
+
+def test_a_small_constant_file_writes_16_bits_a_half_or_a_channel_at_a_time(model):
+    """gc2000's 64 constant slots: the writers' programs hold 2 or 1 output channels (one a
+    half of the texture, colour-masked); llvmpipe still gives the emulator's codes."""
+    net = es2.compile(model, "gc2000", calibration=images(8, seed=2))
+    assert wide(net)
+    parts = [p for p in net.passes if p.outputs[0][0] in wide(net) and ".c" in p.name]
+    assert parts and all(p.channels in (None, (0, 1), (2, 3)) for p in parts)
+    for x in images(2):
+        assert emulate.unpredicted(net.graph, net.run(x, keep=True)) == {}
+
+
+def test_the_bundle_and_the_page_run_a_16_bit_net(model, nets, tmp_path):
+    """run.py (what a user copies to a device) gives the moderngl runner's bytes; the page in
+    Chromium its top-1 and probabilities within a few fixed-point steps."""
+    from tests.conftest import skip_module_without_chromium
+    from tests.es2.test_bundle import bundled, outputs
+    from workbench import web
+
+    net, report, checks = bundled(model, tmp_path / "bundle", calibration=images(8, seed=2))
+    assert wide(net) == wide(nets[16])
+    for entry, check in zip(report["inputs"], checks):
+        x = check["input"][..., :3] / np.float32(255)
+        np.testing.assert_array_equal(outputs(entry, check["expected"]),
+                                      net.run(x, keep=True)[net.graph.output])
+    skip_module_without_chromium()
+    web.export(net, tmp_path / "page")
+    xs = images(3, seed=5)
+    with web.session(tmp_path / "page") as page:
+        probabilities = np.stack([page.run(x)["probabilities"] for x in xs])
+    logits = np.stack([net.run(x) for x in xs]).astype(np.float64)
+    gl = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)  # the page's softmax
+    np.testing.assert_array_equal(probabilities.argmax(1), gl.argmax(1))
+    assert np.abs(probabilities - gl).max() <= 0.01

@@ -207,22 +207,20 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
               + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
     outputs = [(op.name, p) for p in packs]
+    mask = channels  # the components it writes (None: all)
     if partial:  # the whole texel of its half's texture
         name += f".s{stage.index}h{stage.half}"
         outputs = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)]
-        channels = None
+        channels = mask = None
     elif wide and half is not None:  # its half's texture
         outputs, name = [(op.name, 2 * packs[0] + half)], name + f".h{half}"
     elif wide:  # its channels' half's texture: whole, or the two components of its one channel
         outputs = [(op.name, 2 * packs[0] + channels[0] // 2)]
-        name += ".c" + "".join(map(str, channels))
-        channels = None if len(channels) == 2 else tuple(range(2 * (channels[0] % 2),
-                                                               2 * (channels[0] % 2) + 2))
+        mask = None if len(channels) == 2 else (0, 1) if channels[0] % 2 == 0 else (2, 3)
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
     return Pass(name, op.name, source, bindings, outputs, vectors,
-                channels=tuple(channels) if channels is not None else None,
-                arrays=constants.arrays())
+                channels=tuple(mask) if mask is not None else None, arrays=constants.arrays())
 
 
 def reads(op: ir.Conv, tensor, packs, samplers):
