@@ -4,27 +4,31 @@ residuals, linear bottlenecks and residual adds, ReLU6, width 0.35) and a ResNet
 (basic blocks of 3x3 convs over 32 and 64 channels, ReLU), each as Keras and as ONNX in
 PyTorch's export patterns, deployed through ES 2.0 with no hand edit: wide convs split over
 programs, ReLU6 folded, ReLUs and linear tensors stored with a scale calibrated on 20
-training images.  On llvmpipe: GPU top-1 = TF's / ONNX Runtime's on >= 99 % of 500 test
-images, every tensor's bytes = the emulator's; the page in Chromium gives llvmpipe's top-1."""
+training images (at 16 bits, the default, for the MobileNetV2-style net).  On llvmpipe: GPU
+top-1 = TF's / ONNX Runtime's on >= 99 % of 500 test images, every tensor's bytes the
+emulator's (within a step at 16 bits); the page in Chromium gives llvmpipe's top-1."""
 import json
 
 import numpy as np
 import pytest
 
 from workbench import es2, web
+from workbench.es2 import emulate
 from workbench.data import datasets
 from workbench.files import project_root
 from workbench.nets import zoo
 from workbench.nets.models import load_model
-from workbench.studies import deploy
 
 pytestmark = pytest.mark.gl
 
 NETS = ("mobilenet_v2", "resnet")
-# GPU top-1 = reference on the 500 images: issue 43 asks >= 99 %; the MobileNetV2-style net,
-# which never saw the 8-bit storage, reaches 98.6 % (8-bit steps in every tensor: ~10 bits
-# would give 99 %, docs/results.md; the card)
-AGREEMENT = {"resnet": 0.99, "mobilenet_v2": 0.98}
+# GPU top-1 = reference on the 500 images: issue 43 asks >= 99 %
+AGREEMENT = {"resnet": 0.99, "mobilenet_v2": 0.99}
+# how their scaled tensors are stored (es2.compile's scaled_bits): the default 16 bits for the
+# MobileNetV2-style net, whose 8-bit steps cost 1.4 points (98.6 %: docs/results.md); 8 for the
+# ResNet-style net, 99.8 % at 8 bits (at 16 its programs take 141 s to translate on llvmpipe,
+# not 63: beyond what the suite can spend on it)
+SCALED_BITS = {"resnet": 8, "mobilenet_v2": 16}
 
 
 def checkpoint(name, suffix):
@@ -45,21 +49,28 @@ def cifar10():
 
 @pytest.mark.parametrize("name", NETS)
 def test_real_net_gpu_top1_equals_the_reference(name, cifar10):
+    """Top-1 over the 500 by the emulator, which predicts the GPU's bytes (each op from the
+    GPU's own inputs within a storage step: checked on two images, as is the GPU's top-1);
+    the card measured the GPU itself on all 500."""
     images, labels, calibration = cifar10
     model = load_model(checkpoint(name, ".keras"))
-    net = es2.compile(model, calibration=calibration)
-    result = deploy.compare_classifier(model, net, images, labels, emulate=False,
-                                       progress=False)
-    card = json.loads(checkpoint(name, ".json").read_text())["test"]["keras"]
-    assert result["top1_TF"] == pytest.approx(card["top1_reference"], abs=0.002)
-    assert result["gpu_top1_equals_tf"] >= card["gpu_top1_equals_reference"] - 0.002
-    assert result["top1_TF"] > 0.4  # trained: far above chance (10 %)
-    assert result["gpu_top1_equals_tf"] >= AGREEMENT[name], result
-    assert abs(result["top1_GPU"] - result["top1_TF"]) <= 0.015, result
-    for image in images[:2]:
-        gpu, predicted = net.run(image, keep=True), net.emulate(image, keep=True)
-        for tensor in predicted:
-            np.testing.assert_array_equal(gpu[tensor], predicted[tensor], err_msg=tensor)
+    net = es2.compile(model, calibration=calibration, scaled_bits=SCALED_BITS[name])
+    card = json.loads(checkpoint(name, ".json").read_text())["test"]
+    assert card.get("scaled_bits", 8) == SCALED_BITS[name]
+    reference = model.predict(images, verbose=0)
+    emulated = np.stack([net.emulate(image) for image in images])
+    agreement = np.mean(emulated.argmax(1) == reference.argmax(1))
+    top1 = {"TF": np.mean(reference.argmax(1) == labels),
+            "GPU": np.mean(emulated.argmax(1) == labels)}
+    assert top1["TF"] == pytest.approx(card["keras"]["top1_reference"], abs=0.002)
+    assert agreement >= card["keras"]["gpu_top1_equals_reference"] - 0.002
+    assert top1["TF"] > 0.4  # trained: far above chance (10 %)
+    assert agreement >= AGREEMENT[name], (agreement, top1)
+    assert abs(top1["GPU"] - top1["TF"]) <= 0.015, top1
+    for image, predicted in zip(images[:2], emulated[:2]):
+        assert emulate.unpredicted(net.graph, net.run(image, keep=True)) == {}
+        gpu = net.run(image)
+        assert gpu.argmax() == predicted.argmax() and np.abs(gpu - predicted).max() < 0.01
 
 
 @pytest.mark.parametrize("name", NETS)
@@ -72,7 +83,8 @@ def test_real_net_onnx_is_the_keras_net_on_the_gpu(name, cifar10):
     keras_model, onnx_model = (load_model(checkpoint(name, s)) for s in (".keras", ".onnx"))
     reference = keras_model.predict(images, verbose=0).argmax(1)
     assert np.mean(onnx_model.predict(images).argmax(1) == reference) >= 0.998
-    nets = [es2.compile(m, calibration=calibration) for m in (keras_model, onnx_model)]
+    nets = [es2.compile(m, calibration=calibration, scaled_bits=SCALED_BITS[name])
+            for m in (keras_model, onnx_model)]
     for image in images[:3]:
         ours, theirs = (list(net.emulate(image, keep=True).values()) for net in nets)
         assert len(ours) == len(theirs)
@@ -100,7 +112,8 @@ def test_real_net_page_gives_llvmpipes_top1(cifar10, tmp_path):
 
     skip_module_without_chromium()
     images, _, calibration = cifar10
-    net = es2.compile(load_model(checkpoint("resnet", ".keras")), calibration=calibration)
+    net = es2.compile(load_model(checkpoint("resnet", ".keras")), calibration=calibration,
+                      scaled_bits=SCALED_BITS["resnet"])
     web.export(net, tmp_path)
     with web.session(tmp_path) as page:
         probabilities = np.stack([page.run(image)["probabilities"] for image in images[:3]])
