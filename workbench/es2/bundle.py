@@ -11,7 +11,8 @@ standalone runner, to check a GPU where the workbench is not installed (a Raspbe
   :mod:`workbench.es2.runner`); ``checks/<name>.expected.npy``: the emulator's bytes of the
   output texture (uint8, the same layout; for a ``mediump`` net its float16 prediction, and
   ``bundle.json``'s ``levels`` the most the float32 prediction differs from it, the band in
-  which a GPU's mediump may land); ``checks/<name>.tf.npy``: TensorFlow's float32
+  which a GPU's mediump may land; for a net with 16-bit tensors, at least 1: a step of the
+  output, a dense layer's in its values' codes); ``checks/<name>.tf.npy``: TensorFlow's float32
   output (HxWxC in [0, 1], or a classifier's logits);
 * ``run.py`` (from ``workbench/es2/bundle_run.py``): Python 3 + numpy + PyOpenGL through EGL
   and OpenGL ES 2.0; it runs the inputs, compares, and writes a device report (see its
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import emulate, plan
+from workbench.es2 import emulate, fixed16, plan
 from workbench.es2.samples import test_images
 from workbench.es2.net import output_spec
 from workbench.es2.shaders import uniform_values
@@ -79,7 +80,10 @@ def files(net, model, inputs=None, threshold=None) -> dict:
     if len(sizes) != 1:
         raise ValueError(f"bundle inputs: all must have one size, got {sorted(sizes)}")
     runner = (resources.files("workbench") / "es2" / RUNNER).read_bytes()
-    contents, entries, levels = {**net.files(), "run.py": runner}, [], 0
+    # a 16-bit tensor's codes are the emulator's within a step (es2.emulate), which can move
+    # an output value by one
+    wide = any(fixed16.tensor_bits(op) == 16 for op in graph.ops)
+    contents, entries, levels = {**net.files(), "run.py": runner}, [], int(wide)
     for name, image in inputs:
         image = graph.input_image(image)
         entry = {"name": name, **{k: f"checks/{name}.{k}.npy"

@@ -281,19 +281,28 @@ def psnr(ref, out):
     return None if mse == 0 else float(10 * np.log10(1 / mse))
 
 
-def fixed16_logits(stored, output):
-    """A dense layer's output texture (uint8 1 x pairs x 4) -> its logits: each value in two
-    bytes, high then low, ``(256 hi + lo - 32768) / 256``."""
+def fixed16_codes(stored, output):
+    """A dense layer's output texture (uint8 1 x pairs x 4) -> its values' 16-bit codes: each
+    in two bytes, high then low, ``256 hi + lo``."""
     b = stored[0, :output["pairs"]].reshape(-1, 2).astype(np.int64)
-    return ((b[:, 0] * 256 + b[:, 1] - 32768) / 256.0)[:output["count"]]
+    return (b[:, 0] * 256 + b[:, 1])[:output["count"]]
+
+
+def fixed16_logits(stored, output):
+    """A dense layer's output texture -> its logits, ``(code - 32768) / 256``."""
+    return (fixed16_codes(stored, output) - 32768) / 256.0
 
 
 def check(stored, expected, tf, output, levels=0):
     """One input's entry of the report: its output against the emulator and TF;
-    ``levels``: the bundle's band for a mediump net (0: bytes must be equal)."""
+    ``levels``: the bundle's band (0: bytes must be equal), for a mediump net or one with
+    16-bit tensors (a dense layer's output: its values' codes within the band)."""
     entry = {"bytes_equal_emulator": float(np.mean(stored == expected))}
     if levels:
-        diff = np.abs(stored.astype(np.int16) - expected)
+        if output["kind"] == "logits":
+            diff = np.abs(fixed16_codes(stored, output) - fixed16_codes(expected, output))
+        else:
+            diff = np.abs(stored.astype(np.int16) - expected)
         entry["bytes_within_levels"] = float(np.mean(diff <= levels))
     if output["kind"] == "logits":
         logits = fixed16_logits(stored, output)
