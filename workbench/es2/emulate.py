@@ -18,8 +18,8 @@ llvmpipe's float32 sums differ from the emulator's shows: llvmpipe folds a liter
 the first ``mat4 * vec4`` product's terms, ``(((b + a0) + a1) + a2) + a3`` where the emulator
 adds ``b + (((a0 + a1) + a2) + a3)``, so about one value in 15 differs in its last bit, and
 about one in 3,000 of a 16-bit tensor's codes is one step apart (the MobileNetV2-style net,
-5 images: 312 of 869,760; an 8-bit tensor that reads one, a level in a rare value): :func:`unpredicted` compares a GPU run op by op with that
-allowance.
+5 images: 312 of 869,760; an 8-bit tensor that reads one, a level in a rare value).
+:func:`unpredicted` compares a GPU run op by op with that allowance.
 
 ``arithmetic="float16"`` predicts instead a GPU whose ``mediump`` is a true 16-bit float
 (Mali-400, many Adreno and PowerVR parts; a ``highp`` shader falls back to it where
@@ -53,6 +53,7 @@ from workbench.es2.texels import (  # noqa: F401  (the emulator's names for them
     load,
     store,
 )
+
 
 def quantize(x, arithmetic="float32"):
     """The value the next op reads back after an RGBA8 store of ``x`` (:data:`REAL`: ``x``
@@ -170,10 +171,11 @@ def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, np.ndar
 def unpredicted(graph: ir.Graph, stored: dict, arithmetic="float32") -> dict[str, int]:
     """The tensors of a GPU run (``stored``: as ``net.run(image, keep=True)`` returns them)
     whose bytes each op, emulated from that run's own inputs (:func:`stepwise`), does not
-    predict to within what the emulator promises where 16-bit tensors are about: a 16-bit
-    tensor's codes within one step, an 8-bit tensor's levels within one, and those in all but
-    0.1 % of its values (llvmpipe's float32 sums differ from the emulator's in the last bit of
-    a few values, module docstring); ``{tensor: most steps apart}``, empty where all hold."""
+    predict to within the emulator's promise: a 16-bit tensor's codes within one step, an
+    8-bit tensor's levels within one and equal in all but 0.1 % of its values (llvmpipe's
+    float32 sums differ from the emulator's in the last bit of a few values, which finer
+    steps show: the module's docstring); ``{tensor: most steps apart}``, empty where all
+    hold."""
     out = {}
     for name, steps in steps_apart(graph, stored, stepwise(graph, stored, arithmetic)).items():
         if name == graph.input.name or not steps.size:

@@ -163,7 +163,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     (:func:`workbench.es2.samples.test_images`).  ``scaled_bits``: 16 stores such a tensor (a
     ReLU6's y / 6 too) in 16-bit fixed point, two RGBA8 textures a pack, where only
     convolutions read it and the shaders are highp (:func:`workbench.es2.ops.conv.wide_tensors`:
-    twice the fetches and programs of those layers; the MobileNetV2-style net's GPU top-1 =
+    twice the fetches and draws of those layers; the MobileNetV2-style net's GPU top-1 =
     TF's on 98.6 -> 99.4 % of 500 CIFAR-10 images); 8 in one RGBA8 texture a pack."""
     from workbench.es2 import calibrate, samples
 

@@ -66,11 +66,12 @@ def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
 def chain(op, sums, outs, weights, fetches, padded, inline_masks, constants, padding,
           present, channels=None, rows=None) -> list[str]:
     """The lines that add the products into ``sums`` in a chain, tap by tap and, in a tap,
-    input pack by input pack (``fetches``: each one's texel at GLSL coordinates), times the tap's mask and plus its ``padding``
-    term where it may lie in the padding; ``present``: the components each input pack has
-    (:meth:`Weights.product`); ``channels``: a program that writes only these
-    components of its one pack (the kept rows of each ``mat4 * t``); ``rows``: only the taps
-    of these kernel rows (a stage of a row split, :mod:`workbench.es2.ops.split`)."""
+    input pack by input pack (``fetches``: each one's texel at GLSL coordinates), times the
+    tap's mask and plus its ``padding`` term where it may lie in the padding; ``present``: the
+    components each input pack has (:meth:`Weights.product`); ``channels``: a program that
+    writes only these components of its one pack (the kept rows of each ``mat4 * t``);
+    ``rows``: only the taps of these kernel rows (a stage of a row split,
+    :mod:`workbench.es2.ops.split`)."""
     many = len(sums) > 1
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     part = "".join("xyzw"[k] for k in kept)
