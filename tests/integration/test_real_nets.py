@@ -49,16 +49,18 @@ def cifar10():
 
 @pytest.mark.parametrize("name", NETS)
 def test_real_net_gpu_top1_equals_the_reference(name, cifar10):
-    """Top-1 over the 500 by the emulator, which predicts the GPU's bytes (each op from the
-    GPU's own inputs within a storage step: checked on two images, as is the GPU's top-1);
-    the card measured the GPU itself on all 500."""
+    """Top-1 over the 500 on the GPU for the 8-bit net (0.06 s an image on llvmpipe), by the
+    emulator for the 16-bit one (llvmpipe 0.45 s an image, the emulator 0.04), which predicts
+    the GPU's bytes (each op from the GPU's own inputs within a storage step: checked on two
+    images, as is the GPU's top-1); its card measured the GPU itself on all 500."""
     images, labels, calibration = cifar10
     model = load_model(checkpoint(name, ".keras"))
     net = es2.compile(model, calibration=calibration, scaled_bits=SCALED_BITS[name])
     card = json.loads(checkpoint(name, ".json").read_text())["test"]
     assert card.get("scaled_bits", 8) == SCALED_BITS[name]
     reference = model.predict(images, verbose=0)
-    emulated = np.stack([net.emulate(image) for image in images])
+    run = net.run if SCALED_BITS[name] == 8 else net.emulate
+    emulated = np.stack([run(image) for image in images])
     agreement = np.mean(emulated.argmax(1) == reference.argmax(1))
     top1 = {"TF": np.mean(reference.argmax(1) == labels),
             "GPU": np.mean(emulated.argmax(1) == labels)}
