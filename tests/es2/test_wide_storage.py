@@ -190,3 +190,27 @@ def test_the_bundle_and_the_page_run_a_16_bit_net(model, nets, tmp_path):
     gl = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)  # the page's softmax
     np.testing.assert_array_equal(probabilities.argmax(1), gl.argmax(1))
     assert np.abs(probabilities - gl).max() <= 0.01
+
+
+@pytest.mark.parametrize("gain", [1.0, 300.0])
+def test_a_tensor_stays_8_bit_where_its_readers_split_would_undo_16_bits(gain):
+    """A 3x3 conv over 16 channels reads 4 packs: 36 fetches at 8 bits, 72 at 16 (over the
+    64 of ES 2.0: two stages).  Its partial sums keep steps of 2**-(8 + shift): with weights
+    ``gain`` times larger the shift falls below 0 (steps coarser than a level) and the linear
+    tensor it reads stays 8-bit; with ordinary weights it is stored at 16 bits."""
+    from workbench.es2.ops import conv, split
+
+    rng = np.random.default_rng(7)
+    x = inputs = keras.Input((16, 16, 3))
+    y = keras.layers.Conv2D(16, 1, name="linear")(x)
+    y = keras.layers.Conv2D(4, 3, padding="same", activation="sigmoid", name="reader")(y)
+    model = keras.Model(inputs, y)
+    for layer, scale in ((model.get_layer("linear"), 1.0), (model.get_layer("reader"), gain)):
+        kernel, bias = layer.get_weights()
+        layer.set_weights([(rng.normal(0, 0.3, kernel.shape) * scale).astype("f4"), bias])
+    net = es2.compile(model, calibration=images(4))
+    reader = net.graph.op("reader")
+    assert (split.shift(reader) < 0) == (gain > 1)
+    assert "linear" in conv.wide_tensors(net.graph)  # a candidate either way
+    assert (wide(net) == {"linear"}) == (gain == 1.0), wide(net)
+    assert split.count(reader) == (2 if gain == 1.0 else 1)

@@ -179,7 +179,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
             [x for _, x in samples.test_images(graph, count=4)]
         graph = calibrate.calibrated(graph, images)
     if scaled_bits == 16 and target.precision == "highp":  # (float16 cannot hold its codes)
-        graph = conv.widened(graph, conv.wide_tensors(graph))
+        graph = conv.widened(graph, conv.wide_tensors(graph, table))
     graph = prepared(graph, table, {"dense": dense})
     limits.check(graph, table)
     if mediump_warn_db is not None:

@@ -73,33 +73,53 @@ def formed(op: ir.Conv, **form) -> ConvForm:
     return ConvForm(**fields, **form)
 
 
-def wide_tensors(graph: ir.Graph) -> set[str]:
+def wide_tensors(graph: ir.Graph, limits=None) -> set[str]:
     """The tensors stored at 16 bits (:mod:`workbench.es2.fixed16`) where a compile asks it:
     each one held with a scale (``graph.scaled``: a calibrated ReLU's or linear tensor, a
     ReLU6's y / 6; 8-bit steps of its range are what cost a net of the ecosystem its agreement)
     that a convolution writes and only convolutions read, as input or residual (not the net's
-    output)."""
+    output); with ``limits``, not one whose 16 bits a reader's split would undo
+    (:func:`split_undoes`)."""
     readers = {}
     for op in graph.ops:
         for tensor in op.reads:
             readers.setdefault(tensor, []).append(op)
-    return {op.name for op in graph.ops
+    wide = {op.name for op in graph.ops
             if isinstance(op, ir.Conv) and op.name in graph.scaled and op.storage == "linear"
             and op.name != graph.output and readers.get(op.name)
             and all(isinstance(r, ir.Conv) and not r.luma_input for r in readers[op.name])}
+    if limits is None:
+        return wide
+    return {t for t in wide if not any(split_undoes(r, wide, limits) for r in readers[t])}
+
+
+def split_undoes(reader: ir.Conv, wide, limits) -> bool:
+    """Whether reading the tensors ``wide`` at 16 bits (twice the fetches and texture units)
+    splits ``reader`` over more stages (:func:`workbench.es2.ops.split.stages_needed`) whose
+    partial sums keep steps coarser than an 8-bit level (:func:`~.split.shift` < 0: its folded
+    weights are large): each stage's rounding then costs more than the 16 bits keep (a ReLU
+    classifier's 3x3 convs, shift -3: GPU top-1 = ONNX Runtime's 99.5 -> 97 %)."""
+    if split.shift(reader) >= 0:
+        return False
+    stages = [int(np.prod(split.stages_needed(op, limits)))
+              for op in (reader, formed(reader, **_bits(reader, wide)))]
+    return stages[1] > stages[0]
 
 
 def widened(graph: ir.Graph, wide) -> ir.Graph:
     """A copy of ``graph`` whose convolutions write, read and add the tensors ``wide`` (:func:
     `wide_tensors`) at 16 bits (:class:`ConvForm`'s ``out_bits``, ``in_bits``,
     ``residual_bits``)."""
-    def bits(op):
-        found = {"out_bits": op.name in wide, "in_bits": op.input in wide,
-                 "residual_bits": op.residual in wide}
-        return {field: 16 for field, is_wide in found.items() if is_wide}
+    return replace(graph, ops=[formed(op, **_bits(op, wide))
+                               if isinstance(op, ir.Conv) and _bits(op, wide) else op
+                               for op in graph.ops])
 
-    return replace(graph, ops=[formed(op, **bits(op)) if isinstance(op, ir.Conv) and bits(op)
-                               else op for op in graph.ops])
+
+def _bits(op: ir.Conv, wide) -> dict:
+    """The :class:`ConvForm` fields of ``op`` that the 16-bit tensors ``wide`` set to 16."""
+    found = {"out_bits": op.name in wide, "in_bits": op.input in wide,
+             "residual_bits": op.residual in wide}
+    return {field: 16 for field, is_wide in found.items() if is_wide}
 
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
