@@ -60,16 +60,16 @@ def test_real_net_gpu_top1_equals_the_reference(name, cifar10):
     assert card.get("scaled_bits", 8) == SCALED_BITS[name]
     reference = model.predict(images, verbose=0)
     run = net.run if SCALED_BITS[name] == 8 else net.emulate
-    emulated = np.stack([run(image) for image in images])
-    agreement = np.mean(emulated.argmax(1) == reference.argmax(1))
+    outputs = np.stack([run(image) for image in images])
+    agreement = np.mean(outputs.argmax(1) == reference.argmax(1))
     top1 = {"TF": np.mean(reference.argmax(1) == labels),
-            "GPU": np.mean(emulated.argmax(1) == labels)}
+            "GPU": np.mean(outputs.argmax(1) == labels)}
     assert top1["TF"] == pytest.approx(card["keras"]["top1_reference"], abs=0.002)
     assert agreement >= card["keras"]["gpu_top1_equals_reference"] - 0.002
     assert top1["TF"] > 0.4  # trained: far above chance (10 %)
     assert agreement >= AGREEMENT[name], (agreement, top1)
     assert abs(top1["GPU"] - top1["TF"]) <= 0.015, top1
-    for image, predicted in zip(images[:2], emulated[:2]):
+    for image, predicted in zip(images[:2], outputs[:2]):
         assert emulate.unpredicted(net.graph, net.run(image, keep=True)) == {}
         gpu = net.run(image)
         assert gpu.argmax() == predicted.argmax() and np.abs(gpu - predicted).max() < 0.01

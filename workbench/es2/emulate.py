@@ -136,8 +136,10 @@ def _stored(graph, name, t):
 
 
 def _bits(graph, name) -> int:
-    """The bits tensor ``name`` is stored in (:func:`workbench.es2.fixed16.tensor_bits`)."""
-    return 8 if name == graph.input.name else fixed16.tensor_bits(graph.op(name))
+    """The bits tensor ``name`` is stored in (:func:`workbench.es2.fixed16.tensor_bits`): 8
+    for the input and for a tensor that is no op's output (a split's partial sums)."""
+    op = next((op for op in graph.ops if op.name == name), None)
+    return 8 if op is None else fixed16.tensor_bits(op)
 
 
 def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
@@ -158,11 +160,10 @@ def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, np.ndar
     """Per tensor both runs have (as ``keep=True`` returns them), how many storage steps
     apart each stored value is: 8-bit levels, or a 16-bit tensor's codes (its high and low
     byte together); a dense layer's texture byte by byte."""
-    ops = {op.name for op in graph.ops}
     out = {}
     for name in stored.keys() & other.keys():
         a, b = np.asarray(stored[name], np.int64), np.asarray(other[name], np.int64)
-        if name in ops and _bits(graph, name) == 16:
+        if _bits(graph, name) == 16:
             a, b = (x[..., 0::2] * 256 + x[..., 1::2] for x in (a, b))
         out[name] = np.abs(a - b)
     return out
@@ -180,8 +181,7 @@ def unpredicted(graph: ir.Graph, stored: dict, arithmetic="float32") -> dict[str
     for name, steps in steps_apart(graph, stored, stepwise(graph, stored, arithmetic)).items():
         if name == graph.input.name or not steps.size:
             continue
-        wide = name in {op.name for op in graph.ops} and _bits(graph, name) == 16
-        if steps.max() > 1 or (not wide and np.mean(steps > 0) > 1e-3):
+        if steps.max() > 1 or (_bits(graph, name) == 8 and np.mean(steps > 0) > 1e-3):
             out[name] = int(steps.max())
     return out
 

@@ -131,9 +131,15 @@ def round_trip(values, shift, arithmetic="float32"):
     back after a store of ``values * 2**shift`` in two RGBA8 channels each: encoded as the
     shader's ``enc`` does, stored, fetched and decoded as its ``dec`` does, times ``2**-shift``
     (powers of 2: exact)."""
-    dtype = values.dtype.type
-    levels = store(glsl_enc(values * dtype(2.0 ** shift)))
-    return (glsl_dec(load(levels, arithmetic)) * dtype(2.0 ** -shift)).astype(dtype)
+    levels = store(glsl_enc(values * values.dtype.type(2.0 ** shift)))
+    return _fetched(levels, shift, arithmetic)
+
+
+def _fetched(levels, shift, arithmetic):
+    """Stored (hi, lo) byte pairs (..., 2) as a reader fetches them: loaded, decoded as the
+    shader's ``dec`` does, times ``2**-shift``, in ``arithmetic``'s float type."""
+    kind = dtype(arithmetic)
+    return (glsl_dec(load(levels, arithmetic)) * kind(2.0 ** -shift)).astype(kind)
 
 
 def stored_tensor(values, arithmetic="float32"):
@@ -162,6 +168,5 @@ def tensor_bytes(values):
 def tensor_values(stored, channels, arithmetic="float32"):
     """:func:`tensor_bytes`' inverse: the values a reader fetches from a 16-bit tensor's
     bytes (uint8 HxWx(8*packs)), HxWx``channels``."""
-    pairs = load(stored, arithmetic).reshape(*stored.shape[:2], -1, 2)[..., :channels, :]
-    kind = dtype(arithmetic)
-    return (glsl_dec(pairs) * kind(2.0 ** -SHIFT)).astype(kind)
+    pairs = np.asarray(stored).reshape(*stored.shape[:2], -1, 2)[..., :channels, :]
+    return _fetched(pairs, SHIFT, arithmetic)

@@ -74,9 +74,10 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple[int, int]]:
     reading ``input``; ``("value", x, y)`` a constant.  Both back ends' generators state their
     uniforms this way, so that the runners never look at ops.
     """
-    def value(kind, tensor, *conv):
+    def value(kind, *args):
         if kind == "value":
-            return (tensor, *conv)
+            return args
+        tensor, *conv = args
         h, w = shapes[tensor][:2]
         if kind == "size":
             return (w, h)

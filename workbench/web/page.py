@@ -208,9 +208,10 @@ def uniform_formula(spec) -> dict:
     kernel, stride, padding)``: TensorFlow's 'SAME' padding before the first column and
     row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0) // 2``, or ``("value", x,
     y)``, a constant."""
-    kind, tensor, *conv = spec
+    kind, *args = spec
     if kind == "value":
-        return {"terms": [], "offset": [tensor, *conv], "at_least": None, "divide": 1}
+        return {"terms": [], "offset": list(args), "at_least": None, "divide": 1}
+    tensor, *conv = args
     if kind == "size":
         return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1}
     if kind == "pad":

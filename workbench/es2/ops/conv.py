@@ -90,7 +90,9 @@ def wide_tensors(graph: ir.Graph, limits=None) -> set[str]:
             and all(isinstance(r, ir.Conv) and not r.luma_input for r in readers[op.name])}
     if limits is None:
         return wide
-    return {t for t in wide if not any(split_undoes(r, wide, limits) for r in readers[t])}
+    undone = {r.name for r in graph.ops if isinstance(r, ir.Conv) and _bits(r, wide)
+              and split_undoes(r, wide, limits)}  # each reader asked once
+    return {t for t in wide if not undone & {r.name for r in readers[t]}}
 
 
 def split_undoes(reader: ir.Conv, wide, limits) -> bool:
