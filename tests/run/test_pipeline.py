@@ -11,12 +11,13 @@ from workbench.run import pipeline
 DEPENDENCIES = {"a": [], "b": ["a"], "c": ["b"], "d": []}
 
 
-def _notebook(path, body, upstream=()):
+def _notebook(path, body, upstream=(), alone=None):
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                   "language": "python"}}
     params = nbformat.v4.new_code_cell(f"# upstream: {', '.join(upstream) or 'none'}\n"
-                                       "log = None\nfail = False")
+                                       + (f"# alone: {alone}\n" if alone else "")
+                                       + "log = None\nfail = False")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(body)]
     nbformat.write(nb, path)
@@ -60,7 +61,11 @@ def test_profile_parsing(tmp_path):
         assert deps["glsl_deploy"] == ["sr_train"] and deps["classifier_deploy"] == ["classifier_train"]
         assert list(deps)[-1] == "figures"
     assert pipeline.declarations(pipeline.NOTEBOOKS_DIR / "sr_eval.ipynb") == \
-        {"upstream": ["sr_train"], "data": ["Set5", "Set14"]}
+        {"upstream": ["sr_train"], "data": ["Set5", "Set14"], "alone": []}
+    # what times something or gathers the run's results runs alone
+    alone = {n for n in pipeline.load_profile("quick")
+             if pipeline.declarations(pipeline.NOTEBOOKS_DIR / f"{n}.ipynb")["alone"]}
+    assert alone == {"glsl_deploy", "classifier_deploy", "conv_algorithms", "figures"}
 
 
 def test_an_upstream_listed_after_its_reader_is_refused(project):
@@ -204,3 +209,34 @@ def test_the_log_is_a_line_a_notebook_unless_verbose(project, capfd):
     run(only=["d"], force=True, verbose=True)
     text = "".join(capfd.readouterr())
     assert "Executing Cell" in text and "partial output of d" in text
+
+
+def test_jobs_run_notebooks_side_by_side_and_an_alone_one_by_itself(tmp_path):
+    """jobs=2: independent notebooks overlap in time, a reader starts after its upstream
+    step; a notebook declaring ``# alone:`` starts after everything listed before it ends,
+    and nothing listed after it starts before it ends."""
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    body = ("import time\nopen(log, 'a').write(f'{name} {time.time()} start\\n')\n"
+            "time.sleep(1.5)\nopen(log, 'a').write(f'{name} {time.time()} end\\n')")
+    spec = {"a": ((), None), "d": ((), None), "b": (("a",), None), "c": ((), "times it"),
+            "e": ((), None)}
+    for name, (upstream, alone) in spec.items():
+        _notebook(books / f"{name}.ipynb", f"name = {name!r}\n" + body, upstream, alone)
+    log = tmp_path / "log.txt"
+    profiles = tmp_path / "profiles.yml"
+    profiles.write_text(yaml.safe_dump({"p": {n: {"log": str(log)} for n in spec}},
+                                       sort_keys=False))
+    status = pipeline.run("p", profiles=profiles, notebooks_dir=books, jobs=2,
+                          artifacts_dir=tmp_path / "artifacts", runs_dir=tmp_path / "runs")
+    assert status == {n: "ok" for n in spec}
+    times = {}
+    for line in log.read_text().split("\n")[:-1]:
+        name, when, what = line.split()
+        times.setdefault(name, {})[what] = float(when)
+
+    def before(x, y):
+        return times[x]["end"] <= times[y]["start"]
+    assert not before("a", "d") and not before("d", "a")       # side by side
+    assert before("a", "b")                                    # its upstream first
+    assert all(before(n, "c") for n in "adb") and before("c", "e")   # alone

@@ -6,6 +6,7 @@ A user error (a bad file, parameter or model) prints ``error: <one line>`` and e
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -27,7 +28,7 @@ def _run(args):
 
     from workbench.run import pipeline
     pipeline.run(args.profile, args.only, overrides={k: yaml.safe_load(v) for k, v in args.p},
-                 force=args.force, verbose=args.verbose)
+                 force=args.force, verbose=args.verbose, jobs=args.jobs)
     return 0
 
 
@@ -392,6 +393,9 @@ def parser() -> argparse.ArgumentParser:
                    default=[], help="override a parameter of one notebook (VALUE parsed as "
                    "YAML); a plain KEY only where one notebook of the run has it")
     p.add_argument("--force", action="store_true", help="re-run unchanged notebooks too")
+    p.add_argument("--jobs", type=_positive, default=min(2, os.cpu_count() or 1), metavar="N",
+                   help="notebooks run side by side, each in its own kernel (default: 2 where "
+                   "the machine has 2 cores); those that time something run alone")
     p.add_argument("--verbose", action="store_true", help="stream every cell's output and "
                    "papermill's cell-by-cell trace (default: a line a notebook; the outputs are "
                    "in the executed notebooks under runs/)")

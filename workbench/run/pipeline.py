@@ -4,6 +4,9 @@ Profiles live in ``notebooks/profiles.yml``.  Each run writes the executed noteb
 to ``runs/<timestamp>/``; a notebook that fails keeps its partial output there and
 stops the notebooks that depend on it.  A notebook whose source, parameters and upstream
 steps did not change since its last successful run is skipped (``force`` re-runs it).
+With ``jobs`` > 1 notebooks whose upstream steps are done run side by side, except those
+that declare ``# alone:`` (they time something, or gather the run's results): such a
+notebook waits for every notebook listed before it and runs with nothing beside it.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import os
 import tempfile
 import time
 import uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import yaml
@@ -23,13 +27,15 @@ from workbench.files import PROFILE_ENV, figures_dir, project_root, read_json, w
 
 NOTEBOOKS_DIR = project_root() / "notebooks"
 PROFILES = NOTEBOOKS_DIR / "profiles.yml"
-DECLARED = ("upstream", "data")  # what a parameters cell declares in "# upstream: a, b" lines
+DECLARED = ("upstream", "data", "alone")  # a parameters cell's "# upstream: a, b" lines
 
 
 def declarations(path) -> dict[str, list[str]]:
     """What a notebook's ``parameters`` cell declares beside its parameters: ``# upstream:``
     the notebooks whose results it reads, ``# data:`` the data sets it reads (names of
-    ``workbench/data/data_manifest.json``); ``none`` or no line: nothing."""
+    ``workbench/data/data_manifest.json``), ``# alone:`` why it must run with no other
+    notebook beside it (it times something, or gathers the run's results); ``none`` or no
+    line: nothing."""
     import nbformat
 
     cell = next((c for c in nbformat.read(path, as_version=4).cells
@@ -205,7 +211,7 @@ def scope_overrides(overrides: dict, parameters: dict[str, dict],
 
 def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
         force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None, data=None,
-        data_root=None, manifest=None, verbose=False):
+        data_root=None, manifest=None, verbose=False, jobs=1):
     """Execute the profile's notebooks (or those in ``only``) in the profile's order; returns
     ``{name: status}``; one line a notebook (``verbose``: papermill's cell-by-cell trace and
     every cell's output as it comes).  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
@@ -213,6 +219,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     beside its parameters (:func:`declarations`; ``dependencies`` and ``data`` replace them).
     Missing data is fetched first (:func:`ensure_data`; ``data_root`` and ``manifest``
     replace the data root and the manifest).  Figures go to ``figures/<profile>/``.
+    ``jobs``: how many notebooks may run at once (each in its own kernel); a notebook that
+    declares ``# alone:`` runs after every notebook listed before it, with none beside it.
 
     Statuses: ``ok``, ``unchanged`` (notebook, parameters and upstream steps as at its last
     successful run: skipped unless ``force``), ``failed in cell N: ...`` (the executed copy
@@ -224,6 +232,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
 
     import papermill
 
+    jobs = max(1, int(jobs))
     trace = logging.getLogger("papermill")
     if verbose and not trace.handlers:  # let papermill stream each cell's output
         trace.addHandler(logging.StreamHandler(sys.stderr))
@@ -244,48 +253,87 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     selected = [n for n in dependencies if n in params and (not only or n in only)]
     overrides = scope_overrides(overrides, {n: notebook_parameters(notebooks_dir / f"{n}.ipynb")
                                             for n in selected}, params)
-    data = data if data is not None else {
-        n: declarations(notebooks_dir / f"{n}.ipynb")["data"] for n in selected}
+    declared = {n: declarations(notebooks_dir / f"{n}.ipynb") for n in selected}
+    data = data if data is not None else {n: declared[n]["data"] for n in selected}
     ensure_data(selected, data, data_root, manifest)
     runs_dir.mkdir(parents=True, exist_ok=True)
     status, prints = {}, {}
-    for step, notebook in enumerate(selected, 1):
+
+    def settled(notebook):  # its status without running it, or None: it must run
         needs = dependencies[notebook]
         broken = [n for n in needs if status.get(n, "ok") not in ("ok", "unchanged")]
         if broken:
-            status[notebook] = f"skipped (needs {', '.join(broken)})"
-            print(f"[{notebook}] {status[notebook]}")
-            continue
-        parameters = expand(params[notebook] or {}, names)
-        parameters.update(overrides.get(notebook, {}))
-        source = notebooks_dir / f"{notebook}.ipynb"
-        prints[notebook] = fingerprint(source, parameters,
+            return f"skipped (needs {', '.join(broken)})"
+        prints[notebook] = fingerprint(notebooks_dir / f"{notebook}.ipynb", parameters(notebook),
                                        [prints.get(n) or state.get(n) for n in needs])
         if not force and state.get(notebook) == prints[notebook]:
-            status[notebook] = "unchanged"
-            print(f"[{notebook}] unchanged since its last run: skipped (force to re-run)")
-            continue
-        output = runs_dir / f"{notebook}.ipynb"
-        print(f"[{notebook}] running ({step}/{len(selected)}) -> {output}", flush=True)
-        start = time.time()
-        try:
-            with profile_env(profile):
-                # quiet: a line a notebook, papermill's bar of cells on a terminal, every
-                # cell's output in the executed notebook; verbose: the cell-by-cell trace
-                papermill.execute_notebook(source, output, parameters=parameters,
-                                           cwd=project_root(), log_output=verbose,
-                                           progress_bar=not verbose and sys.stderr.isatty(),
-                                           **kernel_options())
-            status[notebook] = "ok"
-            state[notebook] = prints[notebook]
-            write_json(state_path, state)
+            return "unchanged"
+        return None
+
+    def parameters(notebook):
+        return {**expand(params[notebook] or {}, names), **overrides.get(notebook, {})}
+
+    def execute(notebook, output):
+        try:  # quiet: a line a notebook, papermill's bar of cells on a terminal, every
+            # cell's output in the executed notebook; verbose: the cell-by-cell trace
+            papermill.execute_notebook(notebooks_dir / f"{notebook}.ipynb", output,
+                                       parameters=parameters(notebook), cwd=project_root(),
+                                       log_output=verbose,
+                                       progress_bar=not verbose and jobs == 1
+                                       and sys.stderr.isatty(), **kernel_options())
+            return "ok"
         except papermill.PapermillExecutionError as err:
-            status[notebook] = f"failed in cell {err.exec_count}: {err.ename}: {err.evalue}"
-            state.pop(notebook, None)
-            write_json(state_path, state)
-        print(f"[{notebook}] {status[notebook]} ({time.time() - start:.0f} s)", flush=True)
+            return f"failed in cell {err.exec_count}: {err.ename}: {err.evalue}"
+
+    pending, running, started = list(selected), {}, 0
+    with profile_env(profile), ThreadPoolExecutor(jobs) as pool:
+        while pending or running:
+            for notebook in _startable(pending, running, selected, dependencies, declared,
+                                       status, jobs):
+                pending.remove(notebook)
+                status[notebook] = settled(notebook)
+                if status[notebook] is not None:
+                    print(f"[{notebook}] " + ("unchanged since its last run: skipped (force to "
+                          "re-run)" if status[notebook] == "unchanged" else status[notebook]))
+                    continue
+                started += 1
+                output = runs_dir / f"{notebook}.ipynb"
+                print(f"[{notebook}] running ({started}/{len(selected)}) -> {output}", flush=True)
+                running[pool.submit(execute, notebook, output)] = (notebook, time.time())
+            if not running:
+                continue
+            for future in wait(running, return_when=FIRST_COMPLETED).done:
+                notebook, start = running.pop(future)
+                status[notebook] = future.result()
+                if status[notebook] == "ok":
+                    state[notebook] = prints[notebook]
+                else:
+                    state.pop(notebook, None)
+                write_json(state_path, state)
+                print(f"[{notebook}] {status[notebook]} ({time.time() - start:.0f} s)",
+                      flush=True)
+    status = {n: status[n] for n in selected}
     failed = [f"{n} ({s})" for n, s in status.items() if s.startswith("failed")]
     print("summary: " + ", ".join(f"{n}: {s}" for n, s in status.items()))
     if failed:
         raise SystemExit(f"notebooks failed: {'; '.join(failed)}; partial output in {runs_dir}")
     return status
+
+
+def _startable(pending, running, order, dependencies, declared, status, jobs):
+    """The pending notebooks that may start now, in the profile's order: their upstream
+    steps done and a job free; a notebook that declares ``# alone:`` only once everything
+    listed before it is done and nothing runs, and nothing listed after it before it is done.
+    ``status``: a finished notebook's status; None while it runs."""
+    def done(names):
+        return all(status.get(n) is not None for n in names if n in order)
+
+    chosen = []
+    for notebook in pending:
+        if declared[notebook]["alone"]:
+            if not running and not chosen and done(order[:order.index(notebook)]):
+                chosen.append(notebook)
+            break
+        if len(chosen) < jobs - len(running) and done(dependencies[notebook]):
+            chosen.append(notebook)
+    return chosen
