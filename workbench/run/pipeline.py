@@ -288,8 +288,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     pending, running, started = list(selected), {}, 0
     with profile_env(profile), ThreadPoolExecutor(jobs) as pool:
         while pending or running:
-            for notebook in _startable(pending, running, selected, dependencies, declared,
-                                       status, jobs):
+            batch = _startable(pending, running, selected, dependencies, declared, status, jobs)
+            for notebook in batch:
                 pending.remove(notebook)
                 status[notebook] = settled(notebook)
                 if status[notebook] is not None:
@@ -300,8 +300,8 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
                 output = runs_dir / f"{notebook}.ipynb"
                 print(f"[{notebook}] running ({started}/{len(selected)}) -> {output}", flush=True)
                 running[pool.submit(execute, notebook, output)] = (notebook, time.time())
-            if not running:
-                continue
+            if not running or any(status[n] is not None for n in batch):
+                continue  # a notebook skipped left its place free: fill it before waiting
             for future in wait(running, return_when=FIRST_COMPLETED).done:
                 notebook, start = running.pop(future)
                 status[notebook] = future.result()
