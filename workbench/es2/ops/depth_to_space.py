@@ -38,14 +38,15 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
             "    vec2 o = fc - 0.5;",
             f"    vec2 lr = floor((o + 0.5) / {b});",
             f"    vec2 sub = o - lr * {b};",
-            f"    float s = sub.y * {b} + sub.x;",
             "    vec2 uv = (lr + 0.5) / u_in_size;"]
     body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
-    body.append("    vec4 v = vec4(0.0);")
-    for s, chans in enumerate(op.source_channels(shapes, pack)):
+    # the sub-pixel's channels, chosen by its row, then its column (a selection: exact)
+    chosen = []
+    for chans in op.source_channels(shapes, pack):
         parts = [f"t{c // ir.PACK}.{'xyzw'[c % ir.PACK]}" for c in chans]
-        body.append(f"    v += vec4({', '.join(parts + ['0.0'] * (4 - len(parts)))}) * "
-                    f"(1.0 - step(0.5, abs(s - {glsl_float(s)})));")
+        chosen.append(f"vec4({', '.join(parts + ['0.0'] * (ir.PACK - len(parts)))})")
+    rows = [_choose("sub.x", chosen[r * op.block:(r + 1) * op.block]) for r in range(op.block)]
+    body.append(f"    vec4 v = {_choose('sub.y', rows)};")
     vectors = {"u_in_size": ("size", op.input)}
     if op.chroma_from:
         # Bilinear chroma with half-pixel centres and clamped edges, computed from 4 nearest
@@ -80,6 +81,14 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
     source = (header(precision) + uniform_declarations(samplers, vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return Pass(f"{op.name}.{pack}", op.name, source, bindings, [(op.name, pack)], vectors)
+
+
+def _choose(index, options, first=0) -> str:
+    """GLSL choosing ``options[k]`` where the float ``index`` holds ``first + k``."""
+    if len(options) == 1:
+        return options[0]
+    return (f"({index} < {glsl_float(first + 0.5)} ? {options[0]} : "
+            f"{_choose(index, options[1:], first + 1)})")
 
 
 def passes(op: ir.DepthToSpace, shapes, target: Target) -> list[Pass]:
