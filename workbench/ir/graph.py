@@ -69,7 +69,8 @@ def conv_pads(hw, size, stride, padding):
 def uniform_values(uniforms: dict, shapes) -> dict[str, tuple[int, int]]:
     """Values of a program's 2-vector uniforms for the tensor shapes of one input size.
 
-    ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height);
+    ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height),
+    ``("texel", tensor)`` one texel of it in texture coordinates, (1 / width, 1 / height);
     ``("pad", input, kernel, stride, padding)`` the (left, top) zero padding of a convolution
     reading ``input``; ``("value", x, y)`` a constant.  Both back ends' generators state their
     uniforms this way, so that the runners never look at ops.
@@ -81,6 +82,8 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple[int, int]]:
         h, w = shapes[tensor][:2]
         if kind == "size":
             return (w, h)
+        if kind == "texel":
+            return (1 / w, 1 / h)
         top, left = conv_pads((h, w), *conv)
         return (left, top)
     return {name: value(*spec) for name, spec in uniforms.items()}

@@ -5,7 +5,7 @@
  * offset}: on each axis floor((n * num + offset) / den) of tensor `from`'s size n.  Uniform
  * formula ([x, y] = from widths, from heights): floor(max(sum of coef * ceil(size(tensor) /
  * div) over terms [coef, tensor, div] + offset, at_least) / divide), offset a number or
- * [x, y].  Nothing here knows an op.
+ * [x, y]; its inverse, 1 / that, where `invert`.  Nothing here knows an op.
  */
 
 export const PACK = 4;
@@ -100,7 +100,8 @@ function evaluateUniform(formula, sizes) {
     const offset = Array.isArray(formula.offset) ? formula.offset[1 - axis] : formula.offset;
     const sum = formula.terms.reduce((s, [coef, tensor, div]) => s + coef * Math.ceil(sizes[tensor][axis] / div),
       offset);
-    return Math.floor(Math.max(sum, formula.at_least ?? -Infinity) / formula.divide);
+    const value = Math.floor(Math.max(sum, formula.at_least ?? -Infinity) / formula.divide);
+    return formula.invert ? 1 / value : value;
   });
 }
 

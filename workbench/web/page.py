@@ -201,10 +201,12 @@ def _fit(pairs) -> dict | None:
 
 def uniform_formula(spec) -> dict:
     """A pass's uniform as the page evaluates it: on each axis (x from widths, y from
-    heights) ``floor(max(sum(coef * ceil(size(tensor) / div)) + offset, at_least) / divide)``
+    heights) ``floor(max(sum(coef * ceil(size(tensor) / div)) + offset, at_least) / divide)``,
+    its inverse where ``invert``
     (``offset`` one number, or ``[x, y]``)
     over ``terms`` ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
-    :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("pad", input,
+    :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("texel",
+    tensor)``, ``("pad", input,
     kernel, stride, padding)``: TensorFlow's 'SAME' padding before the first column and
     row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0) // 2``, or ``("value", x,
     y)``, a constant."""
@@ -212,8 +214,9 @@ def uniform_formula(spec) -> dict:
     if kind == "value":
         return {"terms": [], "offset": list(args), "at_least": None, "divide": 1}
     tensor, *conv = args
-    if kind == "size":
-        return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1}
+    if kind in ("size", "texel"):
+        return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1,
+                **({"invert": True} if kind == "texel" else {})}
     if kind == "pad":
         kernel, stride, padding = conv
         if padding != "same":  # constants: [left, top] of the padding (zeros for 'valid')
@@ -222,7 +225,7 @@ def uniform_formula(spec) -> dict:
                     "at_least": None, "divide": 1}
         return {"terms": [[stride, tensor, stride], [-1, tensor, 1]], "offset": kernel - stride,
                 "at_least": 0, "divide": 2}
-    raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'pad' and 'value'")
+    raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'texel', 'pad' and 'value'")
 
 
 def pass_spec(p, shader, name=None) -> dict:

@@ -35,6 +35,7 @@ from workbench.es2.shaders import (
     header,
     masked,
     uniform_declarations,
+    window_uniforms,
 )
 from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
@@ -178,8 +179,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     # [dy, dx, input pack, in component, out]
     weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
-    vectors = {"u_in_size": ("size", op.input),
-               "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
+    vectors = window_uniforms(op)
     parts = stage.reads(op, packs[0]) if stage else []
     samplers += [f"u_part{h}" for h in range(len(parts))]
     bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]

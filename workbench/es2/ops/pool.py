@@ -17,7 +17,7 @@ from workbench import ir
 from workbench.es2.emulate import F32, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Pass, coordinates, masked, same_pack_pass
+from workbench.es2.shaders import Pass, coordinates, masked, same_pack_pass, window_uniforms
 from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 
@@ -26,8 +26,7 @@ RECIPROCALS = {1: F32(1.0), 2: F32(0.5), 3: F32(1 / 3)}  # 1 / valid taps along 
 
 def program(op: ir.Pool, pack: int, precision="highp") -> Pass:
     k = op.size
-    vectors = {"u_in_size": ("size", op.input),
-               "u_pad": ("pad", op.input, op.size, op.stride, op.padding)}
+    vectors = window_uniforms(op)
     padded = masked(op.size, op.padding)
     body = coordinates(k, glsl_float(op.stride), padded)
     body.append("    vec4 m = vec4(0.0);" if op.kind == "max" else "    vec4 s = vec4(0.0);")
