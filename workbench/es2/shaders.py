@@ -100,8 +100,9 @@ def coordinates(size, stride, masked, inline_masks=False, rows=None) -> list[str
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     times ``u_in_texel``, :func:`window_uniforms`; the window's first tap at
-    ``(gl_FragCoord.xy - 0.5) * stride + 0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}`` / ``my{dy}``: 1.0 where that column or
-    row lies inside the texture, 0.0 in the zero padding (a tap's mask is ``mx * my``).
+    ``(gl_FragCoord.xy - 0.5) * stride + 0.5 - u_pad`` texels), and, ``masked``, ``mx{dx}``
+    / ``my{dy}``: 1.0 where that column or row lies inside the texture, 0.0 in the zero
+    padding (a tap's mask is ``mx * my``).
     Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
     ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
     live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1);

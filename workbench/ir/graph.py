@@ -66,7 +66,7 @@ def conv_pads(hw, size, stride, padding):
                  for o, n in zip(conv_out_hw(hw, size, stride, padding), hw))
 
 
-def uniform_values(uniforms: dict, shapes) -> dict[str, tuple[int, int]]:
+def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
     """Values of a program's 2-vector uniforms for the tensor shapes of one input size.
 
     ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height),

@@ -202,14 +202,12 @@ def _fit(pairs) -> dict | None:
 def uniform_formula(spec) -> dict:
     """A pass's uniform as the page evaluates it: on each axis (x from widths, y from
     heights) ``floor(max(sum(coef * ceil(size(tensor) / div)) + offset, at_least) / divide)``,
-    its inverse where ``invert``
-    (``offset`` one number, or ``[x, y]``)
-    over ``terms`` ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
+    its inverse where ``invert`` (``offset`` one number, or ``[x, y]``) over ``terms``
+    ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
     :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("texel",
-    tensor)``, ``("pad", input,
-    kernel, stride, padding)``: TensorFlow's 'SAME' padding before the first column and
-    row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0) // 2``, or ``("value", x,
-    y)``, a constant."""
+    tensor)``, ``("pad", input, kernel, stride, padding)``: TensorFlow's 'SAME' padding
+    before the first column and row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0)
+    // 2``, or ``("value", x, y)``, a constant."""
     kind, *args = spec
     if kind == "value":
         return {"terms": [], "offset": list(args), "at_least": None, "divide": 1}
