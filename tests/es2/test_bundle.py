@@ -18,6 +18,7 @@ import numpy as np
 import OpenGL
 import pytest
 
+from tests.conftest import with_zero_border
 from workbench import es2
 from workbench.__main__ import main
 from workbench.data import metrics
@@ -43,7 +44,10 @@ def run_bundle(directory, *args):
 def bundled(model, directory, *args, **options):
     """Bundle ``model`` (compiled with ``options``), run run.py; returns (net, report, the
     bundle's checks)."""
+    border = options.pop("zero_border", False)  # (options: the call's own dict)
     net = es2.compile(model, **options)
+    if border:
+        net, _ = with_zero_border(net)
     bundle.bundle(net, model, directory)
     result = run_bundle(directory, *args)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -64,14 +68,17 @@ def outputs(entry, expected):
     return np.frombuffer(base64.b64decode(entry["output"]), np.uint8).reshape(expected.shape)
 
 
-@pytest.mark.parametrize("options", [{}, {"target": "videocore4", "shared": True}])
+@pytest.mark.parametrize("options", [{}, {"target": "videocore4", "shared": True},
+                                     {"zero_border": True}])
 def test_sr_bundle_replays_the_moderngl_bytes(tmp_path, options):
     """Also with the weights as uniform arrays (shared=True): run.py compiles each distinct
-    program once and sets each pass's arrays."""
+    program once and sets each pass's arrays; and with the layers read through a zero
+    border: run.py sizes the copies' textures from bundle.json."""
     keras.utils.set_random_seed(3)
     model = sr_x2(widths=(8, 8), kernels=(3, 3), groups=(1, 2))
     net, report, checks = bundled(model, tmp_path / "sr", **options)
-    assert all(p.arrays for p in net.passes if p.op != "subpixels") == bool(options)
+    assert all(p.arrays for p in net.passes if p.op != "subpixels") == ("shared" in options)
+    assert any(".border" in p.name for p in net.passes) == ("zero_border" in options)
     assert report["egl"]["platform"] == "surfaceless" and report["output_channels"] == 3
     for entry, check in zip(report["inputs"], checks):
         out = outputs(entry, check["expected"])

@@ -361,3 +361,31 @@ def test_split_conv_page_writes_the_emulators_bytes(tmp_path):
         pytest.skip(str(error))
     emulated = net.emulate(image, keep=True)[net.graph.output]
     np.testing.assert_array_equal(result["output"][..., :4], emulated)
+
+
+def test_a_zero_border_page_writes_the_emulators_bytes(tmp_path):
+    """Layers read through a zero border (es2.drivers.tune's ``zero_border``; a 5x5 luma
+    layer, an explicit padding wider than the window's): the copies' textures sized and their uniforms
+    set by webgl.json's rules, no page code for them; the emulator's bytes on llvmpipe."""
+    from tests.conftest import with_zero_border
+    from workbench.web import browser
+
+    keras.utils.set_random_seed(9)
+    x = inputs = keras.Input((None, None, 3))
+    for layer in (GroupConv2D(8, 5), Act("sigmoid_like"),
+                  keras.layers.ZeroPadding2D(2), GroupConv2D(4, 3, padding="valid"),
+                  Act("sigmoid_like")):
+        x = layer(x)
+    net, layers = with_zero_border(es2.compile(keras.Model(inputs, x)))
+    assert len(layers) == 2 and sum(".border" in p.name for p in net.passes) == 3
+    web.export(net, tmp_path)
+    image = _image_for_page(14, 19, seed=5)
+    try:
+        with web.session(tmp_path, gl="llvmpipe") as page:
+            _assert_plan(page, net, [(14, 19), (9, 6)])
+            result = page.run(image)
+    except browser.BrowserUnavailable as error:  # llvmpipe: no Mesa EGL for ANGLE
+        pytest.skip(str(error))
+    emulated = net.emulate(image, keep=True)[net.graph.output]
+    assert result["output"].shape == emulated.shape == (16, 21, 4)
+    np.testing.assert_array_equal(result["output"], emulated)

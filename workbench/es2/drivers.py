@@ -125,8 +125,10 @@ def tune(graph, generate, driver: str, options=None):
     """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
     ``driver``'s compiler runs fastest by its own numbers: each convolution whose programs
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
-    masks computed once or per tap and its residual added last, first or after the order's
-    first term (:data:`RESIDUAL_PLACES`) where it has them,
+    masks computed once or per tap, or its input read through a zero border instead
+    (:func:`workbench.es2.ops.padding.bordered`: the copies' programs counted with the
+    layer's), and its residual added last, first or after the order's first term
+    (:data:`RESIDUAL_PLACES`) where it has them,
     and keeps the form with the fewest spills, then the most threads, then the fewest
     estimated cycles (vc4) or instructions (the others); a tie keeps what it had.  A form
     changes the float rounding, not the arithmetic; the emulator follows it
@@ -145,13 +147,15 @@ def tune(graph, generate, driver: str, options=None):
         return {**options.get(layer, {}), **{k: v for k, v in form.items() if k in allowed}}
 
     choices = {"order": list(ORDERS), "inline_masks": [False, True],
+               "zero_border": [False, True],
                "residual_after": list(RESIDUAL_PLACES)}  # each only where some layer has it
     choices = {k: v for k, v in choices.items()
                if any(k in layer_options(graph.op(layer)) for layer in layers)}
     tried = [(options, passes, reports)]
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
-        if not places_residual(form.get("order"), form.get("residual_after", LAST)):
+        if not places_residual(form.get("order"), form.get("residual_after", LAST)) or (
+                form.get("zero_border") and form.get("inline_masks")):  # (no masks to place)
             continue
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         tried.append((trial, *_compiled(generate, trial, driver)))
@@ -174,6 +178,8 @@ def _described(form) -> str:
     order = form.get("order", "chain")
     return (f"products added {order!r} ({ORDERS[order]})"
             + (", padding masks computed per tap" if form.get("inline_masks") else "")
+            + (", its input read through a zero border (no masks)"
+               if form.get("zero_border") else "")
             + RESIDUAL_PLACES.get(form.get("residual_after", LAST), ""))
 
 

@@ -34,7 +34,9 @@ class Runner:
         self._hw = None
 
     def _allocate(self, hw):
-        if self._hw == hw:
+        """The textures of input size ``hw`` in the worker, unless they are there already
+        (another net's run in the same worker since replaces them)."""
+        if self._hw == hw and getattr(self.worker, "allocation", None) is self.textures:
             return
         plan.require_memory(self.graph, hw, "run it in tiles (es2.tiling.run_tiled, as "
                             "upscale does) or on a smaller image", ("GL textures",))
@@ -45,6 +47,7 @@ class Runner:
                 raise ValueError(f"tensor {name!r} would be {w}x{h} pixels, over this GPU's "
                                  f"GL_MAX_TEXTURE_SIZE of {limit}; use a smaller image")
         self.worker.call("allocate", sizes=self.textures)
+        self.worker.allocation = self.textures
         self.worker.call("run", uploads=self.constants, passes=[], reads=[])
         self.shapes, self._hw = self.graph.shapes(hw), hw
         self._plans = [self._plan(p, i) for p, i in zip(self.passes, self.program_ids)]

@@ -96,7 +96,7 @@ def inside_mask(axis, d) -> str:
     return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
 
 
-def coordinates(size, stride, masked, inline_masks=False, rows=None) -> list[str]:
+def coordinates(size, stride, masked, inline_masks=False, rows=None, pad=True) -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     times ``u_in_texel``, :func:`window_uniforms`; the window's first tap at
@@ -106,9 +106,12 @@ def coordinates(size, stride, masked, inline_masks=False, rows=None) -> list[str
     Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
     ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
     live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1);
-    ``rows``: only these rows' (a stage of a split conv that holds some of its rows)."""
+    ``rows``: only these rows' (a stage of a split conv that holds some of its rows);
+    ``pad=False``: the window starts at ``(gl_FragCoord.xy - 0.5) * stride + 0.5`` (an input
+    whose padding is part of its texture: no ``u_pad``)."""
+    shift = " - u_pad" if pad else ""
     lines = ["    vec2 inv = u_in_texel;",
-             f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5 - u_pad) * inv;"]
+             f"    vec2 uv = ((gl_FragCoord.xy - 0.5) * {stride} + 0.5{shift}) * inv;"]
     for axis in "xy":
         for d in range(size) if axis == "x" or rows is None else rows:
             step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
@@ -154,7 +157,8 @@ def programs(graph: ir.Graph, passes) -> dict[str, list[list[int]]]:
     :func:`workbench.es2.plan.cost` takes them."""
     out = {}
     for p in passes:
-        out.setdefault(p.op, []).append([pack for _, pack in p.outputs])
+        if p.outputs[0][0] == p.op:  # (not a layer's own textures: a border, partial sums)
+            out.setdefault(p.op, []).append([pack for _, pack in p.outputs])
     return out
 
 

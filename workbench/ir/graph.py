@@ -70,7 +70,9 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
     """Values of a program's 2-vector uniforms for the tensor shapes of one input size.
 
     ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height),
-    ``("texel", tensor)`` one texel of it in texture coordinates, (1 / width, 1 / height);
+    ``("texel", tensor)`` one texel of it in texture coordinates, (1 / width, 1 / height),
+    ``("texel", tensor, bx, by)`` of a texture of it with a border: ``bx`` more columns and
+    ``by`` more rows in all, (1 / (width + bx), 1 / (height + by));
     ``("pad", input, kernel, stride, padding)`` the (left, top) zero padding of a convolution
     reading ``input``; ``("value", x, y)`` a constant.  Both back ends' generators state their
     uniforms this way, so that the runners never look at ops.
@@ -83,7 +85,8 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
         if kind == "size":
             return (w, h)
         if kind == "texel":
-            return (1 / w, 1 / h)
+            bx, by = conv or (0, 0)
+            return (1 / (w + bx), 1 / (h + by))
         top, left = conv_pads((h, w), *conv)
         return (left, top)
     return {name: value(*spec) for name, spec in uniforms.items()}

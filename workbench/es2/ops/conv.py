@@ -24,7 +24,9 @@ from workbench.es2.ops import split
 from workbench.es2.ops.conv_emulator import emulate
 from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, order_of,
                                       places_residual)
-from workbench.es2.ops.padding import padding_terms
+from workbench.es2.ops.padding import (border_offered, border_passes, border_tensor,
+                                       border_textures, border_uniforms, bordered,
+                                       padding_terms)
 from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
@@ -53,8 +55,10 @@ class ConvForm(ir.Conv):
     stages: :mod:`workbench.es2.ops.split`; chosen by :func:`prepare`, or by
     :func:`workbench.es2.drivers.fit` where a driver refuses).  ``out_bits``, ``in_bits``,
     ``residual_bits``: 16 where its output, input or residual is a 16-bit tensor
-    (:func:`wide_tensors`; :func:`workbench.es2.fixed16.tensor_bits`).  (How a program holds
-    its weights changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
+    (:func:`wide_tensors`; :func:`workbench.es2.fixed16.tensor_bits`).  ``zero_border``: its
+    input read through a zero border instead of masks
+    (:func:`~workbench.es2.ops.padding.bordered`; a field, for its textures).  (How a program
+    holds its weights changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
     residual_after: int = LAST
     split: int = 1
@@ -62,14 +66,16 @@ class ConvForm(ir.Conv):
     out_bits: int = 8
     in_bits: int = 8
     residual_bits: int = 8
+    zero_border: bool = False
 
 
-FORM = ("order", "residual_after", "row_split")  # the layer options a ConvForm records
+FORM = ("order", "residual_after", "row_split", "zero_border")  # the layer options a
+#   ConvForm records
 
 
 def formed(op: ir.Conv, **form) -> ConvForm:
     """``op`` with the fields ``form`` (:data:`FORM`: ``order``, ``residual_after``,
-    ``row_split``; :func:`prepare`: ``split``)."""
+    ``row_split``, ``zero_border``; :func:`prepare`: ``split``)."""
     fields = {k: v for k, v in vars(op).items() if k not in form}
     return ConvForm(**fields, **form)
 
@@ -144,7 +150,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     (:data:`~workbench.es2.ops.weights.WEIGHTS`; uniforms for a program that writes one whole pack).
     ``residual_after``: the residual added after that many of the order's terms
     (:func:`place_residual`; vc4 then fetches it with the taps instead of waiting for it at
-    the end).  ``stage``: the program is that
+    the end).  Where ``op`` is :func:`~workbench.es2.ops.padding.bordered`, it reads its
+    input's bordered copy, without masks.  ``stage``: the program is that
     :class:`~workbench.es2.ops.split.Stage` of a split op, for one pack: its run of input packs
     and rows of taps, starting from the partial sums before it; a partial stage writes its
     half's sums."""
@@ -170,20 +177,21 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     positions = [j for j in stage.positions if j < len(every)] if stage else range(len(every))
     rows = stage.rows if stage else None
     in_packs = [every[j] for j in positions]
+    border = bordered(op)
     padding = padding_terms(op, [op.logical_packs(packs[0])[j] for j in positions]
                              if not op.luma_input else [0])
     fetches, samplers, bindings = reads(op, "input", in_packs,
-                                        [f"u_in{i}" for i in range(len(in_packs))])
+                                        [f"u_in{i}" for i in range(len(in_packs))], border)
     outs = [list(range(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))) for p in packs]
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     # [dy, dx, input pack, in component, out]
     weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
-    vectors = window_uniforms(op)
+    vectors = border_uniforms(op) if border else window_uniforms(op)
     parts = stage.reads(op, packs[0]) if stage else []
     samplers += [f"u_part{h}" for h in range(len(parts))]
     bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]
-    texel = output_texel(op, rows)
+    texel = output_texel(op, rows, border)
     residuals = [f"u_res{k}" if many else "u_res" for k in range(len(packs))] \
         if op.residual and not partial else []
     residual_fetches, residual_samplers, residual_bindings = reads(op, "residual", packs,
@@ -194,8 +202,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         vectors["u_half"] = ("value", float(half), 0.0)
     if (parts or residuals) and "u_out_size" in texel:
         vectors["u_out_size"] = ("size", op.name)
-    padded = masked(op.size, op.padding)
-    body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows)
+    padded = masked(op.size, op.padding) and not border
+    body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows,
+                       pad=not border)
     fetched = [fetch(texel) for fetch in residual_fetches]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
@@ -245,13 +254,16 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
                 channels=tuple(mask) if mask is not None else None, arrays=constants.arrays())
 
 
-def reads(op: ir.Conv, tensor, packs, samplers):
+def reads(op: ir.Conv, tensor, packs, samplers, border=False):
     """``(fetches, samplers, bindings)`` of a program reading ``packs`` of ``op``'s
     ``tensor`` (``"input"`` or ``"residual"``) through the ``samplers`` named, one a pack:
     each pack's fetch at GLSL coordinates (a function of them); a 16-bit tensor's pack
     through two samplers (the name and the name + ``b``: its textures ``2p``, ``2p + 1``),
-    decoded (:func:`workbench.es2.fixed16.fetch_glsl`)."""
+    decoded (:func:`workbench.es2.fixed16.fetch_glsl`); ``border``: the input's bordered
+    copy (the same texture indices)."""
     name = op.input if tensor == "input" else op.residual
+    if border and tensor == "input":
+        name = border_tensor(op)
     fetches, names, bindings = [], [], []
     for sampler, pack in zip(samplers, packs):
         if fixed16.tensor_bits(op, tensor) == 16:
@@ -286,17 +298,18 @@ def place_residual(terms, residuals, after, order) -> list[str]:
                     if after == LAST or counts[s] < after]
 
 
-def output_texel(op: ir.Conv, rows=None) -> str:
+def output_texel(op: ir.Conv, rows=None, border=False) -> str:
     """GLSL for the texture coordinates of this fragment's own texel in a texture of the op's
     output size (its residual, a split's partial sums): the centre tap's ``vec2(x<c>, y<c>)``
     where the output pixel is that input pixel (stride 1, an odd window padded by half of it
     each side, the centre row among ``rows``), the same texel centre as ``gl_FragCoord.xy /
     u_out_size`` (nearest: the same bytes); else that.  VideoCore IV's compiler then fetches it
     with the taps instead of after a division: a 3x3 grouped layer with a residual, 821 -> 501
-    estimated cycles."""
+    estimated cycles.  (``border``: the taps' coordinates are the bordered texture's: that.)"""
     c = op.size // 2
     pads = (c, c) if op.padding == "same" else ir.explicit_pads(op.padding)
-    if op.stride == 1 and op.size % 2 and set(pads) == {c} and (rows is None or c in rows):
+    if (op.stride == 1 and op.size % 2 and set(pads) == {c} and (rows is None or c in rows)
+            and not border):
         return f"vec2(x{c}, y{c})"
     return "gl_FragCoord.xy / u_out_size"
 
@@ -309,7 +322,8 @@ def _kept(values, kept):
 
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
-           order=None, weights="literals", residual_after=None, row_split=None) -> list[Pass]:
+           order=None, weights="literals", residual_after=None, row_split=None,
+           zero_border=None) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
@@ -324,17 +338,21 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     (:mod:`workbench.es2.ops.split`): its partial stages' programs, then its last stage's as
     these options make them, one pack each; ``row_split``: its kernel rows split over that
     many stages a run of input packs (a driver's ask, :func:`workbench.es2.drivers.fit`),
-    default the op's own."""
+    default the op's own.  ``zero_border``: its input read through a zero border
+    (:func:`~workbench.es2.ops.padding.bordered`: the copies' programs first), default the
+    op's own."""
     precision, limits = target.precision, target.limits
     if row_split:
         op = formed(op, row_split=row_split)
+    if zero_border is not None:
+        op = formed(op, zero_border=zero_border)
     order = order_of(op, order)
     if residual_after is None:
         residual_after = getattr(op, "residual_after", LAST)
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
         weights = "literals"
-    partials, last = [], {}
+    partials, last = border_passes(op, shapes, precision) if bordered(op) else [], {}
     if split.count(op) > 1:
         for pack in range(op.out_packs()):
             *stages, last[pack] = split.stage_list(op, pack)
@@ -441,11 +459,13 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
                     programs=sum(n for _, n in stages))
     programs = programs or [[p] for p in range(op.out_packs())]
     copies = [writers(op, packs[0]) for packs in programs]
+    border = border_textures(op, shapes) if bordered(op) else {}  # a fetch a texel each
     return Cost(multiply_adds=pixels * op.kernel.size,
                 texel_fetches=pixels * sum(n * fetches(op, packs)
-                                           for n, packs in zip(copies, programs)),
+                                           for n, packs in zip(copies, programs))
+                + sum(w * h for w, h, _ in border.values()),
                 texture_bytes=pixels * 4 * op.out_packs() * fixed16.textures_a_pack(op),
-                programs=sum(copies))
+                programs=sum(copies) + len(border))
 
 
 def writers(op: ir.Conv, pack) -> int:
@@ -456,8 +476,11 @@ def writers(op: ir.Conv, pack) -> int:
 
 def textures(op: ir.Conv, shapes) -> dict:
     """Its output packs (two RGBA8 textures each where it is 16-bit), and a split op's partial
-    sums: two RGBA8 textures an output pack and partial stage, of the output's size."""
+    sums: two RGBA8 textures an output pack and partial stage, of the output's size; a
+    bordered op's copy of its input (:func:`~workbench.es2.ops.padding.border_textures`)."""
     out = pack_textures(op.name, shapes, fixed16.textures_a_pack(op))
+    if bordered(op):
+        out.update(border_textures(op, shapes))
     h, w, _ = shapes[op.name]
     for k in range(split.count(op) - 1):
         out.update({(split.partial_tensor(op, k), i): (w, h, "f1")
@@ -484,6 +507,7 @@ def tile(op: ir.Conv, step, reach):
 def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
+    masks += ("zero_border",) if border_offered(op) else ()
     residual = ("residual_after",) if op.residual else ()
     order = () if chained(op) else ("order",)
     rows = ("row_split",) if op.size > 1 else ()

@@ -1,13 +1,21 @@
 """A convolution's taps in the padding: 0/1 masks (exact: a masked tap adds 0) and, where the
 padding holds a value other than 0 (a tensor stored with an offset: the op's ``pad_value``),
 what each input pack's masked tap adds instead.  The masks of a column and a row are
-``mx<dx>`` and ``my<dy>`` (:func:`workbench.es2.shaders.coordinates`), or inline."""
+``mx<dx>`` and ``my<dy>`` (:func:`workbench.es2.shaders.coordinates`), or inline.
+
+Or no masks at all: a **zero border** (:func:`bordered`), the input copied once into
+textures with the padding around it as zeros (:func:`border_passes`, one program a texture),
+which the convolution's programs then read as they are (each tap a fetch and its products;
+the same bytes: a tap in the border reads 0, as a masked tap adds 0)."""
 from __future__ import annotations
 
 import numpy as np
 
 from workbench import ir
-from workbench.es2.shaders import inside_mask
+from workbench.es2 import fixed16
+from workbench.es2.ops import split
+from workbench.es2.shaders import (Binding, Pass, coordinates, header, inside_mask, masked,
+                                   uniform_declarations, window_uniforms)
 from workbench.glsl_text import glsl_vec
 
 
@@ -31,3 +39,58 @@ def padding_terms(op, logical) -> list[str]:
     values = np.pad(op.pad_value, (0, ir.PACK * max(logical, default=0) + ir.PACK))
     return [f" + {glsl_vec(values[ir.PACK * p:ir.PACK * p + ir.PACK])} * (1.0 - m{{dx}}_{{dy}})"
             for p in logical]
+
+
+def border_offered(op) -> bool:
+    """Whether ``op`` may read its input through a zero border: a stride-1 convolution with
+    zeros in its padding (no ``pad_value``), not split over stages."""
+    return (op.stride == 1 and masked(op.size, op.padding) and op.pad_value is None
+            and split.count(op) == 1)
+
+
+def bordered(op) -> bool:
+    """Whether ``op``'s programs read its input through a zero border (its ``zero_border``,
+    :class:`~workbench.es2.ops.conv.ConvForm`, where :func:`border_offered`)."""
+    return getattr(op, "zero_border", False) and border_offered(op)
+
+
+def border_tensor(op) -> str:
+    """The name of the bordered copy's textures (a layer's own: ``<layer>/border``)."""
+    return f"{op.name}/border"
+
+
+def border_size(op) -> tuple[int, int]:
+    """Columns and rows the border adds in all, ``(left + right, top + bottom)``: a stride-1
+    window's padding (TensorFlow's 'same': ``size - 1`` on each axis)."""
+    if op.padding == "same":
+        return op.size - 1, op.size - 1
+    top, left, bottom, right = ir.explicit_pads(op.padding)
+    return left + right, top + bottom
+
+
+def border_textures(op, shapes) -> dict:
+    """The bordered copy's RGBA8 textures, one a texture of the input: its size plus the
+    border."""
+    h, w, c = shapes[op.input]
+    bx, by = border_size(op)
+    return {(border_tensor(op), i): (w + bx, h + by, "f1")
+            for i in range(ir.packs(c) * fixed16.textures_a_pack(op, "input"))}
+
+
+def border_uniforms(op) -> dict:
+    """The ``vec2`` uniform of a bordered program's window (:func:`workbench.es2.shaders.
+    coordinates` without ``u_pad``): one texel of the bordered texture."""
+    return {"u_in_texel": ("texel", op.input, *border_size(op))}
+
+
+def border_passes(op, shapes, precision) -> list[Pass]:
+    """The programs that copy each texture of ``op``'s input into its bordered texture: a
+    texel of the input where it lies inside, 0 in the border (its mask; the same bytes)."""
+    vectors = window_uniforms(op)  # the input's texel; the padding: where the input starts
+    body = coordinates(1, "1.0", True) + [
+        "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
+    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
+              + "void main() {\n" + "\n".join(body) + "\n}\n")
+    return [Pass(f"{op.name}.border{i}", op.name, source, [Binding("u_in0", op.input, i)],
+                 [key], vectors)
+            for i, key in enumerate(border_textures(op, shapes))]
