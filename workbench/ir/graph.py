@@ -70,9 +70,10 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
     """Values of a program's 2-vector uniforms for the tensor shapes of one input size.
 
     ``uniforms``: name -> spec; ``("size", tensor)`` is that tensor's (width, height),
-    ``("texel", tensor)`` one texel of it in texture coordinates, (1 / width, 1 / height),
-    ``("texel", tensor, bx, by)`` of a texture of it with a border: ``bx`` more columns and
-    ``by`` more rows in all, (1 / (width + bx), 1 / (height + by));
+    ``("texel", tensor)`` one texel of it in texture coordinates, (1 / width, 1 / height);
+    ``("window", output, kernel, stride)`` one texel of the texture that a convolution's
+    windows over its input span (each axis ``(n - 1) * stride + kernel`` for ``n`` pixels of
+    its ``output``: its input with the padding the windows reach);
     ``("pad", input, kernel, stride, padding)`` the (left, top) zero padding of a convolution
     reading ``input``; ``("value", x, y)`` a constant.  Both back ends' generators state their
     uniforms this way, so that the runners never look at ops.
@@ -85,8 +86,10 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
         if kind == "size":
             return (w, h)
         if kind == "texel":
-            bx, by = conv or (0, 0)
-            return (1 / (w + bx), 1 / (h + by))
+            return (1 / w, 1 / h)
+        if kind == "window":
+            kernel, stride = conv
+            return (1 / ((w - 1) * stride + kernel), 1 / ((h - 1) * stride + kernel))
         top, left = conv_pads((h, w), *conv)
         return (left, top)
     return {name: value(*spec) for name, spec in uniforms.items()}

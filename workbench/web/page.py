@@ -205,16 +205,19 @@ def uniform_formula(spec) -> dict:
     its inverse where ``invert`` (``offset`` one number, or ``[x, y]``) over ``terms``
     ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
     :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("texel",
-    tensor)`` or ``("texel", tensor, bx, by)``, ``("pad", input, kernel, stride, padding)``: TensorFlow's 'SAME' padding
+    tensor)``, ``("window", output, kernel, stride)``, ``("pad", input, kernel, stride, padding)``: TensorFlow's 'SAME' padding
     before the first column and row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0)
     // 2``, or ``("value", x, y)``, a constant."""
     kind, *args = spec
     if kind == "value":
         return {"terms": [], "offset": list(args), "at_least": None, "divide": 1}
     tensor, *conv = args
+    if kind == "window":
+        kernel, stride = conv
+        return {"terms": [[stride, tensor, 1]], "offset": kernel - stride, "at_least": None,
+                "divide": 1, "invert": True}
     if kind in ("size", "texel"):
-        return {"terms": [[1, tensor, 1]], "offset": list(conv) if conv else 0,
-                "at_least": None, "divide": 1,
+        return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1,
                 **({"invert": True} if kind == "texel" else {})}
     if kind == "pad":
         kernel, stride, padding = conv
@@ -224,7 +227,8 @@ def uniform_formula(spec) -> dict:
                     "at_least": None, "divide": 1}
         return {"terms": [[stride, tensor, stride], [-1, tensor, 1]], "offset": kernel - stride,
                 "at_least": 0, "divide": 2}
-    raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'texel', 'pad' and 'value'")
+    raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'texel', 'window', 'pad' "
+                     "and 'value'")
 
 
 def pass_spec(p, shader, name=None) -> dict:

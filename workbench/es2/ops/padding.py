@@ -42,10 +42,9 @@ def padding_terms(op, logical) -> list[str]:
 
 
 def border_offered(op) -> bool:
-    """Whether ``op`` may read its input through a zero border: a stride-1 convolution with
-    zeros in its padding (no ``pad_value``), not split over stages."""
-    return (op.stride == 1 and masked(op.size, op.padding) and op.pad_value is None
-            and split.count(op) == 1)
+    """Whether ``op`` may read its input through a zero border: a convolution with zeros in
+    its padding (no ``pad_value``), not split over stages."""
+    return masked(op.size, op.padding) and op.pad_value is None and split.count(op) == 1
 
 
 def bordered(op) -> bool:
@@ -59,28 +58,20 @@ def border_tensor(op) -> str:
     return f"{op.name}/border"
 
 
-def border_size(op) -> tuple[int, int]:
-    """Columns and rows the border adds in all, ``(left + right, top + bottom)``: a stride-1
-    window's padding (TensorFlow's 'same': ``size - 1`` on each axis)."""
-    if op.padding == "same":
-        return op.size - 1, op.size - 1
-    top, left, bottom, right = ir.explicit_pads(op.padding)
-    return left + right, top + bottom
-
-
 def border_textures(op, shapes) -> dict:
-    """The bordered copy's RGBA8 textures, one a texture of the input: its size plus the
-    border."""
-    h, w, c = shapes[op.input]
-    bx, by = border_size(op)
-    return {(border_tensor(op), i): (w + bx, h + by, "f1")
+    """The bordered copy's RGBA8 textures, one a texture of the input: what the windows span,
+    ``(n - 1) * stride + size`` on each axis for ``n`` output pixels (the input from the
+    padding's (left, top) on, with the padding the windows reach)."""
+    (oh, ow, _), c = shapes[op.name], shapes[op.input][2]
+    size = ((ow - 1) * op.stride + op.size, (oh - 1) * op.stride + op.size, "f1")
+    return {(border_tensor(op), i): size
             for i in range(ir.packs(c) * fixed16.textures_a_pack(op, "input"))}
 
 
 def border_uniforms(op) -> dict:
     """The ``vec2`` uniform of a bordered program's window (:func:`workbench.es2.shaders.
     coordinates` without ``u_pad``): one texel of the bordered texture."""
-    return {"u_in_texel": ("texel", op.input, *border_size(op))}
+    return {"u_in_texel": ("window", op.name, op.size, op.stride)}
 
 
 def border_passes(op, shapes, precision) -> list[Pass]:
