@@ -20,6 +20,7 @@ from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS, formed
 from workbench.es2.ops.orders import LAST, places_residual
+from workbench.es2.ops.padding import producer_borders
 from workbench.es2.ops.split import finer_rows
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
@@ -195,9 +196,13 @@ def _form_key(passes, reports, layer, metric):
 
 
 def ordered(graph, options):
-    """``graph`` with the summation order (and residual's place, and the row split :func:`fit`
-    asked) ``options`` chose recorded on its convolutions
+    """``graph`` with the summation order (and residual's place, the row split :func:`fit`
+    asked, the zero borders and who draws them,
+    :func:`~workbench.es2.ops.padding.producer_borders`) ``options`` chose recorded on its
+    convolutions
     (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a saved net."""
+    options = producer_borders(graph, options)
+
     def form(op):
         return {k: v for k, v in options.get(op.name, {}).items() if k in FORM}
 

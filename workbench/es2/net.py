@@ -16,6 +16,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan, saved
 from workbench.es2.ops import conv
+from workbench.es2.ops.padding import producer_borders
 from workbench.es2.record import record
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import VERTEX_SHADER, Pass, constant_textures, generate, programs
@@ -60,6 +61,12 @@ class Net:
         for (name, pack) in sorted(arrays, key=lambda k: k[1]):
             a = arrays[name, pack]
             tensors[name] = a if name not in tensors else np.concatenate([tensors[name], a], -1)
+        shapes = self.graph.shapes(self.graph.input_image(image).shape[:2]) if keep else {}
+        for op in self.graph.ops:  # an output drawn with a border: the output alone
+            at = record(op).origin(op) if keep and record(op).origin else None
+            if at and op.name in tensors:
+                (h, w, _), (left, top) = shapes[op.name], at
+                tensors[op.name] = tensors[op.name][top:top + h, left:left + w]
         self._check_overflow(tensors, image)
         return tensors if keep else output_values(self.graph, tensors[self.graph.output])
 
@@ -191,7 +198,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     def passes_with(layer_options=None):
         options = {name: {**base.get(name, {}), **(layer_options or {}).get(name, {})}
                    for name in {*base, *(layer_options or {})}}
-        passes = generate(graph, target, options)
+        passes = generate(graph, target, producer_borders(graph, options))
         limits.check_passes(passes, table, graph)
         return passes
 

@@ -33,7 +33,9 @@ input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
   layer's number format and blocks of packs and pixels); compile never changes the IR it
   lowered, and a saved net's ops are rebuilt as that type;
 * ``layer_options(op)``: the keywords of ``passes`` a driver may set for this layer
-  (:func:`workbench.es2.drivers.fit`).
+  (:func:`workbench.es2.drivers.fit`);
+* ``origin(op)`` -> ``(left, top)`` of its output in its textures where they hold a border
+  around it (default, or None: at (0, 0), the texture the output's size).
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ class OpRecord:
     layer_options: Callable | None = None
     prepare: Callable | None = None
     prepared: type | None = None
+    origin: Callable | None = None
 
 
 RECORDS = Table("the ES 2.0 back end")  # IR op type -> its OpRecord

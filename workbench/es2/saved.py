@@ -170,7 +170,7 @@ def _read(directory: Path, manifest: dict):
                              f"{', '.join(ir.OP_TYPES)}")
         arrays = {k.split("/", 1)[1]: v for k, v in weights.items()
                   if k.split("/", 1)[0] == desc["name"]}
-        for key in ("input_order", "padding"):  # JSON lists back to tuples
+        for key in ("input_order", "padding", "border_out"):  # JSON lists back to tuples
             if isinstance(desc.get(key), list):
                 desc[key] = tuple(desc[key])
         if "residual_first" in desc:  # folders saved before residual_after: first or last

@@ -75,7 +75,9 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
     windows over its input span (each axis ``(n - 1) * stride + kernel`` for ``n`` pixels of
     its ``output``: its input with the padding the windows reach);
     ``("pad", input, kernel, stride, padding)`` the (left, top) zero padding of a convolution
-    reading ``input``; ``("value", x, y)`` a constant.  Both back ends' generators state their
+    reading ``input``, ``("pad", input, kernel, stride, padding, bx, by)`` that plus ``(bx,
+    by) * stride`` (its output drawn ``bx`` columns and ``by`` rows into its texture);
+    ``("value", x, y)`` a constant.  Both back ends' generators state their
     uniforms this way, so that the runners never look at ops.
     """
     def value(kind, *args):
@@ -90,8 +92,9 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
         if kind == "window":
             kernel, stride = conv
             return (1 / ((w - 1) * stride + kernel), 1 / ((h - 1) * stride + kernel))
-        top, left = conv_pads((h, w), *conv)
-        return (left, top)
+        top, left = conv_pads((h, w), *conv[:3])
+        bx, by = conv[3:] or (0, 0)
+        return (left + bx * conv[1], top + by * conv[1])
     return {name: value(*spec) for name, spec in uniforms.items()}
 
 

@@ -207,7 +207,7 @@ def uniform_formula(spec) -> dict:
     :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("texel",
     tensor)``, ``("window", output, kernel, stride)``, ``("pad", input, kernel, stride, padding)``: TensorFlow's 'SAME' padding
     before the first column and row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0)
-    // 2``, or ``("value", x, y)``, a constant."""
+    // 2`` (``("pad", ..., bx, by)``: plus ``(bx, by) * stride``), or ``("value", x, y)``, a constant."""
     kind, *args = spec
     if kind == "value":
         return {"terms": [], "offset": list(args), "at_least": None, "divide": 1}
@@ -219,14 +219,16 @@ def uniform_formula(spec) -> dict:
     if kind in ("size", "texel"):
         return {"terms": [[1, tensor, 1]], "offset": 0, "at_least": None, "divide": 1,
                 **({"invert": True} if kind == "texel" else {})}
-    if kind == "pad":
-        kernel, stride, padding = conv
+    if kind == "pad":  # (plus its output's border times the stride, where drawn with one)
+        kernel, stride, padding, *shift = conv
+        bx, by = shift or (0, 0)
         if padding != "same":  # constants: [left, top] of the padding (zeros for 'valid')
             top, left = ir.explicit_pads(padding)[:2]
-            return {"terms": [], "offset": [left, top],
+            return {"terms": [], "offset": [left + bx * stride, top + by * stride],
                     "at_least": None, "divide": 1}
-        return {"terms": [[stride, tensor, stride], [-1, tensor, 1]], "offset": kernel - stride,
-                "at_least": 0, "divide": 2}
+        offset = [kernel - stride + 2 * b * stride for b in (bx, by)]
+        return {"terms": [[stride, tensor, stride], [-1, tensor, 1]],
+                "offset": offset if bx != by else offset[0], "at_least": 0, "divide": 2}
     raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'texel', 'window', 'pad' "
                      "and 'value'")
 

@@ -26,7 +26,7 @@ from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, ord
                                       places_residual)
 from workbench.es2.ops.padding import (border_offered, border_passes, border_tensor,
                                        border_textures, border_uniforms, bordered,
-                                       padding_terms)
+                                       output_mask, padding_terms)
 from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
@@ -57,8 +57,11 @@ class ConvForm(ir.Conv):
     ``residual_bits``: 16 where its output, input or residual is a 16-bit tensor
     (:func:`wide_tensors`; :func:`workbench.es2.fixed16.tensor_bits`).  ``zero_border``: its
     input read through a zero border instead of masks
-    (:func:`~workbench.es2.ops.padding.bordered`; a field, for its textures).  (How a program
-    holds its weights changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
+    (:func:`~workbench.es2.ops.padding.bordered`; a field, for its textures), its producer's
+    own (``input_bordered``) or a copy; ``border_out``: ``(left, top, right, bottom)``, its
+    output drawn with that border of zeros for its reader
+    (:func:`~workbench.es2.ops.padding.producer_borders`).  (How a program holds its weights
+    changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
     residual_after: int = LAST
     split: int = 1
@@ -67,15 +70,18 @@ class ConvForm(ir.Conv):
     in_bits: int = 8
     residual_bits: int = 8
     zero_border: bool = False
+    input_bordered: bool = False
+    border_out: tuple | None = None
 
 
-FORM = ("order", "residual_after", "row_split", "zero_border")  # the layer options a
-#   ConvForm records
+FORM = ("order", "residual_after", "row_split", "zero_border", "input_bordered",
+        "border_out")  # the layer options a ConvForm records
 
 
 def formed(op: ir.Conv, **form) -> ConvForm:
     """``op`` with the fields ``form`` (:data:`FORM`: ``order``, ``residual_after``,
-    ``row_split``, ``zero_border``; :func:`prepare`: ``split``)."""
+    ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``; :func:`prepare`:
+    ``split``)."""
     fields = {k: v for k, v in vars(op).items() if k not in form}
     return ConvForm(**fields, **form)
 
@@ -151,7 +157,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     ``residual_after``: the residual added after that many of the order's terms
     (:func:`place_residual`; vc4 then fetches it with the taps instead of waiting for it at
     the end).  Where ``op`` is :func:`~workbench.es2.ops.padding.bordered`, it reads its
-    input's bordered copy, without masks.  ``stage``: the program is that
+    input through the border, without masks; with ``border_out``, it draws its output's
+    texture with that border, zeros there.  ``stage``: the program is that
     :class:`~workbench.es2.ops.split.Stage` of a split op, for one pack: its run of input packs
     and rows of taps, starting from the partial sums before it; a partial stage writes its
     half's sums."""
@@ -188,6 +195,10 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
     vectors = border_uniforms(op) if border else window_uniforms(op)
+    drawn = getattr(op, "border_out", None)  # its output's border: the window moves with it
+    if drawn:
+        vectors["u_pad"] = ((*vectors["u_pad"], *drawn[:2]) if not border else
+                            ("value", float(drawn[0] * op.stride), float(drawn[1] * op.stride)))
     parts = stage.reads(op, packs[0]) if stage else []
     samplers += [f"u_part{h}" for h in range(len(parts))]
     bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]
@@ -204,7 +215,11 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding) and not border
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows,
-                       pad=not border)
+                       pad=not border or bool(drawn))
+    if drawn:
+        lines, uniforms = output_mask(op)
+        body += lines
+        vectors.update(uniforms)
     fetched = [fetch(texel) for fetch in residual_fetches]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
@@ -230,7 +245,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         if wide:  # the activation, then its half's two values in 16 bits
             body.append(f"    {s} = {out};")
             out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2] if channels else None)
-        body.append(f"    {target} = {out};")
+        body.append(f"    {target} = inside ? ({out}) : vec4(0.0);" if drawn
+                    else f"    {target} = {out};")
     sixteen = parts or partial or wide or any(
         fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
     source = (header(precision, many) + (fixed16.GLSL if sixteen else "")
@@ -262,7 +278,7 @@ def reads(op: ir.Conv, tensor, packs, samplers, border=False):
     decoded (:func:`workbench.es2.fixed16.fetch_glsl`); ``border``: the input's bordered
     copy (the same texture indices)."""
     name = op.input if tensor == "input" else op.residual
-    if border and tensor == "input":
+    if border and tensor == "input" and not getattr(op, "input_bordered", False):
         name = border_tensor(op)
     fetches, names, bindings = [], [], []
     for sampler, pack in zip(samplers, packs):
@@ -323,7 +339,7 @@ def _kept(values, kept):
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
            order=None, weights="literals", residual_after=None, row_split=None,
-           zero_border=None) -> list[Pass]:
+           zero_border=None, input_bordered=None, border_out=None) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
@@ -339,13 +355,16 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     these options make them, one pack each; ``row_split``: its kernel rows split over that
     many stages a run of input packs (a driver's ask, :func:`workbench.es2.drivers.fit`),
     default the op's own.  ``zero_border``: its input read through a zero border
-    (:func:`~workbench.es2.ops.padding.bordered`: the copies' programs first), default the
-    op's own."""
+    (:func:`~workbench.es2.ops.padding.bordered`: the copies' programs first, or
+    ``input_bordered``: none, its producer drew it), ``border_out``: its output drawn with a
+    border (:func:`~workbench.es2.ops.padding.producer_borders`), default the op's own."""
     precision, limits = target.precision, target.limits
     if row_split:
         op = formed(op, row_split=row_split)
-    if zero_border is not None:
-        op = formed(op, zero_border=zero_border)
+    given = {"zero_border": zero_border, "input_bordered": input_bordered,
+             "border_out": border_out}
+    if any(v is not None for v in given.values()):
+        op = formed(op, **{k: v for k, v in given.items() if v is not None})
     order = order_of(op, order)
     if residual_after is None:
         residual_after = getattr(op, "residual_after", LAST)
@@ -447,20 +466,21 @@ def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
 
 
 def cost(op: ir.Conv, shapes, programs=None) -> Cost:
-    """``programs``: output packs per program (:func:`programs`); default one each."""
-    h, w, _ = shapes[op.name]
-    pixels = h * w
+    """``programs``: output packs per program (:func:`programs`); default one each.  (An
+    output drawn with a border: its programs run over the whole texture.)"""
+    w, h, _ = _output_texture(op, shapes)
+    pixels, outputs = h * w, shapes[op.name][0] * shapes[op.name][1]
     if split.count(op) > 1:  # every stage's programs, one pack each
         stages = [(s, writers(op, pack) if s.last else 1) for pack in range(op.out_packs())
                   for s in split.stage_list(op, pack)]
         per_pixel = sum(s.fetches(op) * n for s, n in stages)
-        return Cost(multiply_adds=pixels * op.kernel.size, texel_fetches=pixels * per_pixel,
+        return Cost(multiply_adds=outputs * op.kernel.size, texel_fetches=pixels * per_pixel,
                     texture_bytes=pixels * 4 * len(textures(op, shapes)),
                     programs=sum(n for _, n in stages))
     programs = programs or [[p] for p in range(op.out_packs())]
     copies = [writers(op, packs[0]) for packs in programs]
     border = border_textures(op, shapes) if bordered(op) else {}  # a fetch a texel each
-    return Cost(multiply_adds=pixels * op.kernel.size,
+    return Cost(multiply_adds=outputs * op.kernel.size,
                 texel_fetches=pixels * sum(n * fetches(op, packs)
                                            for n, packs in zip(copies, programs))
                 + sum(w * h for w, h, _ in border.values()),
@@ -478,7 +498,8 @@ def textures(op: ir.Conv, shapes) -> dict:
     """Its output packs (two RGBA8 textures each where it is 16-bit), and a split op's partial
     sums: two RGBA8 textures an output pack and partial stage, of the output's size; a
     bordered op's copy of its input (:func:`~workbench.es2.ops.padding.border_textures`)."""
-    out = pack_textures(op.name, shapes, fixed16.textures_a_pack(op))
+    out = {key: _output_texture(op, shapes)
+           for key in pack_textures(op.name, shapes, fixed16.textures_a_pack(op))}
     if bordered(op):
         out.update(border_textures(op, shapes))
     h, w, _ = shapes[op.name]
@@ -486,6 +507,20 @@ def textures(op: ir.Conv, shapes) -> dict:
         out.update({(split.partial_tensor(op, k), i): (w, h, "f1")
                     for i in range(2 * op.out_packs())})
     return out
+
+
+def _output_texture(op, shapes) -> tuple[int, int, str]:
+    """``(width, height, "f1")`` of each output texture: the output's size, plus its
+    ``border_out`` where it has one."""
+    h, w, _ = shapes[op.name]
+    left, top, right, bottom = getattr(op, "border_out", None) or (0, 0, 0, 0)
+    return w + left + right, h + top + bottom, "f1"
+
+
+def origin(op: ir.Conv):
+    """Where the output lies in its textures: ``(left, top)`` of its ``border_out``, or None."""
+    drawn = getattr(op, "border_out", None)
+    return tuple(drawn[:2]) if drawn else None
 
 
 def check_program(op: ir.Conv, packs, limits):
@@ -517,4 +552,4 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
 RECORD = register(ir.Conv, OpRecord(
     "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile, textures=textures,
     check_program=check_program, layer_options=layer_options, prepare=prepare,
-    prepared=ConvForm))
+    prepared=ConvForm, origin=origin))

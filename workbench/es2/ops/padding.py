@@ -6,7 +6,10 @@ what each input pack's masked tap adds instead.  The masks of a column and a row
 Or no masks at all: a **zero border** (:func:`bordered`), the input copied once into
 textures with the padding around it as zeros (:func:`border_passes`, one program a texture),
 which the convolution's programs then read as they are (each tap a fetch and its products;
-the same bytes: a tap in the border reads 0, as a masked tap adds 0)."""
+the same bytes: a tap in the border reads 0, as a masked tap adds 0).  Where a convolution
+alone reads its input and a convolution makes it, the producer draws its output with that
+border already (:func:`producer_borders`: its programs draw the larger texture and write 0
+outside, :func:`output_mask`), and no copy is made."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,6 +50,61 @@ def border_offered(op) -> bool:
     return masked(op.size, op.padding) and op.pad_value is None and split.count(op) == 1
 
 
+def window_border(op) -> tuple[int, int, int, int] | None:
+    """``(left, top, right, bottom)``: the zeros a stride-1 window reaches around its input
+    (TensorFlow's 'same': ``size - 1`` on each axis, the smaller half first); None for
+    another stride (its padding depends on the input's size)."""
+    if op.stride != 1:
+        return None
+    if op.padding == "same":
+        low = (op.size - 1) // 2
+        return low, low, op.size - 1 - low, op.size - 1 - low
+    top, left, bottom, right = ir.explicit_pads(op.padding)
+    return left, top, right, bottom
+
+
+def producer_borders(graph: ir.Graph, options) -> dict:
+    """``options`` (``{layer: {option: value}}``) with, for each layer that reads through a
+    zero border (``zero_border``) a stride-1 window over a tensor that it alone reads, made by
+    a stride-1 convolution (8-bit, unsplit, without a residual) other than the net's output:
+    ``border_out`` for the producer (its output drawn with that border, zeros outside) and
+    ``input_bordered`` for the reader (no copy).  Options the caller set are kept."""
+    readers = {}
+    for op in graph.ops:
+        for tensor in op.reads:
+            readers.setdefault(tensor, []).append(op)
+    options = {name: dict(o) for name, o in (options or {}).items()}
+    for op in graph.ops:
+        mine = options.get(op.name, {})
+        producer = next((p for p in graph.ops if p.name == op.input), None)
+        if not (mine.get("zero_border", getattr(op, "zero_border", False))
+                and border_offered(op) and window_border(op)
+                and isinstance(producer, ir.Conv) and producer.stride == 1
+                and not producer.residual and split.count(producer) == 1
+                and fixed16.tensor_bits(producer) == 8 and producer.name != graph.output
+                and [r.name for r in readers[op.input]] == [op.name]):
+            continue
+        options.setdefault(producer.name, {}).setdefault("border_out", window_border(op))
+        mine.setdefault("input_bordered", True)
+        options[op.name] = mine
+    return options
+
+
+def output_mask(op) -> tuple[list[str], dict]:
+    """``(lines, uniforms)`` of a program whose output is drawn with a border
+    (``border_out``): ``inside``, true where the fragment is an output pixel (its texel
+    centre ``o`` in the output's texture coordinates within half a texel of 0.5 on each
+    axis: a pixel of the border lies half a texel beyond 0 or 1), from ``u_out_border`` (the
+    border's left and top) and ``u_out_texel``; its output is written where ``inside``, 0
+    elsewhere (a select: fewer instructions than multiplying by step masks on every target
+    measured)."""
+    left, top = op.border_out[:2]
+    lines = ["    vec2 o = abs((gl_FragCoord.xy - u_out_border) * u_out_texel - 0.5);",
+             "    bool inside = max(o.x, o.y) < 0.5;"]
+    return lines, {"u_out_border": ("value", float(left), float(top)),
+                   "u_out_texel": ("texel", op.name)}
+
+
 def bordered(op) -> bool:
     """Whether ``op``'s programs read its input through a zero border (its ``zero_border``,
     :class:`~workbench.es2.ops.conv.ConvForm`, where :func:`border_offered`)."""
@@ -59,9 +117,12 @@ def border_tensor(op) -> str:
 
 
 def border_textures(op, shapes) -> dict:
-    """The bordered copy's RGBA8 textures, one a texture of the input: what the windows span,
+    """The bordered copy's RGBA8 textures, one a texture of the input (none where its producer
+    draws the border itself: ``input_bordered``): what the windows span,
     ``(n - 1) * stride + size`` on each axis for ``n`` output pixels (the input from the
     padding's (left, top) on, with the padding the windows reach)."""
+    if getattr(op, "input_bordered", False):
+        return {}
     (oh, ow, _), c = shapes[op.name], shapes[op.input][2]
     size = ((ow - 1) * op.stride + op.size, (oh - 1) * op.stride + op.size, "f1")
     return {(border_tensor(op), i): size
@@ -76,7 +137,8 @@ def border_uniforms(op) -> dict:
 
 def border_passes(op, shapes, precision) -> list[Pass]:
     """The programs that copy each texture of ``op``'s input into its bordered texture: a
-    texel of the input where it lies inside, 0 in the border (its mask; the same bytes)."""
+    texel of the input where it lies inside, 0 in the border (its mask; the same bytes); none
+    where its producer draws the border (``input_bordered``)."""
     vectors = window_uniforms(op)  # the input's texel; the padding: where the input starts
     body = coordinates(1, "1.0", True) + [
         "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
