@@ -226,12 +226,14 @@ def test_every_summation_order_is_predicted_byte_for_byte(order):
 
 def test_a_zero_border_reads_what_the_masks_read(tmp_path):
     """zero_border (a form es2.drivers.tune may choose): each bordered layer's input copied
-    once into textures with its padding as zeros, its programs without masks; on llvmpipe
-    every tensor's bytes those of the masked net and of the emulator (a luma 5x5 and grouped
-    3x3 layers, a residual, an explicit asymmetric padding, strides of 2 over an odd and an
-    even size, draw buffers, programs of 2 channels), the copy the input padded with zeros
-    as far as the windows reach; the copies' fetches and programs in the cost; saved and
-    loaded with it."""
+    once into textures with its padding as zeros, or, where a stride-1 convolution makes it
+    for this layer alone, drawn so by that producer (the SR net's L2, L4 and L5: L1, a
+    bordered 5x5 layer, and L3, a 1x1 one, draw theirs); its programs without masks; on
+    llvmpipe every tensor's bytes those of the masked net and of the emulator (a luma 5x5
+    and grouped 3x3 layers, a residual, an explicit asymmetric padding, strides of 2 over an
+    odd and an even size, draw buffers, programs of 2 channels), the bordered texture the
+    input padded with zeros as far as the windows reach; the copies' fetches and programs,
+    the producers' larger draws in the cost; saved and loaded with it."""
     if "llvmpipe" not in gl.info()["GL_RENDERER"]:
         pytest.skip("the exact order is llvmpipe's")
     from tests.conftest import with_zero_border
@@ -243,7 +245,8 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
                       GroupConv2D(8, 3, padding="valid"), Act("sigmoid_like"))
     strided = _model(3, GroupConv2D(8, 5, strides=2), Act("sigmoid_like"),
                      GroupConv2D(8, 3, strides=2, groups=2), Act("sigmoid_like"))
-    for model, x, buffers, channels in ((sr_x2(), _image(40, 36, 3, seed=14), 1, None),
+    sr = sr_x2()
+    for model, x, buffers, channels in ((sr, _image(40, 36, 3, seed=14), 1, None),
                                         (residual, _image(15, 13, 8), 2, None),
                                         (explicit, _image(15, 13, 8), 1, 2),
                                         (strided, _image(21, 18, 3), 1, None)):
@@ -259,13 +262,19 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
                                                  {n: {"channels": channels} for n in layers}
                                                  if channels else None), net.target)
         stored, predicted = bordered.run(x, keep=True), bordered.emulate(x, keep=True)
-        plain = masked.run(x, keep=True)
+        plain, raw = masked.run(x, keep=True), bordered.runner.run(x, keep=True)
+        textures = {name: np.concatenate([raw[k] for k in sorted(raw) if k[0] == name], -1)
+                    for name, _ in raw}  # as drawn, borders and all
         for name in predicted:
             np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
             np.testing.assert_array_equal(stored[name], plain[name], err_msg=name)
-        for name in layers:  # the copy: the input with the layer's padding as zeros
+        drawn = [op.name for op in graph.ops if getattr(op, "border_out", None)]
+        assert bool(drawn) == (model.name == sr.name), drawn
+        for name in layers:  # its copy, or its input as drawn: with the padding as zeros
             op = graph.op(name)
-            (h, w), copy = stored[op.input].shape[:2], stored[border_tensor(op)]
+            copied = not op.input_bordered
+            (h, w) = stored[op.input].shape[:2]
+            copy = textures[border_tensor(op) if copied else op.input]
             (top, left), (oh, ow) = op.pads((h, w)), op.out_hw((h, w))
             assert copy.shape[:2] == ((oh - 1) * op.stride + op.size,
                                       (ow - 1) * op.stride + op.size)
@@ -276,12 +285,19 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
         hw = x.shape[:2]
         costs = (plan.cost(graph, hw, es2.shaders.programs(graph, bordered.passes)),
                  plan.cost(net.graph, hw, es2.shaders.programs(net.graph, masked.passes)))
-        for name in layers:  # a fetch a texel of each copy
-            texels = np.prod(stored[border_tensor(graph.op(name))].shape[:2])
+        for name in layers:  # a fetch a texel of each copy; a drawn output's whole texture
+            op = graph.op(name)
+            texels = np.prod(textures[border_tensor(op)].shape[:2]) if not op.input_bordered \
+                else 0
+            area, pixels = np.prod(textures[name].shape[:2]), np.prod(stored[name].shape[:2])
+            assert (area > pixels) == (name in drawn)
             n = sum(p.op == name for p in bordered.passes) - sum(p.op == name
                                                                  for p in masked.passes)
-            assert costs[0][name].programs == costs[1][name].programs + n and n > 0
-            assert costs[0][name].texel_fetches == costs[1][name].texel_fetches + n * texels
+            assert costs[0][name].programs == costs[1][name].programs + n
+            assert (n > 0) == (not op.input_bordered)
+            assert costs[0][name].multiply_adds == costs[1][name].multiply_adds
+            assert costs[0][name].texel_fetches * pixels == \
+                costs[1][name].texel_fetches * area + n * texels * pixels
     bordered.save(tmp_path / "bordered")
     loaded = es2.load(tmp_path / "bordered")
     assert all(loaded.graph.op(name).zero_border for name in layers)

@@ -121,6 +121,19 @@ def coordinates(size, stride, masked, inline_masks=False, rows=None, pad=True) -
     return lines
 
 
+def bilinear_corners(scale: str) -> list[str]:
+    """GLSL lines that give, for the output pixel ``o`` (its centre minus 0.5) of an upsampling
+    by ``scale``, its four nearest input texels' centres, ``lo`` and ``hi`` on each axis
+    (clamped to the edges), and the weights ``f`` of ``hi`` (half-pixel centres), from
+    ``u_in_size`` and ``u_in_texel`` (1 / size: no division; nearest sampling at texel
+    centres, the same texels): what a bilinear Upsample and the SR demux's chroma share."""
+    return [f"    vec2 u = (o + 0.5) / {scale} - 0.5;",
+            "    vec2 i0 = floor(u);",
+            "    vec2 f = u - i0;",
+            "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) * u_in_texel;",
+            "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) * u_in_texel;"]
+
+
 def window_uniforms(op) -> dict:
     """The ``vec2`` uniforms :func:`coordinates` reads for ``op``'s window over its input:
     one texel of the input in texture coordinates (the runner divides, so that no program

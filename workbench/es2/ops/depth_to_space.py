@@ -10,7 +10,7 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, luma, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.es2.shaders import Binding, Pass, bilinear_corners, header, uniform_declarations
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.ir.cost import Cost
 from workbench.nets import storage
@@ -38,7 +38,7 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
             "    vec2 o = fc - 0.5;",
             f"    vec2 lr = floor((o + 0.5) / {b});",
             f"    vec2 sub = o - lr * {b};",
-            "    vec2 uv = (lr + 0.5) / u_in_size;"]
+            "    vec2 uv = (lr + 0.5) * u_in_texel;"]
     body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
     # the sub-pixel's channels, chosen by its row, then its column (a selection: exact)
     chosen = []
@@ -47,19 +47,15 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
         chosen.append(f"vec4({', '.join(parts + ['0.0'] * (ir.PACK - len(parts)))})")
     rows = [_choose("sub.x", chosen[r * op.block:(r + 1) * op.block]) for r in range(op.block)]
     body.append(f"    vec4 v = {_choose('sub.y', rows)};")
-    vectors = {"u_in_size": ("size", op.input)}
+    vectors = {"u_in_texel": ("texel", op.input)}
     if op.chroma_from:
         # Bilinear chroma with half-pixel centres and clamped edges, computed from 4 nearest
         # fetches in float: a GL_LINEAR sampler on RGBA8 filters with 8-bit weights on
         # llvmpipe, which would not match the emulator byte for byte.
         samplers.append("u_image")
         bindings.append(Binding("u_image", op.chroma_from, 0))
-        vectors["u_out_size"] = ("size", op.name)
-        body += ["    vec2 u = (o + 0.5) / " + b + " - 0.5;",
-                 "    vec2 i0 = floor(u);",
-                 "    vec2 f = u - i0;",
-                 "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
-                 "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+        vectors["u_in_size"] = ("size", op.input)
+        body += bilinear_corners(b) + [
                  "    vec3 c00 = texture2D(u_image, lo).rgb;",
                  "    vec3 c10 = texture2D(u_image, vec2(hi.x, lo.y)).rgb;",
                  "    vec3 c01 = texture2D(u_image, vec2(lo.x, hi.y)).rgb;",

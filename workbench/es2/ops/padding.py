@@ -64,29 +64,39 @@ def window_border(op) -> tuple[int, int, int, int] | None:
 
 
 def producer_borders(graph: ir.Graph, options) -> dict:
-    """``options`` (``{layer: {option: value}}``) with, for each layer that reads through a
-    zero border (``zero_border``) a stride-1 window over a tensor that it alone reads, made by
-    a stride-1 convolution (8-bit, unsplit, without a residual) other than the net's output:
-    ``border_out`` for the producer (its output drawn with that border, zeros outside) and
-    ``input_bordered`` for the reader (no copy).  Options the caller set are kept."""
+    """``options`` (``{layer: {option: value}}``) with who draws each zero border: for each
+    layer that reads through one (``zero_border``, in ``options`` or its own) a stride-1
+    window over a tensor that it alone reads, made by a stride-1 convolution (8-bit, unsplit,
+    without a residual) other than the net's output, ``border_out`` for the producer (its
+    output drawn with that border, zeros outside) and ``input_bordered`` for the reader (no
+    copy); a layer that had either and no longer qualifies gets ``()`` / False.  Derived
+    anew each time: a producer's border always matches its reader's reading."""
     readers = {}
     for op in graph.ops:
         for tensor in op.reads:
             readers.setdefault(tensor, []).append(op)
     options = {name: dict(o) for name, o in (options or {}).items()}
+    borders, bordered_inputs = {}, set()  # producer -> its border; the readers
     for op in graph.ops:
-        mine = options.get(op.name, {})
         producer = next((p for p in graph.ops if p.name == op.input), None)
-        if not (mine.get("zero_border", getattr(op, "zero_border", False))
+        if (options.get(op.name, {}).get("zero_border", getattr(op, "zero_border", False))
                 and border_offered(op) and window_border(op)
                 and isinstance(producer, ir.Conv) and producer.stride == 1
                 and not producer.residual and split.count(producer) == 1
                 and fixed16.tensor_bits(producer) == 8 and producer.name != graph.output
                 and [r.name for r in readers[op.input]] == [op.name]):
+            borders[producer.name] = window_border(op)
+            bordered_inputs.add(op.name)
+    for op in graph.ops:
+        if not isinstance(op, ir.Conv):
             continue
-        options.setdefault(producer.name, {}).setdefault("border_out", window_border(op))
-        mine.setdefault("input_bordered", True)
-        options[op.name] = mine
+        mine = options.setdefault(op.name, {})
+        if op.name in borders or getattr(op, "border_out", None):
+            mine["border_out"] = borders.get(op.name, ())
+        if op.name in bordered_inputs or getattr(op, "input_bordered", False):
+            mine["input_bordered"] = op.name in bordered_inputs
+        if not mine:
+            del options[op.name]
     return options
 
 

@@ -13,7 +13,7 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Pass, same_pack_pass
+from workbench.es2.shaders import Pass, bilinear_corners, same_pack_pass
 from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 
@@ -24,18 +24,15 @@ def fetches(op: ir.Upsample) -> int:
 
 def program(op: ir.Upsample, pack: int, precision="highp") -> Pass:
     s = glsl_float(op.scale)
-    vectors = {"u_in_size": ("size", op.input)}
+    vectors = {"u_in_texel": ("texel", op.input)}
     # gl_FragCoord is mediump in GLSL ES 1.00: copied to a highp variable first (see the demux)
     body = ["    vec2 fc = gl_FragCoord.xy;", "    vec2 o = fc - 0.5;"]
     if op.interpolation == "nearest":
-        body += [f"    vec2 uv = (floor((o + 0.5) / {s}) + 0.5) / u_in_size;",
+        body += [f"    vec2 uv = (floor((o + 0.5) / {s}) + 0.5) * u_in_texel;",
                  "    gl_FragColor = texture2D(u_in0, uv);"]
     else:
-        body += [f"    vec2 u = (o + 0.5) / {s} - 0.5;",
-                 "    vec2 i0 = floor(u);",
-                 "    vec2 f = u - i0;",
-                 "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
-                 "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) / u_in_size;",
+        vectors["u_in_size"] = ("size", op.input)
+        body += bilinear_corners(s) + [
                  "    gl_FragColor = mix(mix(texture2D(u_in0, lo), texture2D(u_in0, vec2(hi.x, lo.y)), "
                  "f.x),",
                  "                       mix(texture2D(u_in0, vec2(lo.x, hi.y)), texture2D(u_in0, hi), "
