@@ -365,19 +365,24 @@ def test_split_conv_page_writes_the_emulators_bytes(tmp_path):
 
 def test_a_zero_border_page_writes_the_emulators_bytes(tmp_path):
     """Layers read through a zero border (es2.drivers.tune's ``zero_border``; a 5x5 layer of
-    stride 2, an explicit padding wider than the window's): the copies' textures sized and their uniforms
-    set by webgl.json's rules, no page code for them; the emulator's bytes on llvmpipe."""
+    stride 2, a 3x3 one, an explicit padding wider than the window's, which the 3x3 layer
+    draws around its output): the copies' textures and the drawn ones sized and their
+    uniforms set by webgl.json's rules, no page code for them; the emulator's bytes on
+    llvmpipe."""
     from tests.conftest import with_zero_border
     from workbench.web import browser
 
     keras.utils.set_random_seed(9)
     x = inputs = keras.Input((None, None, 3))
-    for layer in (GroupConv2D(8, 5, strides=2), Act("sigmoid_like"),
+    for layer in (GroupConv2D(8, 5, strides=2), Act("sigmoid_like"), GroupConv2D(8, 3),
+                  Act("sigmoid_like"),
                   keras.layers.ZeroPadding2D(2), GroupConv2D(4, 3, padding="valid"),
                   Act("sigmoid_like")):
         x = layer(x)
     net, layers = with_zero_border(es2.compile(keras.Model(inputs, x)))
-    assert len(layers) == 2 and sum(".border" in p.name for p in net.passes) == 3
+    assert len(layers) == 3 and sum(".border" in p.name for p in net.passes) == 3
+    assert [op.border_out for op in net.graph.ops if getattr(op, "border_out", None)] == \
+        [(2, 2, 2, 2)]
     web.export(net, tmp_path)
     image = _image_for_page(14, 19, seed=5)
     try:

@@ -245,8 +245,10 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         if wide:  # the activation, then its half's two values in 16 bits
             body.append(f"    {s} = {out};")
             out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2] if channels else None)
-        body.append(f"    {target} = inside ? ({out}) : vec4(0.0);" if drawn
-                    else f"    {target} = {out};")
+        if drawn:  # the value first: selected inside an expression, llvmpipe rounded it
+            body.append(f"    {s} = {out};")  # otherwise (1 level, 3 % of a layer's bytes)
+            out = f"inside ? {s} : vec4(0.0)"
+        body.append(f"    {target} = {out};")
     sixteen = parts or partial or wide or any(
         fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
     source = (header(precision, many) + (fixed16.GLSL if sixteen else "")
