@@ -205,9 +205,10 @@ def uniform_formula(spec) -> dict:
     its inverse where ``invert`` (``offset`` one number, or ``[x, y]``) over ``terms``
     ``[coef, tensor, div]`` (``at_least`` null: no floor).  ``spec``: how
     :func:`workbench.ir.uniform_values` reads it, ``("size", tensor)``, ``("texel",
-    tensor)``, ``("window", output, kernel, stride)``, ``("pad", input, kernel, stride, padding)``: TensorFlow's 'SAME' padding
-    before the first column and row, ``max((ceil(n / stride) - 1) * stride + kernel - n, 0)
-    // 2`` (``("pad", ..., bx, by)``: plus ``(bx, by) * stride``), or ``("value", x, y)``, a constant."""
+    tensor)``, ``("window", output, kernel, stride)``, ``("pad", input, kernel, stride,
+    padding)``: TensorFlow's 'SAME' padding before the first column and row, ``max((ceil(n /
+    stride) - 1) * stride + kernel - n, 0) // 2`` (``("pad", ..., bx, by)``: plus ``(bx, by) *
+    stride``), or ``("value", x, y)``, a constant."""
     kind, *args = spec
     if kind == "value":
         return {"terms": [], "offset": list(args), "at_least": None, "divide": 1}

@@ -485,7 +485,7 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     return Cost(multiply_adds=outputs * op.kernel.size,
                 texel_fetches=pixels * sum(n * fetches(op, packs)
                                            for n, packs in zip(copies, programs))
-                + sum(w * h for w, h, _ in border.values()),
+                + sum(bw * bh for bw, bh, _ in border.values()),
                 texture_bytes=pixels * 4 * op.out_packs() * fixed16.textures_a_pack(op),
                 programs=sum(copies) + len(border))
 
