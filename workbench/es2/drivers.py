@@ -152,14 +152,17 @@ def tune(graph, generate, driver: str, options=None):
                "residual_after": list(RESIDUAL_PLACES)}  # each only where some layer has it
     choices = {k: v for k, v in choices.items()
                if any(k in layer_options(graph.op(layer)) for layer in layers)}
-    tried = [(options, passes, reports)]
+    trials = []
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
         if not places_residual(form.get("order"), form.get("residual_after", LAST)) or (
                 form.get("zero_border") and form.get("inline_masks")):  # (no masks to place)
             continue
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
-        tried.append((trial, *_compiled(generate, trial, driver)))
+        trials.append((trial, generate(trial)))
+    _reports([p for _, ps in trials for p in ps], driver)  # every new program in one child
+    tried = [(options, passes, reports)] + [(trial, ps, _reports(ps, driver))
+                                            for trial, ps in trials]
     changes = []
     for layer in layers:
         keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}))
