@@ -61,11 +61,10 @@ class Net:
         for (name, pack) in sorted(arrays, key=lambda k: k[1]):
             a = arrays[name, pack]
             tensors[name] = a if name not in tensors else np.concatenate([tensors[name], a], -1)
-        shapes = self.graph.shapes(self.graph.input_image(image).shape[:2]) if keep else {}
         for op in self.graph.ops:  # an output drawn with a border: the output alone
             at = record(op).origin(op) if keep and record(op).origin else None
             if at and op.name in tensors:
-                (h, w, _), (left, top) = shapes[op.name], at
+                (h, w, _), (left, top) = self.runner.shapes[op.name], at
                 tensors[op.name] = tensors[op.name][top:top + h, left:left + w]
         self._check_overflow(tensors, image)
         return tensors if keep else output_values(self.graph, tensors[self.graph.output])

@@ -92,9 +92,10 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
         if kind == "window":
             kernel, stride = conv
             return (1 / ((w - 1) * stride + kernel), 1 / ((h - 1) * stride + kernel))
-        top, left = conv_pads((h, w), *conv[:3])
-        bx, by = conv[3:] or (0, 0)
-        return (left + bx * conv[1], top + by * conv[1])
+        kernel, stride, padding, *shift = conv
+        top, left = conv_pads((h, w), kernel, stride, padding)
+        bx, by = shift or (0, 0)
+        return (left + bx * stride, top + by * stride)
     return {name: value(*spec) for name, spec in uniforms.items()}
 
 
@@ -122,10 +123,7 @@ class Graph:
     def __post_init__(self):
         """A companded tensor (a Conv's ``storage``) is read by one op that decodes it: the
         SR demux with the same ``anchor_storage``."""
-        readers, by_name = {}, {op.name: op for op in self.ops}
-        for op in self.ops:
-            for tensor in op.reads:
-                readers.setdefault(tensor, []).append(op)
+        readers, by_name = self.readers(), {op.name: op for op in self.ops}
         for op in self.ops:
             law = op.storage
             storage.check(law, f"layer {op.name!r}: storage")
@@ -140,6 +138,14 @@ class Graph:
 
     def op(self, name):
         return next(op for op in self.ops if op.name == name)
+
+    def readers(self) -> dict[str, list]:
+        """``{tensor: the ops that read it (as input, residual, ...), in order}``."""
+        found = {}
+        for op in self.ops:
+            for tensor in op.reads:
+                found.setdefault(tensor, []).append(op)
+        return found
 
     def shapes(self, hw) -> dict[str, tuple[int, int, int]]:
         """(height, width, channels) of every tensor for an input of ``hw = (h, w)``."""

@@ -227,9 +227,9 @@ def uniform_formula(spec) -> dict:
             top, left = ir.explicit_pads(padding)[:2]
             return {"terms": [], "offset": [left + bx * stride, top + by * stride],
                     "at_least": None, "divide": 1}
-        offset = [kernel - stride + 2 * b * stride for b in (bx, by)]
         return {"terms": [[stride, tensor, stride], [-1, tensor, 1]],
-                "offset": offset if bx != by else offset[0], "at_least": 0, "divide": 2}
+                "offset": [kernel - stride + 2 * b * stride for b in (bx, by)],
+                "at_least": 0, "divide": 2}
     raise ValueError(f"uniform spec {spec!r}: the page knows 'size', 'texel', 'window', 'pad' "
                      "and 'value'")
 

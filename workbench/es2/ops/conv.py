@@ -93,10 +93,7 @@ def wide_tensors(graph: ir.Graph, limits=None) -> set[str]:
     that a convolution writes and only convolutions read, as input or residual (not the net's
     output); with ``limits``, not one whose 16 bits a reader's split would undo
     (:func:`split_undoes`)."""
-    readers = {}
-    for op in graph.ops:
-        for tensor in op.reads:
-            readers.setdefault(tensor, []).append(op)
+    readers = graph.readers()
     wide = {op.name for op in graph.ops
             if isinstance(op, ir.Conv) and op.name in graph.scaled and op.storage == "linear"
             and op.name != graph.output and readers.get(op.name)

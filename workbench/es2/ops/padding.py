@@ -71,14 +71,11 @@ def producer_borders(graph: ir.Graph, options) -> dict:
     output drawn with that border, zeros outside) and ``input_bordered`` for the reader (no
     copy); a layer that had either and no longer qualifies gets ``()`` / False.  Derived
     anew each time: a producer's border always matches its reader's reading."""
-    readers = {}
-    for op in graph.ops:
-        for tensor in op.reads:
-            readers.setdefault(tensor, []).append(op)
+    readers, makers = graph.readers(), {op.name: op for op in graph.ops}
     options = {name: dict(o) for name, o in (options or {}).items()}
     borders, bordered_inputs = {}, set()  # producer -> its border; the readers
     for op in graph.ops:
-        producer = next((p for p in graph.ops if p.name == op.input), None)
+        producer = makers.get(op.input)
         if (options.get(op.name, {}).get("zero_border", getattr(op, "zero_border", False))
                 and border_offered(op) and window_border(op)
                 and isinstance(producer, ir.Conv) and producer.stride == 1
