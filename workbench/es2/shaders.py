@@ -121,17 +121,40 @@ def coordinates(size, stride, masked, inline_masks=False, rows=None, pad=True) -
     return lines
 
 
-def bilinear_corners(scale: str) -> list[str]:
-    """GLSL lines that give, for the output pixel ``o`` (its centre minus 0.5) of an upsampling
-    by ``scale``, its four nearest input texels' centres, ``lo`` and ``hi`` on each axis
-    (clamped to the edges), and the weights ``f`` of ``hi`` (half-pixel centres), from
-    ``u_in_size`` and ``u_in_texel`` (1 / size: no division; nearest sampling at texel
-    centres, the same texels): what a bilinear Upsample and the SR demux's chroma share."""
-    return [f"    vec2 u = (o + 0.5) / {scale} - 0.5;",
-            "    vec2 i0 = floor(u);",
-            "    vec2 f = u - i0;",
-            "    vec2 lo = (clamp(i0, vec2(0.0), u_in_size - 1.0) + 0.5) * u_in_texel;",
-            "    vec2 hi = (clamp(i0 + 1.0, vec2(0.0), u_in_size - 1.0) + 0.5) * u_in_texel;"]
+def block_position(block: int) -> list[str]:
+    """GLSL lines that give, for the output pixel of an upsampling by ``block``, the input
+    pixel ``lr`` it lies in, its centre ``uv`` in texture coordinates (from ``u_in_texel``, 1 /
+    the input's size: no division) and the output pixel's sub-pixel ``sub`` there (0 .. block
+    - 1 on each axis, x from the left, y from the bottom as gl_FragCoord counts).
+    gl_FragCoord is mediump in GLSL ES 1.00 (Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16,
+    which misplaced every odd output pixel from x or y = 1024 on): copied to a highp ``fc``."""
+    b = glsl_float(block)
+    return ["    vec2 fc = gl_FragCoord.xy;",
+            f"    vec2 lr = floor(fc / {b});",
+            f"    vec2 sub = fc - 0.5 - lr * {b};",
+            "    vec2 uv = (lr + 0.5) * u_in_texel;"]
+
+
+def bilinear_corners(block: int) -> list[str]:
+    """GLSL lines that give, after :func:`block_position`, the output pixel's four nearest
+    input texels' centres, ``lo`` and ``hi`` on each axis, the weights ``f`` of ``hi``
+    (half-pixel centres) and ``s``: 1 on an axis where ``lo`` is the nearer texel (``f`` <
+    0.5), 0 where ``hi`` is.  The edges clamp by the textures' CLAMP_TO_EDGE (nearest sampling
+    at texel centres: the clamped texels).  By 2 the corners follow from ``sub`` alone (``f``
+    0.75 or 0.25: the same floats as the general ``u - floor(u)``; 11 of Adreno 320's 123
+    instructions in the SR demux, 30 of VideoCore IV's 452 estimated cycles).  What a bilinear
+    Upsample and the SR demux's chroma share."""
+    if block == 2:
+        lines = ["    vec2 s = sub;",
+                 "    vec2 f = 0.75 - 0.5 * sub;",
+                 "    vec2 lo = uv + (s - 1.0) * u_in_texel;"]
+    else:
+        lines = [f"    vec2 u = fc / {glsl_float(block)} - 0.5;",
+                 "    vec2 i0 = floor(u);",
+                 "    vec2 f = u - i0;",
+                 "    vec2 s = vec2(lessThan(f, vec2(0.5)));",
+                 "    vec2 lo = (i0 + 0.5) * u_in_texel;"]
+    return lines + ["    vec2 hi = lo + u_in_texel;"]
 
 
 def window_uniforms(op) -> dict:

@@ -10,7 +10,8 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, luma, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, bilinear_corners, header, uniform_declarations
+from workbench.es2.shaders import (Binding, Pass, bilinear_corners, block_position, header,
+                                   uniform_declarations)
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.ir.cost import Cost
 from workbench.nets import storage
@@ -31,14 +32,7 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
     in_packs = op.source_packs(shapes, pack)
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
-    b = glsl_float(op.block)
-    # gl_FragCoord is mediump in GLSL ES 1.00: Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16,
-    # which misplaced every odd output pixel from x or y = 1024 on; copied to highp first.
-    body = ["    vec2 fc = gl_FragCoord.xy;",
-            "    vec2 o = fc - 0.5;",
-            f"    vec2 lr = floor((o + 0.5) / {b});",
-            f"    vec2 sub = o - lr * {b};",
-            "    vec2 uv = (lr + 0.5) * u_in_texel;"]
+    body = block_position(op.block)
     body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
     # the sub-pixel's channels, chosen by its row, then its column (a selection: exact)
     chosen = []
@@ -54,8 +48,7 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
         # llvmpipe, which would not match the emulator byte for byte.
         samplers.append("u_image")
         bindings.append(Binding("u_image", op.chroma_from, 0))
-        vectors["u_in_size"] = ("size", op.input)
-        body += bilinear_corners(b) + [
+        body += bilinear_corners(op.block) + [
                  "    vec3 c00 = texture2D(u_image, lo).rgb;",
                  "    vec3 c10 = texture2D(u_image, vec2(hi.x, lo.y)).rgb;",
                  "    vec3 c01 = texture2D(u_image, vec2(lo.x, hi.y)).rgb;",
@@ -68,7 +61,7 @@ def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
         if op.anchor:
             # the nearest input pixel is the tap of weight >= 0.5 on each axis
             anchor = (f"dot(rgb, {luma})" if op.anchor == "bilinear" else
-                      f"dot(f.y < 0.5 ? (f.x < 0.5 ? c00 : c10) : (f.x < 0.5 ? c01 : c11), {luma})")
+                      f"dot(s.y > 0.5 ? (s.x > 0.5 ? c00 : c10) : (s.x > 0.5 ? c01 : c11), {luma})")
             body.append(f"    y = clamp({anchor} + {glsl_float(op.anchor_scale)} * (y - 0.5), "
                         "0.0, 1.0);")
         body.append(f"    gl_FragColor = vec4(rgb + (y - dot(rgb, {luma})), 1.0);")

@@ -13,8 +13,7 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Pass, bilinear_corners, same_pack_pass
-from workbench.glsl_text import glsl_float
+from workbench.es2.shaders import Pass, bilinear_corners, block_position, same_pack_pass
 from workbench.ir.cost import Cost
 
 
@@ -23,16 +22,12 @@ def fetches(op: ir.Upsample) -> int:
 
 
 def program(op: ir.Upsample, pack: int, precision="highp") -> Pass:
-    s = glsl_float(op.scale)
     vectors = {"u_in_texel": ("texel", op.input)}
-    # gl_FragCoord is mediump in GLSL ES 1.00: copied to a highp variable first (see the demux)
-    body = ["    vec2 fc = gl_FragCoord.xy;", "    vec2 o = fc - 0.5;"]
+    body = block_position(op.scale)
     if op.interpolation == "nearest":
-        body += [f"    vec2 uv = (floor((o + 0.5) / {s}) + 0.5) * u_in_texel;",
-                 "    gl_FragColor = texture2D(u_in0, uv);"]
+        body += ["    gl_FragColor = texture2D(u_in0, uv);"]
     else:
-        vectors["u_in_size"] = ("size", op.input)
-        body += bilinear_corners(s) + [
+        body += bilinear_corners(op.scale) + [
                  "    gl_FragColor = mix(mix(texture2D(u_in0, lo), texture2D(u_in0, vec2(hi.x, lo.y)), "
                  "f.x),",
                  "                       mix(texture2D(u_in0, vec2(lo.x, hi.y)), texture2D(u_in0, hi), "
