@@ -29,7 +29,7 @@ from workbench import ir
 from workbench.es2 import emulate, fixed16, plan
 from workbench.es2.samples import test_images
 from workbench.es2.net import output_spec
-from workbench.es2.shaders import uniform_values
+from workbench.es2.shaders import draw_area, uniform_values
 from workbench.files import content_bytes, sha256, write_folder
 from workbench.nets import superres
 
@@ -52,7 +52,9 @@ def tf_output(model, graph: ir.Graph, image) -> np.ndarray:
 
 
 def run_plan(net, hw) -> dict:
-    """Textures and uniform values for input size ``hw`` (what :mod:`.runner` plans)."""
+    """Textures, uniform values and the areas drawn of passes whose outputs hold a zero
+    border (:func:`~workbench.es2.shaders.draw_area`) for input size ``hw`` (what
+    :mod:`.runner` plans)."""
     textures = plan.textures(net.graph, hw)
     floats = [f"{k[0]}.{k[1]}" for k, (_, _, dtype) in textures.items() if dtype != "f1"]
     if floats:
@@ -65,7 +67,8 @@ def run_plan(net, hw) -> dict:
     return {"input_size": list(hw),
             "textures": [{"tensor": k[0], "index": k[1], "width": w, "height": h}
                          for k, (w, h, _) in textures.items()],
-            "uniforms": {p.name: uniform_values(p, shapes) for p in net.passes}}
+            "uniforms": {p.name: uniform_values(p, shapes) for p in net.passes},
+            "areas": {p.name: draw_area(p, shapes) for p in net.passes if p.border}}
 
 
 def files(net, model, inputs=None, threshold=None) -> dict:

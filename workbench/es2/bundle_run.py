@@ -20,9 +20,10 @@ current where EGL lacks surfaceless contexts).
 
 It compiles every program, runs each test input as the workbench runs it (one RGBA8 texture
 per pack of 4 channels, CLAMP_TO_EDGE, filter as bound; a fullscreen quad per pass; the
-uniforms and viewports of ``bundle.json``), reads the output texture back and compares it
-with the emulator's bytes (share equal; for a mediump net, whose GPU may compute in float16
-or float32, the share within the bundle's ``levels`` of the float16 prediction) and TF's
+uniforms of ``bundle.json`` and its areas drawn, where an output lies in a zero border
+cleared first), reads the output texture back and compares it with the emulator's bytes
+(share equal; for a mediump net, whose GPU may compute in float16 or float32, the share
+within the bundle's ``levels`` of the float16 prediction) and TF's
 output (PSNR, or the logits of a classifier).  Writes a device report
 (``workbench-device-report/1``, source ``bundle``) for ``python -m workbench devices``.
 Exit status 1 when an input's share of bytes equal to the emulator (within ``levels``) is
@@ -201,8 +202,10 @@ class Net:
                          for k, file in p.get("arrays", {}).items()]  # vec4 arrays
             output = (p.get("outputs") or [p["output"]])[0]  # bundles are one-target nets
             mask = tuple(p.get("channels") is None or k in p["channels"] for k in range(4))
+            area = plan.get("areas", {}).get(p["name"])  # its output's own pixels in a zero border
             self.passes.append((p["name"], prog, units, uniforms,
-                                (output["tensor"], output["pack"]), p.get("viewport"), mask))
+                                (output["tensor"], output["pack"]), area or p.get("viewport"),
+                                area is not None, mask))
         gl.glFinish()
         self.compile_ms = 1000 * (time.perf_counter() - start)
         gl.glBindBuffer(gl.GL_ARRAY_BUFFER, gl.glGenBuffers(1))
@@ -241,7 +244,7 @@ class Net:
         for p in range(image.shape[2] // 4):
             self.upload((self.input, p), image[..., 4 * p:4 * p + 4])
         timings = []
-        for pass_name, prog, units, uniforms, output, viewport, mask in self.passes:
+        for pass_name, prog, units, uniforms, output, viewport, clear, mask in self.passes:
             start = time.perf_counter()
             gl.glUseProgram(prog)
             for unit, (location, key, filt) in enumerate(units):
@@ -258,6 +261,9 @@ class Net:
                     gl.glUniform2f(location, *value)
             _, fbo, w, h = self.textures[output]
             gl.glBindFramebuffer(gl.GL_FRAMEBUFFER, fbo)
+            if clear:  # a zero border around the output: cleared, the output's pixels drawn
+                gl.glClearColor(0.0, 0.0, 0.0, 0.0)
+                gl.glClear(gl.GL_COLOR_BUFFER_BIT)
             gl.glViewport(*(viewport or (0, 0, w, h)))
             gl.glColorMask(*mask)  # a program may write some components of its output only
             gl.glDrawArrays(gl.GL_TRIANGLE_STRIP, 0, 4)

@@ -10,7 +10,7 @@ import numpy as np
 
 from workbench import gl, ir
 from workbench.es2 import plan
-from workbench.es2.shaders import uniform_values
+from workbench.es2.shaders import draw_area, uniform_values
 
 
 class Runner:
@@ -57,7 +57,8 @@ class Runner:
         return {"program": program,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
                 "uniforms": uniform_values(p, self.shapes), "arrays": p.arrays,
-                "outputs": p.outputs, "viewport": p.viewport, "channels": p.channels}
+                "outputs": p.outputs, "viewport": draw_area(p, self.shapes),
+                "clear": p.border is not None, "channels": p.channels}
 
     def run(self, image, keep=False):
         """Run every pass; returns ``{texture key: array}`` of the output textures (all of

@@ -75,7 +75,7 @@ def files(graph: ir.Graph, passes: list[Pass], target: limits.Target) -> dict:
                     "inputs": [asdict(b) for b in p.inputs],
                     "outputs": [{"tensor": t, "pack": k} for t, k in p.outputs],
                     "uniforms": list(p.uniforms), "uniform_values": p.uniforms,
-                    "viewport": p.viewport, "channels": p.channels,
+                    "viewport": p.viewport, "border": p.border, "channels": p.channels,
                     "arrays": {name: f"{p.name}.{name}.npy" for name in p.arrays}}
                    for p in passes],
         "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
@@ -188,6 +188,7 @@ def _read(directory: Path, manifest: dict):
                    tuple(p["viewport"]) if p.get("viewport") else None,
                    tuple(p["channels"]) if p.get("channels") is not None else None,
                    {name: _arrays(data[file], directory / file)
-                    for name, file in p.get("arrays", {}).items()})
+                    for name, file in p.get("arrays", {}).items()},
+                   tuple(p["border"]) if p.get("border") else None)
               for p in manifest["passes"]]
     return graph, passes, _loaded_target(manifest, passes)

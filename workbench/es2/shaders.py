@@ -50,6 +50,21 @@ class Pass:
     #   runtime's colour mask; the others are another program's); None: all four
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # vec4 uniform arrays set at
     #   each draw, float32 (rows, 4): the weights of a program shared by layers of one shape
+    border: tuple[int, int] | None = None  # (left, top) of its output in textures that hold
+    #   a zero border around it: the runtime clears them to 0, then draws the output's own
+    #   pixels only (:func:`draw_area`)
+
+
+def draw_area(p: Pass, shapes) -> tuple[int, int, int, int] | None:
+    """``(x, y, width, height)`` of its output textures that pass ``p`` draws, for the tensor
+    shapes of one input size (x from the left, y from the first row): where they hold a zero
+    border (``p.border``), the output's own pixels, the border cleared to 0 before the draw
+    (every runtime: moderngl, the bundle's run.py, the page); else its ``viewport`` (None:
+    all of them)."""
+    if p.border is None:
+        return p.viewport
+    h, w = shapes[p.outputs[0][0]][:2]
+    return (*p.border, w, h)
 
 
 # --- GLSL text ------------------------------------------------------------------------------

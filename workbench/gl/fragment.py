@@ -99,9 +99,10 @@ class Worker:
         (timings, arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
-        "arrays": {name: float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...], "viewport": (x, y, width, height) or None, "channels": the
-        components written (a colour mask) or None}``; several outputs are drawn as draw
-        buffers 0, 1, ... of one framebuffer.
+        "arrays": {name: float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...],
+        "viewport": (x, y, width, height) or None (all), "clear": whether its outputs are
+        cleared to 0 first, "channels": the components written (a colour mask) or None}``;
+        several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.
         """
         for key, data in uploads.items():
             self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
@@ -127,6 +128,8 @@ class Worker:
             if len(p["outputs"]) == 1:   # applies it at use()
                 fbo.color_mask = tuple(channels is None or k in channels for k in range(4))
             fbo.use()
+            if p.get("clear"):
+                fbo.clear(0.0, 0.0, 0.0, 0.0)
             if p.get("viewport"):
                 self.ctx.viewport = tuple(p["viewport"])
             vao.render(self.mgl.TRIANGLE_STRIP)

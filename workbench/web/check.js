@@ -70,7 +70,7 @@ function timePasses(runner) {
     const t0 = performance.now();
     const target = runner.draw(pass);
     runner.gl.finish();
-    runner.fence(target, ...(pass.viewport || [0, 0]).slice(0, 2));
+    runner.fence(target, ...(pass.area || [0, 0]).slice(0, 2));
     return [pass.name, performance.now() - t0];
   });
 }

@@ -2,9 +2,10 @@
  * workbench/es2/runner.py and gl/fragment.py.  One RGBA8 texture per pack of 4 channels (channel
  * c is component c % 4 of pack c / 4; RGBA32F where webgl.json says so), texture row r = tensor
  * row r = image row r counted from the top, CLAMP_TO_EDGE, NEAREST unless a binding says
- * "linear"; a fullscreen quad per pass into the pass's output textures (whole texture, or the
- * pass's viewport; several outputs are the draw buffers of one framebuffer with
- * WEBGL_draw_buffers); each pass's vec2 uniforms as webgl.json's formulas give them.
+ * "linear"; a fullscreen quad per pass into the pass's output textures (whole texture, the
+ * pass's viewport, or the output's own pixels where it lies in a zero border, cleared first;
+ * several outputs are the draw buffers of one framebuffer with WEBGL_draw_buffers); each
+ * pass's vec2 uniforms as webgl.json's formulas give them.
  */
 import { PACK, plan, passUniforms, textureKey } from "./net.js";
 
@@ -218,6 +219,9 @@ export class Runner {
     }
     for (const pass of this.passes) {
       pass.values = passUniforms(pass, shapes);
+      // an output in a zero border: its own pixels drawn, the border cleared (es2.shaders.draw_area)
+      const own = pass.border && shapes[pass.outputs[0].tensor];
+      pass.area = own ? [...pass.border, own[1], own[0]] : pass.viewport;
       const targets = pass.outputs.map((o) => this.textures.get(textureKey(o.tensor, o.pack)));
       pass.fbo = targets.length > 1 ? this.framebuffer(targets) : null; // else the texture's own
     }
@@ -240,7 +244,11 @@ export class Runner {
     for (const [name, data] of pass.arrayValues) gl.uniform4fv(pass.locations.get(name), data);
     const target = this.textures.get(textureKey(pass.outputs[0].tensor, pass.outputs[0].pack));
     gl.bindFramebuffer(gl.FRAMEBUFFER, pass.fbo || target.fbo);
-    gl.viewport(...(pass.viewport || [0, 0, target.width, target.height]));
+    if (pass.border) {
+      gl.clearColor(0, 0, 0, 0);
+      gl.clear(gl.COLOR_BUFFER_BIT);
+    }
+    gl.viewport(...(pass.area || [0, 0, target.width, target.height]));
     const channels = pass.channels; // a program may write some components of its output only
     if (channels != null) gl.colorMask(...[0, 1, 2, 3].map((k) => channels.includes(k)));
     gl.drawArrays(gl.TRIANGLE_STRIP, 0, 4);
@@ -283,7 +291,7 @@ export class Runner {
     const passes = this.passes.map((pass) => {
       const t0 = performance.now();
       const target = this.draw(pass);
-      if (fences) this.fence(target, ...(pass.viewport || [0, 0]).slice(0, 2));
+      if (fences) this.fence(target, ...(pass.area || [0, 0]).slice(0, 2));
       return [pass.name, performance.now() - t0];
     });
     const output = this.read(textureKey(this.net.spec.output.tensor, 0));

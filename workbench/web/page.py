@@ -242,7 +242,7 @@ def pass_spec(p, shader, name=None) -> dict:
             "uniforms": {u: uniform_formula(s) for u, s in p.uniforms.items()},
             "arrays": {u: np.asarray(rows, np.float32).ravel().tolist()  # vec4 arrays
                        for u, rows in p.arrays.items()},
-            "viewport": p.viewport, "channels": p.channels}
+            "viewport": p.viewport, "border": p.border, "channels": p.channels}
 
 
 def fallback_rooms(targets) -> list[int]:

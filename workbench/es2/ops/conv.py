@@ -26,7 +26,7 @@ from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, ord
                                       places_residual)
 from workbench.es2.ops.padding import (border_offered, border_passes, border_tensor,
                                        border_textures, border_uniforms, bordered,
-                                       output_mask, padding_terms)
+                                       padding_terms)
 from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
@@ -213,10 +213,6 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     padded = masked(op.size, op.padding) and not border
     body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows,
                        pad=not border or bool(drawn))
-    if drawn:
-        lines, uniforms = output_mask(op)
-        body += lines
-        vectors.update(uniforms)
     fetched = [fetch(texel) for fetch in residual_fetches]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
@@ -242,9 +238,6 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
         if wide:  # the activation, then its half's two values in 16 bits
             body.append(f"    {s} = {out};")
             out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2] if channels else None)
-        if drawn:  # the value first: selected inside an expression, llvmpipe rounded it
-            body.append(f"    {s} = {out};")  # otherwise (1 level, 3 % of a layer's bytes)
-            out = f"inside ? {s} : vec4(0.0)"
         body.append(f"    {target} = {out};")
     sixteen = parts or partial or wide or any(
         fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
@@ -266,6 +259,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
     return Pass(name, op.name, source, bindings, outputs, vectors,
+                border=tuple(drawn[:2]) if drawn else None,
                 channels=tuple(mask) if mask is not None else None, arrays=constants.arrays())
 
 

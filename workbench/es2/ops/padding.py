@@ -8,8 +8,8 @@ textures with the padding around it as zeros (:func:`border_passes`, one program
 which the convolution's programs then read as they are (each tap a fetch and its products;
 the same bytes: a tap in the border reads 0, as a masked tap adds 0).  Where a convolution
 alone reads its input and a convolution makes it, the producer draws its output with that
-border already (:func:`producer_borders`: its programs draw the larger texture and write 0
-outside, :func:`output_mask`), and no copy is made."""
+border already (:func:`producer_borders`: its textures are the larger ones, cleared to 0, and
+its programs draw the output's own pixels in them: ``Pass.border``), and no copy is made."""
 from __future__ import annotations
 
 import numpy as np
@@ -95,21 +95,6 @@ def producer_borders(graph: ir.Graph, options) -> dict:
         if not mine:
             del options[op.name]
     return options
-
-
-def output_mask(op) -> tuple[list[str], dict]:
-    """``(lines, uniforms)`` of a program whose output is drawn with a border
-    (``border_out``): ``inside``, true where the fragment is an output pixel (its texel
-    centre ``o`` in the output's texture coordinates within half a texel of 0.5 on each
-    axis: a pixel of the border lies half a texel beyond 0 or 1), from ``u_out_border`` (the
-    border's left and top) and ``u_out_texel``; its output is written where ``inside``, 0
-    elsewhere (a select: fewer instructions than multiplying by step masks on every target
-    measured)."""
-    left, top = op.border_out[:2]
-    lines = ["    vec2 o = abs((gl_FragCoord.xy - u_out_border) * u_out_texel - 0.5);",
-             "    bool inside = max(o.x, o.y) < 0.5;"]
-    return lines, {"u_out_border": ("value", float(left), float(top)),
-                   "u_out_texel": ("texel", op.name)}
 
 
 def bordered(op) -> bool:
