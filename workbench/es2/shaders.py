@@ -156,9 +156,10 @@ def bilinear_corners(block: int) -> list[str]:
     (half-pixel centres) and ``s``: 1 on an axis where ``lo`` is the nearer texel (``f`` <
     0.5), 0 where ``hi`` is.  The edges clamp by the textures' CLAMP_TO_EDGE (nearest sampling
     at texel centres: the clamped texels).  By 2 the corners follow from ``sub`` alone (``f``
-    0.75 or 0.25: the same floats as the general ``u - floor(u)``; 11 of Adreno 320's 123
-    instructions in the SR demux, 30 of VideoCore IV's 452 estimated cycles).  What a bilinear
-    Upsample and the SR demux's chroma share."""
+    0.75 or 0.25: the same floats as the general ``u - floor(u)``).  Both, against the clamps
+    and the general form: the SR demux 123 -> 105 instructions on Adreno 320, 452 -> 422
+    estimated cycles on VideoCore IV.  What a bilinear Upsample and the SR demux's chroma
+    share."""
     if block == 2:
         lines = ["    vec2 s = sub;",
                  "    vec2 f = 0.75 - 0.5 * sub;",
