@@ -18,6 +18,7 @@ from workbench.__main__ import main
 from workbench.data import metrics
 from workbench.es2 import drivers as es2_drivers
 from workbench.es2 import emulate, limits
+from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
 from workbench.nets.layers import Act, GroupConv2D
 from workbench.nets.models import dogs_classifier, load_model, load_named, named, reference_sr
@@ -163,6 +164,32 @@ def test_tiny_classifier_through_the_driver_reads_its_statistics(driver):
 
 
 @needs_build
+def test_a_program_is_compiled_once_a_build_and_its_record_read_back(tmp_path, monkeypatch):
+    """The second compile of a program reads the first's record from the build's folder, no
+    child process: the same report under the new name; a program changed, or the build's
+    libraries (their stamp), goes to the driver again."""
+    import subprocess
+
+    stamp = ("test", str(tmp_path))
+    monkeypatch.setattr(drivers, "_reports", lambda t: (tmp_path / "reports", stamp))
+    net = es2.compile(dogs_classifier("tiny"))
+    programs = [(p.name, p.source, 1) for p in net.passes[:3]]
+    first = drivers.compile_programs("vc4", VERTEX_SHADER, programs)
+    assert len(list((tmp_path / "reports").glob("*.json"))) == 4  # 3 programs and the info
+    spawned = []
+    run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: spawned.append(a) or run(*a, **k))
+    again = drivers.compile_programs("vc4", VERTEX_SHADER,
+                                     [("renamed", s, n) for _, s, n in programs])
+    assert spawned == [] and [r.name for r in again] == ["renamed"] * 3
+    assert [(r.ok, r.stats, r.errors) for r in again] == [(r.ok, r.stats, r.errors) for r in first]
+    changed = programs[0][1].replace("void main() {", "void main() {\n    float unused = 1.0;")
+    drivers.compile_programs("vc4", VERTEX_SHADER, [("changed", changed, 1)])
+    stamp = ("test", "rebuilt")
+    drivers.compile_programs("vc4", VERTEX_SHADER, programs[:1])
+    assert len(spawned) == 2
+
+@needs_build
 def test_vivante_refuses_the_sr_nets_grouped_3x3_programs_while_gl_says_success():
     model = load_model(reference_sr())
     net = es2.compile(model)
@@ -275,7 +302,7 @@ def test_a_residual_is_fetched_at_the_centre_tap_and_tune_places_it(tmp_path):
     old = program.replace("uniform sampler2D u_res;", "uniform sampler2D u_res;\n"
                           "uniform vec2 u_out_size;").replace(
         "texture2D(u_res, vec2(x1, y1))", "texture2D(u_res, gl_FragCoord.xy / u_out_size)")
-    then, now = drivers.compile_programs("vc4", es2.shaders.VERTEX_SHADER,
+    then, now = drivers.compile_programs("vc4", VERTEX_SHADER,
                                          [("old", old, 1), ("new", program, 1)])
     assert now.stats["estimated_cycles"] < 0.8 * then.stats["estimated_cycles"]
     tuned = es2.compile(model, "videocore4", shared=True, tune=True)

@@ -18,6 +18,8 @@ shaders are not okay" at draw time, and nothing drawn).
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import os
 import pickle
 import re
@@ -154,8 +156,8 @@ def compile_compute(driver_name, programs, timeout=600):
     ``driver_name`` (an ES 3.1 context: :data:`ES31_DRIVERS`); a :class:`ProgramReport`
     each."""
     t = driver(driver_name)
-    raw = _ask(t, {"compute": True, "vertex": "",
-                   "programs": [(name, source, 1) for name, source in programs]}, timeout)
+    raw = _ask_once(t, {"compute": True, "vertex": "",
+                        "programs": [(name, source, 1) for name, source in programs]}, timeout)
     return [report(r, raw["info"]) for r in raw["records"]]
 
 
@@ -165,7 +167,7 @@ def compile_programs(driver_name, vertex, programs, timeout=600):
     ``driver_name``; a :class:`ProgramReport` each.  Each is drawn once over a 4x4 quad that
     every vertex attribute reads."""
     t = driver(driver_name)
-    raw = _ask(t, {"vertex": vertex, "programs": list(programs)}, timeout)
+    raw = _ask_once(t, {"vertex": vertex, "programs": list(programs)}, timeout)
     return [report(r, raw["info"]) for r in raw["records"]]
 
 
@@ -173,6 +175,60 @@ def info(driver_name) -> dict:
     """What the driver ``driver_name`` answers: GL_RENDERER, its limits
     (``GL_MAX_TEXTURE_SIZE``, ...) and extensions (a list)."""
     return _ask(driver(driver_name), {"vertex": "", "programs": []}, 120)["info"]
+
+
+def _ask_once(t: Driver, request: dict, timeout) -> dict:
+    """:func:`_ask`, each program compiled once a driver build: what the driver said of a
+    program (its raw record) is kept in the build's folder, ``reports/<sha256>.json``, keyed
+    by the build's libraries (size and time), the driver, the stage and the program's sources
+    and render targets; only programs not found there go to the child process.  The
+    compilers are deterministic, so a record read back is what compiling again would say;
+    a folder that cannot be written is left alone (each call then compiles)."""
+    folder, stamp = _reports(t)
+    keys = [hashlib.sha256(repr((stamp, t.name, request.get("compute", False), request["vertex"],
+                                 program[1:])).encode()).hexdigest()
+            for program in request["programs"]]
+    info_key = hashlib.sha256(repr((stamp, t.name, request.get("compute", False))).encode()
+                              ).hexdigest()
+    found = {key: _read_json(folder / f"{key}.json") for key in [info_key, *keys]}
+    missing = [p for p, key in zip(request["programs"], keys) if found[key] is None]
+    if missing or found[info_key] is None:
+        raw = _ask(t, {**request, "programs": missing}, timeout)
+        new = dict(zip([k for k in keys if found[k] is None], raw["records"]))
+        for key, value in [(info_key, raw["info"]), *new.items()]:
+            _write_json(folder / f"{key}.json", value)
+        found.update(new, **{info_key: raw["info"]})
+    return {"info": found[info_key],
+            "records": [{**found[key], "name": p[0]} for p, key in zip(request["programs"], keys)]}
+
+
+def _reports(t: Driver) -> tuple[Path, tuple]:
+    """The folder of the build's kept records and the build's stamp: the size and time of
+    its EGL library, the driver's shim and its DRI driver."""
+    lib = build_dir() / "lib"
+    files = [lib / "libEGL.so.1", lib / f"lib{t.shim}_noop_drm_shim.so",
+             lib / "dri" / f"{t.dri}_dri.so"]
+    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists())
+    return build_dir() / "reports", (MESA_VERSION, stamp)
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, value):
+    """``value`` as JSON at ``path``, written beside and then renamed (another process may
+    read or write the same record at the same time); nothing where the folder is read-only."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.{os.getpid()}")
+        part.write_text(json.dumps(value))
+        os.replace(part, path)
+    except OSError:
+        pass
 
 
 def _ask(t: Driver, request: dict, timeout) -> dict:
