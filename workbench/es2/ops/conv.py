@@ -460,7 +460,8 @@ def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
 
 def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     """``programs``: output packs per program (:func:`programs`); default one each.  (An
-    output drawn with a border: its programs run over the whole texture.)"""
+    output drawn with a border: its textures hold the border, its programs draw the output's
+    own pixels.)"""
     w, h, _ = _output_texture(op, shapes)
     pixels, outputs = h * w, shapes[op.name][0] * shapes[op.name][1]
     if split.count(op) > 1:  # every stage's programs, one pack each
@@ -474,8 +475,8 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     copies = [writers(op, packs[0]) for packs in programs]
     border = border_textures(op, shapes) if bordered(op) else {}  # a fetch a texel each
     return Cost(multiply_adds=outputs * op.kernel.size,
-                texel_fetches=pixels * sum(n * fetches(op, packs)
-                                           for n, packs in zip(copies, programs))
+                texel_fetches=outputs * sum(n * fetches(op, packs)
+                                            for n, packs in zip(copies, programs))
                 + sum(bw * bh for bw, bh, _ in border.values()),
                 texture_bytes=pixels * 4 * op.out_packs() * fixed16.textures_a_pack(op),
                 programs=sum(copies) + len(border))
