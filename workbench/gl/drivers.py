@@ -185,21 +185,25 @@ def _ask_once(t: Driver, request: dict, timeout) -> dict:
     compilers are deterministic, so a record read back is what compiling again would say;
     a folder that cannot be written is left alone (each call then compiles)."""
     folder, stamp = _reports(t)
-    keys = [hashlib.sha256(repr((stamp, t.name, request.get("compute", False), request["vertex"],
-                                 program[1:])).encode()).hexdigest()
-            for program in request["programs"]]
-    info_key = hashlib.sha256(repr((stamp, t.name, request.get("compute", False))).encode()
-                              ).hexdigest()
-    found = {key: _read_json(folder / f"{key}.json") for key in [info_key, *keys]}
-    missing = [p for p, key in zip(request["programs"], keys) if found[key] is None]
+    context = (stamp, t.name, request.get("compute", False))
+
+    def key(*what) -> str:
+        return hashlib.sha256(repr(context + what).encode()).hexdigest()
+
+    programs = request["programs"]
+    keys = [key(request["vertex"], program[1:]) for program in programs]
+    info_key = key()
+    found = {k: _read_json(folder / f"{k}.json") for k in [info_key, *keys]}
+    missing = [p for p, k in zip(programs, keys) if found[k] is None]
     if missing or found[info_key] is None:
         raw = _ask(t, {**request, "programs": missing}, timeout)
-        new = dict(zip([k for k in keys if found[k] is None], raw["records"]))
-        for key, value in [(info_key, raw["info"]), *new.items()]:
-            _write_json(folder / f"{key}.json", value)
-        found.update(new, **{info_key: raw["info"]})
+        fresh = [k for k in keys if found[k] is None]  # in the order of ``missing``
+        found.update(zip(fresh, raw["records"]))
+        found[info_key] = raw["info"]
+        for k in {info_key, *fresh}:
+            _write_json(folder / f"{k}.json", found[k])
     return {"info": found[info_key],
-            "records": [{**found[key], "name": p[0]} for p, key in zip(request["programs"], keys)]}
+            "records": [{**found[k], "name": p[0]} for p, k in zip(programs, keys)]}
 
 
 def _reports(t: Driver) -> tuple[Path, tuple]:

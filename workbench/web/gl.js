@@ -219,7 +219,7 @@ export class Runner {
     }
     for (const pass of this.passes) {
       pass.values = passUniforms(pass, shapes);
-      // an output in a zero border: its own pixels drawn, the border cleared (es2.shaders.draw_area)
+      // an output in a zero border: its own pixels drawn, the border cleared (shaders.draw_area)
       const own = pass.border && shapes[pass.outputs[0].tensor];
       pass.area = own ? [...pass.border, own[1], own[0]] : pass.viewport;
       const targets = pass.outputs.map((o) => this.textures.get(textureKey(o.tensor, o.pack)));
