@@ -25,7 +25,9 @@ CONVENTIONS = (
     "shapes: u_in_size = (width, height) of the first input tensor, u_out_size = of the output, "
     "u_pad = zero padding before the first column and row (TensorFlow 'SAME'). Samplers: "
     "CLAMP_TO_EDGE, filter as the binding says. A fullscreen quad is drawn per pass, into its "
-    "outputs: gl_FragData[i] (GL_EXT_draw_buffers) to outputs[i], or gl_FragColor to the one.")
+    "outputs: gl_FragData[i] (GL_EXT_draw_buffers) to outputs[i], or gl_FragColor to the one; "
+    "within its viewport where it has one; a pass with a border (left, top) clears its outputs "
+    "to 0 first and draws (left, top, the output tensor's width, height) only.")
 
 
 def files(graph: ir.Graph, passes: list[Pass], target: limits.Target) -> dict:
