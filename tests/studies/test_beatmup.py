@@ -82,3 +82,26 @@ def test_the_x2_layer_budget_sums_to_the_cycle_fragments(monkeypatch):
     pixels = beatmup.SIZE ** 2
     assert sum(r["workbench: cycles a pixel"] for r in rows) * pixels == pytest.approx(total)
     assert rows[0]["Beatmup: cycles a pixel"] == 12 * 849
+
+
+@needs_peer
+@pytest.mark.skipif(compilers.drivers.available() is not None,
+                    reason=compilers.drivers.available() or "")
+@pytest.mark.parametrize("driver", ["a320", "t720"])
+def test_tuned_x2_needs_no_more_instructions_than_the_articles_programs(driver):
+    """#40's line for the x2 net: its one-target programs tuned for the driver (its profile's
+    limits where it has one) sum to no more instructions than the 32 programs Beatmup's X2
+    app hands to GL, both through the same Mesa driver (Adreno 320: 11,848 against 11,912
+    at 076b85a, 11,992 before; Mali-T720: 6,463 against 6,810)."""
+    from workbench import es2
+    from workbench.es2 import drivers as es2_drivers
+    from workbench.nets.models import load_model, reference_sr
+
+    captured = peer.capture("X2", beatmup.images.to_uint8(datasets.photos(64, 1)[0]))
+    theirs = peer.compile_captured(driver, captured)
+    one_target = es2.Target.of(compilers.profile_for(driver), draw_buffers=1)  # as theirs
+    net = es2.compile(load_model(reference_sr()), one_target, tune=True, check_driver=driver)
+    ours = es2_drivers.check(net, driver)
+    assert len(theirs) == 32 and all(r.ok for r in theirs + ours)
+    assert sum(r.stats["instructions"] for r in ours) <= \
+        sum(r.stats["instructions"] for r in theirs)
