@@ -8,8 +8,9 @@ calibration's two equations.
 import numpy as np
 import pytest
 
-from workbench.data import datasets
+from workbench.data import datasets, images
 from workbench.gl import beatmup as peer
+from workbench.gl import drivers
 from workbench.studies import beatmup, compilers
 
 needs_peer = pytest.mark.skipif(peer.available() is not None, reason=peer.available() or "")
@@ -65,8 +66,7 @@ def test_the_calibration_solves_the_articles_two_times():
 
 
 @needs_peer
-@pytest.mark.skipif(compilers.drivers.available() is not None,
-                    reason=compilers.drivers.available() or "")
+@pytest.mark.skipif(drivers.available() is not None, reason=drivers.available() or "")
 def test_the_x2_layer_budget_sums_to_the_cycle_fragments(monkeypatch):
     """Per layer, cycles a low-resolution pixel times the pixels add up to the net's
     fragment-weighted cycles (compilers.weighted); Beatmup's L1 costs what vc4 said of its 12
@@ -85,8 +85,7 @@ def test_the_x2_layer_budget_sums_to_the_cycle_fragments(monkeypatch):
 
 
 @needs_peer
-@pytest.mark.skipif(compilers.drivers.available() is not None,
-                    reason=compilers.drivers.available() or "")
+@pytest.mark.skipif(drivers.available() is not None, reason=drivers.available() or "")
 @pytest.mark.parametrize("driver", ["a320", "t720"])
 def test_tuned_x2_needs_no_more_instructions_than_the_articles_programs(driver):
     """#40's line for the x2 net: its one-target programs tuned for the driver (its profile's
@@ -97,7 +96,7 @@ def test_tuned_x2_needs_no_more_instructions_than_the_articles_programs(driver):
     from workbench.es2 import drivers as es2_drivers
     from workbench.nets.models import load_model, reference_sr
 
-    captured = peer.capture("X2", beatmup.images.to_uint8(datasets.photos(64, 1)[0]))
+    captured = peer.capture("X2", images.to_uint8(datasets.photos(64, 1)[0]))
     theirs = peer.compile_captured(driver, captured)
     one_target = es2.Target.of(compilers.profile_for(driver), draw_buffers=1)  # as theirs
     net = es2.compile(load_model(reference_sr()), one_target, tune=True, check_driver=driver)

@@ -367,7 +367,8 @@ def test_a_zero_border_page_writes_the_emulators_bytes(tmp_path):
     """Layers read through a zero border (es2.drivers.tune's ``zero_border``; a 5x5 layer of
     stride 2, a 3x3 one, an explicit padding wider than the window's, which the 3x3 layer
     draws around its output): the copies' textures and the drawn ones sized and their
-    uniforms set by webgl.json's rules, no page code for them; the emulator's bytes on
+    uniforms set by webgl.json's rules, no page code for the copies (a drawn output: the
+    page clears its textures and draws its pass's border area); the emulator's bytes on
     llvmpipe."""
     from tests.conftest import with_zero_border
     from workbench.web import browser
