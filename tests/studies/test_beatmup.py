@@ -50,19 +50,32 @@ def test_woof_files_are_the_validation_photos_of_its_classes():
 
 
 def test_the_calibration_solves_the_articles_two_times():
-    """``ms = a clocks / MHz + d draws`` through the article's two (net, time) pairs."""
-    x2 = {"cycle-fragments (G)": 1.6, "draws": 32}
-    dogs = {"cycle-fragments (G)": 1.4, "draws": 1173}
+    """``ms = a clocks / MHz + d draws`` through the article's two (net, time) pairs, with the
+    clocks from vc4's estimated cycles and from its instructions; ours predicted by each."""
+    x2 = {"cycle-fragments (G)": 1.6, "instruction-fragments (G)": 0.9, "draws": 32}
+    dogs = {"cycle-fragments (G)": 1.4, "instruction-fragments (G)": 0.75, "draws": 1173}
     rows = {("x2", "Beatmup"): x2, ("classifier", "Beatmup"): dogs}
     board = "Raspberry Pi 3 B / B+"
-    a, d = beatmup._calibrate(rows, board, 400)
-    for row, net in ((x2, "x2"), (dogs, "classifier")):
-        clocks = row["cycle-fragments (G)"] * 1e9 / 16 * 4 / 12
-        assert a * clocks / 400e3 + d * row["draws"] == pytest.approx(
-            beatmup.MEASURED_MS[(net, board)])
+    for key in beatmup.PI_COUNTS.values():
+        a, d = beatmup._calibrate(rows, board, 400, key)
+        for row, net in ((x2, "x2"), (dogs, "classifier")):
+            clocks = row[key] * 1e9 / 16 * 4 / 12
+            assert a * clocks / 400e3 + d * row["draws"] == pytest.approx(
+                beatmup.MEASURED_MS[(net, board)])
     # by hand: clocks 1.0e8 / 3 and 0.875e8 / 3 -> ms 83.33 a + 32 d = 130, 72.92 a + 1173 d = 328
+    a, d = beatmup._calibrate(rows, board, 400)
     assert a == pytest.approx(np.linalg.solve([[250 / 3, 32], [218.75 / 3, 1173]], [130, 328])[0])
     assert compilers.v3d_clocks(16 * 12) == 4
+    # a side with the article's estimated cycles but fewer instructions: the same time by
+    # cycles, less by instructions
+    ours = {"target": "vc4", "net": "x2", "implementation": "ours", "draws": 32,
+            "cycle-fragments (G)": 1.6, "instruction-fragments (G)": 0.8}
+    table = [{"target": "vc4", "net": net, "implementation": "Beatmup", **row}
+             for net, row in (("x2", x2), ("classifier", dogs))] + [ours]
+    mine = [r for r in beatmup.pi_model(table) if r["implementation"] == "ours"
+            and r["board"] == board and r["clock from"] == "documented"][0]
+    assert mine["calibrated ms (cycles)"] == pytest.approx(beatmup.MEASURED_MS[("x2", board)])
+    assert mine["calibrated ms (instructions)"] < mine["calibrated ms (cycles)"]
 
 
 @needs_peer
