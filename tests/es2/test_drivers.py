@@ -250,6 +250,16 @@ def test_tune_keeps_the_summation_order_vc4_runs_fastest_and_the_emulator_follow
     orders = {op.name: op.order for op in net.graph.ops if hasattr(op, "order")}
     assert set(orders) <= {"L1", "L2", "L3", "L4", "L5"} and "columns" in orders.values()
     assert sum("products added" in c for c in net.changes) == len(orders)
+    # each change says what its estimate cost in instructions: the driver's own sums, fitted
+    # and tuned (L2: 7,584 -> 6,144 at this commit)
+    counts = {name: {} for name in ("fit", "tune")}
+    for name, n in (("fit", fitted), ("tune", net)):
+        for p, r in zip(n.passes, es2_drivers.check(n, "vc4")):
+            counts[name][p.op] = counts[name].get(p.op, 0) + r.stats["instructions"]
+    for change in (c for c in net.changes if "products added" in c):
+        layer = change.split("'")[1]
+        assert change.endswith(f"instructions {counts['fit'][layer]:,} -> "
+                               f"{counts['tune'][layer]:,}"), change
     image = np.random.default_rng(4).random((30, 26, 3)).astype(np.float32)
     _every_tensor_is_the_emulators(net, image)
     net.save(tmp_path / "tuned")

@@ -165,14 +165,18 @@ def tune(graph, generate, driver: str, options=None):
                                             for trial, ps in trials]
     changes = []
     for layer in layers:
-        keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}))
-                for trial, ps, rs in tried]
-        (best, chosen), before = min(keys, key=lambda k: k[0]), keys[0][0]
+        keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}), i)
+                for i, (trial, ps, rs) in enumerate(tried)]
+        (best, chosen, i), before = min(keys, key=lambda k: k[0]), keys[0][0]
         if best < before:
             options[layer] = chosen
+            also = ""
+            if metric != "instructions":  # what the estimate's gain cost or saved in instructions
+                counts = [_layer_stat(*tried[k][1:], layer, "instructions") for k in (0, i)]
+                also = f", instructions {counts[0]:,} -> {counts[1]:,}"
             changes.append(f"layer {layer!r}: {_described(chosen)} on "
                            f"{drivers.driver(driver).gpu}: {metric.replace('_', ' ')} "
-                           f"{before[-1]:,} -> {best[-1]:,}")
+                           f"{before[-1]:,} -> {best[-1]:,}{also}")
     if changes:
         passes, reports = _compiled(generate, options, driver)
     return passes, reports, changes, options
