@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 # Lowest first; a unit imports only from its own unit and from lower layers.  Units of one
 # layer do not import each other (the back ends es2 and es31).
 LAYERS = [
-    {"files", "tables", "timings", "glsl_text", "references", "figures"},
+    {"files", "tables", "timings", "glsl_text", "references", "figures", "quiet"},
     {"gl"},
     {"data"},
     {"nets"},

@@ -18,6 +18,12 @@ if not (glob.glob("/dev/nvidia*") or os.path.exists("/dev/dxg")):
 # only they compute the gradients of grouped convolutions natively (layers.GroupConv2D).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
+from workbench.quiet import quiet_tensorflow_import  # noqa: E402  (after the variables above)
+
+# TensorFlow's start-up lines (logged before absl's logging exists: the variables above do not
+# reach them) dropped wherever a workbench function first imports it: a plain python, a notebook
+quiet_tensorflow_import()
+
 __version__ = "0.1.0"
 
 

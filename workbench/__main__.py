@@ -2,7 +2,7 @@
 import sys
 
 from workbench.run.cli import main
-from workbench.run.quiet import filtered_stderr
+from workbench.quiet import filtered_stderr
 
 if __name__ == "__main__":
     with filtered_stderr():  # TensorFlow's start-up lines, here and in the notebook kernels

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import threading
 
-from workbench.run import quiet
+from workbench import quiet
 
 NOISE = [
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
@@ -42,9 +42,29 @@ def test_children_inherit_the_filter(tmp_path):
     """A child process (as a notebook kernel is) writes noise and a real line to its fd 2."""
     child = ("import os; os.write(2, " + repr(b"".join(NOISE[:2]) + b"real line\n" + NOISE[2])
              + ")")
-    parent = ("import subprocess, sys\nfrom workbench.run.quiet import filtered_stderr\n"
+    parent = ("import subprocess, sys\nfrom workbench.quiet import filtered_stderr\n"
               f"with filtered_stderr():\n    subprocess.run([sys.executable, '-c', {child!r}])\n"
               "    print('parent line', file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", parent], capture_output=True, timeout=60)
     assert done.returncode == 0
     assert done.stderr == b"real line\nparent line\n"
+
+
+def test_a_workbench_function_imports_tensorflow_without_its_start_up_lines():
+    """``import workbench`` and then anything that imports TensorFlow (a plain python, a
+    notebook's kernel): its start-up lines are gone, a later line on stderr is not."""
+    import pytest
+
+    def stderr_of(code):
+        env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300,
+                              env=env)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stderr.splitlines(keepends=True)
+
+    bare = stderr_of("import tensorflow")
+    if not any(quiet.is_noise(line) for line in bare):
+        pytest.skip("TensorFlow prints no start-up lines on this machine")
+    lines = stderr_of("import workbench.nets.models, os; os.write(2, b'after\\n')")
+    assert not any(quiet.is_noise(line) for line in lines), lines
+    assert lines[-1] == b"after\n"

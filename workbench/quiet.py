@@ -1,15 +1,19 @@
-"""Keep TensorFlow's start-up chatter out of the terminal of ``python -m workbench``.
+"""Keep TensorFlow's start-up chatter out of the user's terminal and notebooks.
 
 TensorFlow's C++ code logs a few INFO lines when it is imported ("oneDNN custom operations are
 on", "Could not find cuda drivers", absl's "All log messages before absl::InitializeLog()"
 notice).  They are written before absl's logging is set up, so ``TF_CPP_MIN_LOG_LEVEL`` does
-not silence them, and every notebook kernel prints them again.  :func:`filtered_stderr` passes
-the process's file descriptor 2, which the kernels and workers it starts inherit, through a
-filter that drops exactly those lines and forwards everything else unchanged.
+not silence them.  :func:`filtered_stderr` passes the process's file descriptor 2, which the
+kernels and workers it starts inherit, through a filter that drops exactly those lines and
+forwards everything else unchanged: ``python -m workbench`` runs inside it, and
+:func:`quiet_tensorflow_import` (installed by ``import workbench``) imports TensorFlow inside
+it wherever a workbench function first needs it (a plain ``python``, a notebook's kernel).
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import os
 import re
 import sys
@@ -86,3 +90,31 @@ def filtered_stderr():
         if not thread.is_alive():
             os.close(read)
             os.close(out)
+
+
+class _QuietImport(importlib.abc.MetaPathFinder):
+    """Finds ``tensorflow`` the first time it is imported, by whoever imports it, and runs its
+    import inside :func:`filtered_stderr`; then steps aside."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                with filtered_stderr():
+                    run(module)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def quiet_tensorflow_import():
+    """Import TensorFlow, when something first does, with its start-up lines dropped (nothing
+    where it is imported already or the finder is installed)."""
+    if "tensorflow" not in sys.modules and \
+            not any(isinstance(f, _QuietImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _QuietImport())
