@@ -206,6 +206,11 @@ class Target:
                    check_draw_buffers(draw_buffers, table))
 
 
+# A pass's uniforms that only the vertex shader reads (its window's texture coordinates,
+# :data:`workbench.es2.shaders.VERTEX_SHADER`): they take no fragment uniform vectors
+VERTEX_UNIFORM = "u_v_"
+
+
 def check_passes(passes, limits: Limits = ES2, graph=None):
     """Per program: the uniform vectors it declares (each vec2 takes a vec4 slot, an array
     one a row), its render
@@ -213,7 +218,8 @@ def check_passes(passes, limits: Limits = ES2, graph=None):
     program (a convolution program's fetches per fragment: one with several targets reads
     the union of their inputs)."""
     for p in passes:
-        vectors = len(p.uniforms) + sum(len(rows) for rows in p.arrays.values())
+        vectors = (sum(not name.startswith(VERTEX_UNIFORM) for name in p.uniforms)
+                   + sum(len(rows) for rows in p.arrays.values()))
         fits(p.op, "fragment uniform vectors", vectors, limits.fragment_uniform_vectors, limits)
         fits(p.op, "render targets per program", len(p.outputs), limits.draw_buffers, limits)
         fits(p.op, "texture units", len(p.inputs), limits.texture_units, limits)

@@ -87,8 +87,8 @@ def uniform_values(uniforms: dict, shapes) -> dict[str, tuple]:
         h, w = shapes[tensor][:2]
         if kind == "size":
             return (w, h)
-        if kind == "texel":
-            return (1 / w, 1 / h)
+        if kind == "texel":  # (an empty tensor's: infinite, as the page's 1 / 0 gives it)
+            return tuple(1 / n if n else float("inf") for n in (w, h))
         if kind == "window":
             kernel, stride = conv
             return (1 / ((w - 1) * stride + kernel), 1 / ((h - 1) * stride + kernel))

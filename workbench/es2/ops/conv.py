@@ -25,7 +25,7 @@ from workbench.es2.ops.conv_emulator import emulate
 from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, order_of,
                                       places_residual)
 from workbench.es2.ops.padding import (border_offered, border_passes, border_tensor,
-                                       border_textures, border_uniforms, bordered,
+                                       border_textures, bordered,
                                        padding_terms)
 from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
@@ -37,9 +37,8 @@ from workbench.es2.shaders import (
     header,
     masked,
     uniform_declarations,
-    window_uniforms,
+    window_varying,
 )
-from workbench.glsl_text import glsl_float
 from workbench.ir.cost import Cost
 from workbench.nets import activations, storage
 
@@ -191,11 +190,11 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     # [dy, dx, input pack, in component, out]
     weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
-    vectors = border_uniforms(op) if border else window_uniforms(op)
-    drawn = getattr(op, "border_out", None)  # its output's border: the window moves with it
-    if drawn:
-        vectors["u_pad"] = ((*vectors["u_pad"], *drawn[:2]) if not border else
-                            ("value", float(drawn[0] * op.stride), float(drawn[1] * op.stride)))
+    texel = ("window", op.name, op.size, op.stride) if border else ("texel", op.input)
+    vectors = {"u_in_texel": texel, **window_varying(
+        ("texel", op.name), op.stride, texel,
+        None if border else ("pad", op.input, op.size, op.stride, op.padding))}
+    drawn = getattr(op, "border_out", None)  # its output drawn inside a zero border
     parts = stage.reads(op, packs[0]) if stage else []
     samplers += [f"u_part{h}" for h in range(len(parts))]
     bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]
@@ -211,8 +210,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if (parts or residuals) and "u_out_size" in texel:
         vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding) and not border
-    body = coordinates(op.size, glsl_float(op.stride), padded, inline_masks, rows,
-                       pad=not border or bool(drawn))
+    body = coordinates(op.size, padded, inline_masks, rows)
     fetched = [fetch(texel) for fetch in residual_fetches]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:

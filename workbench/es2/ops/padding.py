@@ -18,7 +18,7 @@ from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.ops import split
 from workbench.es2.shaders import (Binding, Pass, coordinates, header, inside_mask, masked,
-                                   uniform_declarations, window_uniforms)
+                                   uniform_declarations, window_varying)
 from workbench.glsl_text import glsl_vec
 
 
@@ -121,18 +121,15 @@ def border_textures(op, shapes) -> dict:
             for i in range(ir.packs(c) * fixed16.textures_a_pack(op, "input"))}
 
 
-def border_uniforms(op) -> dict:
-    """The ``vec2`` uniform of a bordered program's window (:func:`workbench.es2.shaders.
-    coordinates` without ``u_pad``): one texel of the bordered texture."""
-    return {"u_in_texel": ("window", op.name, op.size, op.stride)}
-
-
 def border_passes(op, shapes, precision) -> list[Pass]:
     """The programs that copy each texture of ``op``'s input into its bordered texture: a
     texel of the input where it lies inside, 0 in the border (its mask; the same bytes); none
     where its producer draws the border (``input_bordered``)."""
-    vectors = window_uniforms(op)  # the input's texel; the padding: where the input starts
-    body = coordinates(1, "1.0", True) + [
+    texel = ("texel", op.input)  # the input's texel; the padding: where the input starts
+    vectors = {"u_in_texel": texel, **window_varying(
+        ("window", op.name, op.size, op.stride), 1, texel,
+        ("pad", op.input, op.size, op.stride, op.padding))}
+    body = coordinates(1, True) + [
         "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
     source = (header(precision) + uniform_declarations(["u_in0"], vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
