@@ -203,15 +203,14 @@ def bilinear_corners(block: int) -> list[str]:
     return lines + ["    vec2 hi = lo + u_in_texel;"]
 
 
-def window_uniforms(op, area=None) -> dict:
+def window_uniforms(op) -> dict:
     """The ``vec2`` uniforms :func:`coordinates` reads for ``op``'s window over its input,
-    drawing its output (``area``: one texel of the area drawn, default its output's): one
-    texel of the input in texture coordinates (the runner divides, so that no program spends
-    a division on it: 3 % of VideoCore IV's cycles on the x2 net), and the vertex shader's
-    (:func:`window_varying`) with the padding."""
+    drawing its output: one texel of the input in texture coordinates (the runner divides, so
+    that no program spends a division on it: 3 % of VideoCore IV's cycles on the x2 net), and
+    the vertex shader's (:func:`window_varying`) with the padding."""
     texel = ("texel", op.input)
     return {"u_in_texel": texel,
-            **window_varying(area or ("texel", op.name), op.stride, texel,
+            **window_varying(("texel", op.name), op.stride, texel,
                              ("pad", op.input, op.size, op.stride, op.padding))}
 
 
