@@ -54,8 +54,10 @@ def test_woof_files_are_the_validation_photos_of_its_classes():
 def test_the_calibration_solves_the_articles_two_times():
     """``ms = a clocks / MHz + d draws`` through the article's two (net, time) pairs, with the
     clocks from vc4's estimated cycles and from its instructions; ours predicted by each."""
-    x2 = {"cycle-fragments (G)": 1.6, "instruction-fragments (G)": 0.9, "draws": 32}
-    dogs = {"cycle-fragments (G)": 1.4, "instruction-fragments (G)": 0.75, "draws": 1173}
+    x2 = {"cycle-fragments (G)": 1.6, "instruction-fragments (G)": 0.9,
+          "two-thread cycle-fragments (G)": 0.95, "draws": 32}
+    dogs = {"cycle-fragments (G)": 1.4, "instruction-fragments (G)": 0.75,
+            "two-thread cycle-fragments (G)": 0.8, "draws": 1173}
     rows = {("x2", "Beatmup"): x2, ("classifier", "Beatmup"): dogs}
     board = "Raspberry Pi 3 B / B+"
     for key in beatmup.PI_COUNTS.values():
@@ -71,13 +73,27 @@ def test_the_calibration_solves_the_articles_two_times():
     # a side with the article's estimated cycles but fewer instructions: the same time by
     # cycles, less by instructions
     ours = {"target": "vc4", "net": "x2", "implementation": "ours", "draws": 32,
-            "cycle-fragments (G)": 1.6, "instruction-fragments (G)": 0.8}
+            "cycle-fragments (G)": 1.6, "instruction-fragments (G)": 0.8,
+            "two-thread cycle-fragments (G)": 0.95}
     table = [{"target": "vc4", "net": net, "implementation": "Beatmup", **row}
              for net, row in (("x2", x2), ("classifier", dogs))] + [ours]
     mine = [r for r in beatmup.pi_model(table) if r["implementation"] == "ours"
             and r["board"] == board and r["clock from"] == "documented"][0]
     assert mine["calibrated ms (cycles)"] == pytest.approx(beatmup.MEASURED_MS[("x2", board)])
     assert mine["calibrated ms (instructions)"] < mine["calibrated ms (cycles)"]
+    assert mine["calibrated ms (two threads)"] == pytest.approx(beatmup.MEASURED_MS[("x2", board)])
+
+
+def test_two_threads_pay_the_longer_of_the_instructions_and_half_the_estimate():
+    """vc4's estimate is one thread's schedule; the other thread runs in its stalls."""
+    assert compilers.two_thread_cycles(
+        {"instructions": 100, "estimated_cycles": 300, "threads": 2}) == 150
+    assert compilers.two_thread_cycles(
+        {"instructions": 100, "estimated_cycles": 150, "threads": 2}) == 100
+    assert compilers.two_thread_cycles(
+        {"instructions": 100, "estimated_cycles": 300, "threads": 1}) == 300
+    reports = [{"stats": {"instructions": 10, "estimated_cycles": 40, "threads": 2}}]
+    assert compilers.weighted(reports, [(0, 3), (0, 2)], compilers.two_thread_cycles) == 100
 
 
 @needs_peer
