@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from workbench.data import datasets, images
+from workbench.es2.drivers import two_thread_cycles
 from workbench.gl import beatmup as peer
 from workbench.gl import drivers
 from workbench.studies import beatmup, compilers
@@ -86,14 +87,14 @@ def test_the_calibration_solves_the_articles_two_times():
 
 def test_two_threads_pay_the_longer_of_the_instructions_and_half_the_estimate():
     """vc4's estimate is one thread's schedule; the other thread runs in its stalls."""
-    assert compilers.two_thread_cycles(
+    assert two_thread_cycles(
         {"instructions": 100, "estimated_cycles": 300, "threads": 2}) == 150
-    assert compilers.two_thread_cycles(
+    assert two_thread_cycles(
         {"instructions": 100, "estimated_cycles": 150, "threads": 2}) == 100
-    assert compilers.two_thread_cycles(
+    assert two_thread_cycles(
         {"instructions": 100, "estimated_cycles": 300, "threads": 1}) == 300
     reports = [{"stats": {"instructions": 10, "estimated_cycles": 40, "threads": 2}}]
-    assert compilers.weighted(reports, [(0, 3), (0, 2)], compilers.two_thread_cycles) == 100
+    assert compilers.weighted(reports, [(0, 3), (0, 2)], two_thread_cycles) == 100
 
 
 @needs_peer

@@ -122,7 +122,22 @@ def fit(graph, generate, driver: str):
     return passes, reports, changes, options
 
 
-def tune(graph, generate, driver: str, options=None):
+def two_thread_cycles(stats) -> float:
+    """What a vc4 program costs a fragment where its threads interleave: one thread runs in
+    the other's stalls, so two threads of it take the longer of their instructions and one
+    thread's estimated cycles (its instructions and its stalls): ``max(instructions,
+    estimated cycles / threads)`` (a single-threaded program: its estimated cycles)."""
+    return max(stats["instructions"], stats["estimated_cycles"] / stats.get("threads", 1))
+
+
+# What :func:`tune` may minimise, by name: a program's count from its driver's statistics
+# (the last two where the driver estimates cycles: vc4)
+COUNTS = {"instructions": lambda stats: stats["instructions"],
+          "estimated cycles": lambda stats: stats["estimated_cycles"],
+          "two threads": two_thread_cycles}
+
+
+def tune(graph, generate, driver: str, options=None, count=None):
     """After :func:`fit` (``options``: what it chose), the form of each layer's programs that
     ``driver``'s compiler runs fastest by its own numbers: each convolution whose programs
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
@@ -130,18 +145,22 @@ def tune(graph, generate, driver: str, options=None):
     (:func:`workbench.es2.ops.padding.bordered`: the copies' programs counted with the
     layer's), and its residual added last, first or after the order's first term
     (:data:`RESIDUAL_PLACES`) where it has them,
-    and keeps the form with the fewest spills, then the most threads, then the fewest
-    estimated cycles (vc4) or instructions (the others); a tie keeps what it had.  A form
-    changes the float rounding, not the arithmetic; the emulator follows it
-    (:func:`ordered`).
+    and keeps the form with the fewest spills, then the most threads, then the smallest sum
+    of ``count`` (:data:`COUNTS`; default the estimated cycles where the driver estimates
+    them, vc4, else the instructions; ``"two threads"``: :func:`two_thread_cycles`); a tie
+    keeps what it had.  A form changes the float rounding, not the arithmetic; the emulator
+    follows it (:func:`ordered`).
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
     passes, reports = _compiled(generate, options, driver)
     layers = [op.name for op in graph.ops
               if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
-    metric = "estimated_cycles" if any("estimated_cycles" in r.stats for r in reports) \
-        else "instructions"
+    estimates = any("estimated_cycles" in r.stats for r in reports)
+    count = count or ("estimated cycles" if estimates else "instructions")
+    if count not in COUNTS or (count != "instructions" and not estimates):
+        raise ValueError(f"tune: count {count!r} is not one the {driver} driver gives; "
+                         f"{'one of ' + ', '.join(COUNTS) if estimates else 'instructions'}")
 
     def form_of(layer, form):  # the layer's options under ``form``, as far as it has them
         allowed = layer_options(graph.op(layer))
@@ -165,18 +184,18 @@ def tune(graph, generate, driver: str, options=None):
                                             for trial, ps in trials]
     changes = []
     for layer in layers:
-        keys = [(_form_key(ps, rs, layer, metric), trial.get(layer, {}), i)
+        keys = [(_form_key(ps, rs, layer, count), trial.get(layer, {}), i)
                 for i, (trial, ps, rs) in enumerate(tried)]
         (best, chosen, i), before = min(keys, key=lambda k: k[0]), keys[0][0]
         if best < before:
             options[layer] = chosen
             also = ""
-            if metric != "instructions":  # what the estimate's gain cost or saved in instructions
+            if count != "instructions":  # what the count's gain cost or saved in instructions
                 counts = [_layer_stat(*tried[k][1:], layer, "instructions") for k in (0, i)]
                 also = f", instructions {counts[0]:,} -> {counts[1]:,}"
             changes.append(f"layer {layer!r}: {_described(chosen)} on "
-                           f"{drivers.driver(driver).gpu}: {metric.replace('_', ' ')} "
-                           f"{before[-1]:,} -> {best[-1]:,}{also}")
+                           f"{drivers.driver(driver).gpu}: {count} "
+                           f"{before[-1]:,.0f} -> {best[-1]:,.0f}{also}")
     if changes:
         passes, reports = _compiled(generate, options, driver)
     return passes, reports, changes, options
@@ -191,15 +210,15 @@ def _described(form) -> str:
             + RESIDUAL_PLACES.get(form.get("residual_after", LAST), ""))
 
 
-def _form_key(passes, reports, layer, metric):
+def _form_key(passes, reports, layer, count):
     """How a layer's programs compare: refused last, then the most spills, the fewest
-    threads, and the sum of ``metric``."""
+    threads, and the sum of ``count`` (:data:`COUNTS`)."""
     mine = [r for p, r in zip(passes, reports) if p.op == layer]
     if not all(r.ok for r in mine):
         return (1, 0, 0, float("inf"))
     return (0, max(r.stats.get("spills", r.stats.get("spill", 0)) for r in mine),
             -min(r.stats.get("threads", 1) for r in mine),
-            sum(r.stats.get(metric, 0) for r in mine))
+            sum(COUNTS[count](r.stats) for r in mine))
 
 
 def ordered(graph, options):

@@ -160,7 +160,10 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     instead split the refused layers' programs until it takes them (``net.changes`` says
     what changed);
     ``tune``: fit, then keep the form of each layer's programs that the driver runs fastest
-    by its own numbers (:func:`workbench.es2.drivers.tune`).  ``shared``: the weights of
+    by its own numbers (:func:`workbench.es2.drivers.tune`; ``True``: its estimated cycles
+    where it gives them, vc4, else its instructions; or the count's name,
+    :data:`workbench.es2.drivers.COUNTS`: ``"two threads"`` for a vc4 program's instructions
+    or its estimated cycles over its two threads, whichever is longer).  ``shared``: the weights of
     each layer whose programs can hold them as uniform arrays set at each draw, so that one
     program serves every layer of its shape (fewer programs to compile; the same bytes).
     ``calibration``: HxWxC images in [0, 1] on which the ranges of unbounded tensors (a ReLU's,
@@ -173,6 +176,9 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     TF's on 98.6 -> 99.4 % of 500 CIFAR-10 images); 8 in one RGBA8 texture a pack."""
     from workbench.es2 import calibrate, samples
 
+    if not isinstance(tune, bool) and tune not in drivers.COUNTS:
+        raise ValueError(f"tune must be True, False or one of {', '.join(drivers.COUNTS)}, "
+                         f"not {tune!r}")
     if dense not in ("fixed16", "float"):
         raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
     if scaled_bits not in (8, 16):
@@ -211,7 +217,8 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     if fit:
         passes, _, changes, options = drivers.fit(graph, passes_with, gpu)
         if tune:
-            passes, _, tuned, options = drivers.tune(graph, passes_with, gpu, options)
+            passes, _, tuned, options = drivers.tune(graph, passes_with, gpu, options,
+                                                     None if tune is True else tune)
             changes += tuned
         graph = drivers.ordered(graph, options)
     else:

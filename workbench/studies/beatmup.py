@@ -30,6 +30,7 @@ import numpy as np
 
 from workbench import references, tables, timings
 from workbench.data import datasets, images, metrics
+from workbench.es2.drivers import two_thread_cycles
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import beatmup, drivers
 from workbench.nets import beatmup_model
@@ -325,7 +326,7 @@ def compile_all(found, driver_names=DRIVERS) -> list[dict]:
                     row["estimated cycles"] = sum(s["estimated_cycles"] for s in stats)
                     row["cycle-fragments (G)"] = compilers.weighted(reports, draw_list) / 1e9
                     row["two-thread cycle-fragments (G)"] = compilers.weighted(
-                        reports, draw_list, compilers.two_thread_cycles) / 1e9
+                        reports, draw_list, two_thread_cycles) / 1e9
                     row["fewest threads"] = min(s["threads"] for s in stats)
                 spills = [s.get("spills", s.get("spill", 0)) for s in stats]
                 row["most spills"] = max(spills) if spills else 0
@@ -343,7 +344,7 @@ def pi_model(rows) -> list[dict]:
     and its two measured times on that board; ours then predicted from the same fit.  A fit
     a count (:data:`PI_COUNTS`): vc4's estimated cycles (its scheduler's waits on texture
     results all paid), its instructions (those waits all hidden by the QPU's second thread)
-    and, between them, its threads interleaved (:func:`~workbench.studies.compilers.
+    and, between them, its threads interleaved (:func:`~workbench.es2.drivers.
     two_thread_cycles`); the article's two times fit each exactly, so only a board says
     which a Pi follows."""
     vc4 = {(r["net"], r["implementation"]): r for r in rows

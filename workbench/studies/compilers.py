@@ -149,19 +149,11 @@ def by_layer(owners, reports, draw_list, stat="estimated_cycles") -> dict[str, f
 
 def weighted(reports, draw_list, stat="estimated_cycles") -> float:
     """The sum over ``draw_list`` (``(program index, fragments)``) of fragments times the
-    program's ``stat`` in ``reports`` (dicts, as :func:`dataclasses.asdict` gives them; a
-    function of a program's stats, as :func:`two_thread_cycles`): e.g. the estimated
-    cycle-fragments of one image."""
+    program's ``stat`` in ``reports`` (dicts, as :func:`dataclasses.asdict` gives them; or a
+    function of a program's stats, as :func:`workbench.es2.drivers.two_thread_cycles`): e.g.
+    the estimated cycle-fragments of one image."""
     of = stat if callable(stat) else (lambda stats: stats[stat])
     return float(sum(f * of(reports[i]["stats"]) for i, f in draw_list))
-
-
-def two_thread_cycles(stats) -> float:
-    """What a vc4 program costs a fragment where its threads interleave: one thread runs in
-    the other's stalls, so two threads of it take the longer of their instructions and one
-    thread's estimated cycles (its instructions and its stalls): ``max(instructions,
-    estimated cycles / threads)`` (a single-threaded program: its estimated cycles)."""
-    return max(stats["instructions"], stats["estimated_cycles"] / stats.get("threads", 1))
 
 
 def v3d_clocks(cycle_fragments) -> float:
