@@ -164,8 +164,9 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     where it gives them, vc4, else its instructions; or the count's name,
     :data:`workbench.es2.drivers.COUNTS`: ``"two threads"`` for a vc4 program's instructions
     or its estimated cycles over its two threads, whichever is longer).  ``shared``: the
-    weights of each layer whose programs can hold them as uniform arrays set at each draw, so that one
-    program serves every layer of its shape (fewer programs to compile; the same bytes).
+    weights of each layer whose programs can hold them as uniform arrays set at each draw, so
+    that one program serves every layer of its shape (fewer programs to compile; the same
+    bytes).
     ``calibration``: HxWxC images in [0, 1] on which the ranges of unbounded tensors (a ReLU's,
     a linear add's) are measured, which are then stored with a scale
     (:mod:`workbench.es2.calibrate`); default the sample images
