@@ -151,18 +151,23 @@ def coordinates(size, masked, inline_masks=False, rows=None) -> list[str]:
 
 
 def window_varying(area, stride, texel, pad=None) -> dict:
-    """The vertex shader's uniforms (:data:`VERTEX_SHADER`) that put a window program's first
-    tap in ``v_uv`` (:func:`coordinates`): at the fragment of pixel p of the area it draws,
+    """The ``vec2`` uniforms of a window program (:func:`coordinates`): ``u_in_texel``, one
+    texel of its input (the runner divides, so that no program spends a division on it: 3 %
+    of VideoCore IV's cycles on the x2 net), and the vertex shader's (:data:`VERTEX_SHADER`)
+    that put its first tap in ``v_uv``: at the fragment of pixel p of the area it draws,
     ``(p * stride + 0.5 - pad) * texel``, the texel centre that ``(gl_FragCoord.xy - 0.5) *
     stride + 0.5 - pad`` gave where the area starts at the texture's corner (the same texel,
     nearest sampling: the same bytes; an output drawn inside a border moves its area, not its
     window).  ``area``: one texel of that area (a uniform spec: its output's ``("texel",
     tensor)``); ``texel``, ``pad``: the specs of one texel of its input and of the (left,
-    top) padding before it (None: none, an input whose padding is in its texture).
+    top) padding before it (None: none, an input whose padding is in its texture).  The
+    vertex shader reads the texel as its own ``u_v_texel``: a uniform of both stages must
+    have one precision, and a fragment shader's may be mediump.
     Interpolated over the quad, ``v_uv`` costs the fragment nothing: Adreno 320 190 -> 174
     instructions a 1x1 program over 8 packs, Vivante GC2000 208 -> 192, Mali-400 54 -> 47."""
     s = float(stride)
-    return {f"{VERTEX_UNIFORM}area_texel": area, f"{VERTEX_UNIFORM}stride": ("value", s, s),
+    return {"u_in_texel": texel,
+            f"{VERTEX_UNIFORM}area_texel": area, f"{VERTEX_UNIFORM}stride": ("value", s, s),
             f"{VERTEX_UNIFORM}pad": pad or ("value", 0.0, 0.0), f"{VERTEX_UNIFORM}texel": texel}
 
 
@@ -204,14 +209,10 @@ def bilinear_corners(block: int) -> list[str]:
 
 
 def window_uniforms(op) -> dict:
-    """The ``vec2`` uniforms :func:`coordinates` reads for ``op``'s window over its input,
-    drawing its output: one texel of the input in texture coordinates (the runner divides, so
-    that no program spends a division on it: 3 % of VideoCore IV's cycles on the x2 net), and
-    the vertex shader's (:func:`window_varying`) with the padding."""
-    texel = ("texel", op.input)
-    return {"u_in_texel": texel,
-            **window_varying(("texel", op.name), op.stride, texel,
-                             ("pad", op.input, op.size, op.stride, op.padding))}
+    """:func:`window_varying`'s uniforms for ``op``'s window over its input, drawing its
+    output: its input's texel, its padding."""
+    return window_varying(("texel", op.name), op.stride, ("texel", op.input),
+                          ("pad", op.input, op.size, op.stride, op.padding))
 
 
 def constant_textures(graph: ir.Graph) -> dict[str, np.ndarray]:

@@ -125,10 +125,9 @@ def border_passes(op, shapes, precision) -> list[Pass]:
     """The programs that copy each texture of ``op``'s input into its bordered texture: a
     texel of the input where it lies inside, 0 in the border (its mask; the same bytes); none
     where its producer draws the border (``input_bordered``)."""
-    texel = ("texel", op.input)  # the input's texel; the padding: where the input starts
-    vectors = {"u_in_texel": texel, **window_varying(
-        ("window", op.name, op.size, op.stride), 1, texel,
-        ("pad", op.input, op.size, op.stride, op.padding))}
+    # the bordered texture drawn a texel of the input a pixel, from where the padding ends
+    vectors = window_varying(("window", op.name, op.size, op.stride), 1, ("texel", op.input),
+                             ("pad", op.input, op.size, op.stride, op.padding))
     body = coordinates(1, True) + [
         "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
     source = (header(precision) + uniform_declarations(["u_in0"], vectors)
