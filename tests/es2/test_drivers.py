@@ -242,11 +242,18 @@ def test_tune_keeps_the_summation_order_vc4_runs_fastest_and_the_emulator_follow
     net = es2.compile(model, "videocore4", tune=True)
     cycles = {name: [r.stats["estimated_cycles"] for r in es2_drivers.check(n, "vc4")]
               for name, n in (("fit", fitted), ("tune", net))}
-    assert sum(cycles["tune"]) < 0.75 * sum(cycles["fit"])  # 30,488 -> 18,625 at this commit
+    # two thirds of the article's programs' 24,357 (30,488 -> 15,252 at this commit)
+    assert sum(cycles["tune"]) <= 16_000
     assert {r.stats["threads"] for r in es2_drivers.check(net, "vc4")} == {2}
-    # (its padding masks kept: they hide vc4's fetch latency; without them, through a zero
-    # border, the 5x5 layer's estimated cycles grow)
-    assert not any(getattr(op, "zero_border", False) for op in net.graph.ops)
+    # the 5x5 and 3x3 layers read through zero borders, each column times its unit mask
+    # (exactly 1): without them vc4's scheduler issues a column's last fetch between the
+    # previous fetch's thread switch and its result and its estimate waits there (L2: 680
+    # instructions, 914 estimated cycles; with them 691 / 723; with padding masks 769 / 802)
+    bordered = {op.name for op in net.graph.ops if getattr(op, "zero_border", False)}
+    assert bordered == {"L1", "L2", "L4"}
+    sizes = {op.name: op.size for op in net.graph.ops if op.name in bordered}
+    assert all(f"max(x{sizes[p.op] - 1}, 1.0)" in p.source for p in net.passes
+               if p.op in bordered and "border" not in p.name)
     orders = {op.name: op.order for op in net.graph.ops if hasattr(op, "order")}
     assert set(orders) <= {"L1", "L2", "L3", "L4", "L5"} and "columns" in orders.values()
     assert sum("products added" in c for c in net.changes) == len(orders)
@@ -273,11 +280,14 @@ def test_tune_by_two_threads_keeps_fewer_instructions_than_by_the_estimate():
     """``tune="two threads"`` on vc4: each layer's form by max(instructions, estimated cycles /
     threads) a program (the QPU's second thread runs in the stalls vc4's estimate charges):
     the x2 net's programs sum to no more by that count than the estimate-tuned plan's, with
-    fewer instructions (13,777 against 16,212 at this commit: zero borders instead of masks),
+    no more instructions (13,777 against 16,212 before the unit masks: zero borders instead
+    of masks),
     all two-threaded, and the bytes are the emulator's but for float32 rounding ties (this
     image: 1 value of L5's 5,412 one level apart; the t720-tuned plan, the same zero-border
     forms, has the same tie, before and since the windows' first tap came from the vertex
-    shader); a count the driver does not give, or an unknown one, is one line."""
+    shader); a count the driver does not give, or an unknown one, is one line.  (Since the
+    unit masks the estimate's plan reads through zero borders too: 14,178 instructions
+    against 13,974 at this commit.)"""
     model = load_model(reference_sr())
     by_estimate = es2.compile(model, "videocore4", tune=True)
     by_threads = es2.compile(model, "videocore4", tune="two threads")
@@ -286,7 +296,7 @@ def test_tune_by_two_threads_keeps_fewer_instructions_than_by_the_estimate():
     cost = {name: sum(es2_drivers.two_thread_cycles(s) for s in st) for name, st in stats.items()}
     instructions = {name: sum(s["instructions"] for s in st) for name, st in stats.items()}
     assert cost["threads"] <= cost["estimate"]
-    assert instructions["threads"] < 0.9 * instructions["estimate"]
+    assert instructions["threads"] <= instructions["estimate"]
     assert {s["threads"] for s in stats["threads"]} == {2}
     assert any("two threads" in c for c in by_threads.changes)
     image = np.random.default_rng(6).random((41, 33, 3)).astype(np.float32)

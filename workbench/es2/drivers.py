@@ -143,7 +143,9 @@ def tune(graph, generate, driver: str, options=None, count=None):
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
     masks computed once or per tap, or its input read through a zero border instead
     (:func:`workbench.es2.ops.padding.bordered`: the copies' programs counted with the
-    layer's), and its residual added last, first or after the order's first term
+    layer's), with or without unit masks where no tap lies in the padding and the driver
+    estimates cycles (:func:`workbench.es2.ops.padding.unit_mask`: elsewhere they only add
+    instructions), and its residual added last, first or after the order's first term
     (:data:`RESIDUAL_PLACES`) where it has them,
     and keeps the form with the fewest spills, then the most threads, then the smallest sum
     of ``count`` (:data:`COUNTS`; default the estimated cycles where the driver estimates
@@ -167,15 +169,18 @@ def tune(graph, generate, driver: str, options=None, count=None):
         return {**options.get(layer, {}), **{k: v for k, v in form.items() if k in allowed}}
 
     choices = {"order": list(ORDERS), "inline_masks": [False, True],
-               "zero_border": [False, True],
+               "zero_border": [False, True], "unit_masks": [False, True],
                "residual_after": list(RESIDUAL_PLACES)}  # each only where some layer has it
     choices = {k: v for k, v in choices.items()
-               if any(k in layer_options(graph.op(layer)) for layer in layers)}
+               if any(k in layer_options(graph.op(layer)) for layer in layers)
+               and (k != "unit_masks" or estimates)}  # (they only steer vc4's scheduler)
     trials = []
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
         if not places_residual(form.get("order"), form.get("residual_after", LAST)) or (
-                form.get("zero_border") and form.get("inline_masks")):  # (no masks to place)
+                form.get("zero_border") and form.get("inline_masks")) or (  # (no masks)
+                form.get("unit_masks") and (form.get("inline_masks")
+                                            or form.get("order") == "chain")):
             continue
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         trials.append((trial, generate(trial)))
@@ -207,6 +212,7 @@ def _described(form) -> str:
             + (", padding masks computed per tap" if form.get("inline_masks") else "")
             + (", its input read through a zero border (no masks)"
                if form.get("zero_border") else "")
+            + (", each column times a unit mask" if form.get("unit_masks") else "")
             + RESIDUAL_PLACES.get(form.get("residual_after", LAST), ""))
 
 

@@ -135,7 +135,7 @@ def _bits(op: ir.Conv, wide) -> dict:
 
 def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
             order="chain", weights="literals", residual_after=LAST, stage=None,
-            half=None) -> Pass:
+            half=None, unit_masks=False) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
@@ -147,7 +147,10 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     (the same source, the half in its uniform ``u_half``: one program to compile for both),
     a program of ``channels`` the half they lie in.
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
-    the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
+    the same bytes).  ``unit_masks``: where no tap may lie in the padding (its input read
+    through a zero border, or no padding) and the order groups its taps, each column's
+    products times its :func:`~workbench.es2.ops.padding.unit_mask`, exactly 1 (the same
+    bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.weights.WEIGHTS`; uniforms for a program that writes one whole pack).
     ``residual_after``: the residual added after that many of the order's terms
@@ -219,7 +222,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     present = [present_components(op, p) for p in in_packs]
     if order != "chain":
         terms = grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
-                        constants, present)
+                        constants, present, unit_masks)
     else:
         terms = chain(op, sums, outs, weights, fetches, padded, inline_masks, constants,
                       padding, present, channels, rows)
@@ -330,12 +333,14 @@ def _kept(values, kept):
 
 def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
            order=None, weights="literals", residual_after=None, row_split=None,
-           zero_border=None, input_bordered=None, border_out=None) -> list[Pass]:
+           zero_border=None, input_bordered=None, border_out=None,
+           unit_masks=False) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
     pack is drawn by several programs of that many components each, one target each.
-    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`.  ``order``: how they add
+    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`; ``unit_masks``: see
+    :func:`program`.  ``order``: how they add
     their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
     ``weights="uniforms"``: weights set at each draw (:class:`~.weights.Weights`), one pack a
     program, where they fit the limits' uniform vectors (else literals).
@@ -378,7 +383,8 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     draw_buffers = target.draw_buffers if weights == "literals" and not last and not wide else 1
     return partials + [
         program(op, packs, precision, inline_masks=inline_masks, order=order, weights=weights,
-                residual_after=residual_after, stage=last.get(packs[0]), half=half)
+                residual_after=residual_after, stage=last.get(packs[0]), half=half,
+                unit_masks=unit_masks)
         for packs in programs(op, draw_buffers, limits.texture_units,
                               limits.fetches_per_fragment)
         for half in (split.halves(op, packs[0]) if wide else [None])]
@@ -536,7 +542,7 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
     masks += ("zero_border",) if border_offered(op) else ()
     residual = ("residual_after",) if op.residual else ()
-    order = () if chained(op) else ("order",)
+    order = () if chained(op) else ("order", "unit_masks")
     rows = ("row_split",) if op.size > 1 else ()
     return ("channels", *masks, *order, *residual, "weights", *rows)
 

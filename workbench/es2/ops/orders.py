@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
-from workbench.es2.ops.padding import axis_mask, tap_mask
+from workbench.es2.ops.padding import axis_mask, tap_mask, unit_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
 LAST = -1  # a residual added after all of the order's terms (ConvForm.residual_after)
@@ -28,15 +28,18 @@ def taps(size, rows=None):
 
 
 def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
-            constants, present) -> list[str]:
+            constants, present, unit_masks=False) -> list[str]:
     """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
     group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
     padding (a luma input's tap: its scalar luma times the tap's own mask, a multiply instead
-    of four; 0 or 1, so exact either way); ``fetches``: each input pack's texel at GLSL
-    coordinates (a function of them); ``present``: the components each input pack has
-    (:meth:`Weights.product`)."""
+    of four; 0 or 1, so exact either way), or, ``unit_masks`` where none may, times its
+    column's :func:`~workbench.es2.ops.padding.unit_mask` where the column's mask would be;
+    ``fetches``: each input pack's texel at GLSL coordinates (a function of them);
+    ``present``: the components each input pack has (:meth:`Weights.product`)."""
     def mask(axis, d):
-        return f" * {axis_mask(axis, d, inline_masks)}" if padded else ""
+        if padded:
+            return f" * {axis_mask(axis, d, inline_masks)}"
+        return f" * {unit_mask(d)}" if unit_masks and axis == "x" else ""
 
     lines = []
     for s, o, w in zip(sums, outs, weights):
