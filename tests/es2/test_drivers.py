@@ -19,7 +19,7 @@ from workbench.data import metrics
 from workbench.es2 import drivers as es2_drivers
 from workbench.es2 import emulate, limits
 from workbench.es2.shaders import VERTEX_SHADER
-from workbench.gl import drivers
+from workbench.gl import beatmup, drivers
 from workbench.nets.layers import Act, GroupConv2D
 from workbench.nets.models import dogs_classifier, load_model, load_named, named, reference_sr
 from workbench.studies import compilers
@@ -308,6 +308,27 @@ def test_tune_by_two_threads_keeps_fewer_instructions_than_by_the_estimate():
         es2.compile(model, tune="two threads", check_driver="t720")
     with pytest.raises(ValueError, match="tune must be True, False or one of"):
         es2.compile(model, "videocore4", tune="fastest")
+
+
+@needs_build
+@pytest.mark.skipif(beatmup.available() is not None, reason=beatmup.available() or "")
+def test_the_articles_classifier_shared_and_tuned_on_vc4_takes_two_thirds_of_its_cycles():
+    """The article's trained dog classifier, its weights as uniforms (``shared``) and tuned on
+    vc4: at most 100 programs (18 at this commit) and, weighted by the fragments of its
+    draws, at most 0.90 G estimated cycle-fragments an image, two thirds of what the
+    article's own programs take (1.36 G, `bench beatmup`; 0.898 G at this commit, 1.13 before
+    the unit masks), every program two-threaded."""
+    from dataclasses import asdict
+
+    from workbench.nets import beatmup_model
+
+    net = es2.compile(beatmup_model.load(beatmup.model_file()), "videocore4", shared=True,
+                      tune=True)
+    assert len({p.source for p in net.passes}) <= 100
+    reports = es2_drivers.check(net, "vc4")
+    draws = compilers.draws(net, net.graph.input_size)
+    assert compilers.weighted([asdict(r) for r in reports], draws) <= 0.90e9
+    assert {r.stats["threads"] for r in reports} == {2}
 
 
 @needs_build
