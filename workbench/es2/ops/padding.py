@@ -9,7 +9,9 @@ which the convolution's programs then read as they are (each tap a fetch and its
 the same bytes: a tap in the border reads 0, as a masked tap adds 0).  Where a convolution
 alone reads its input and a convolution makes it, the producer draws its output with that
 border already (:func:`producer_borders`: its textures are the larger ones, cleared to 0, and
-its programs draw the output's own pixels in them: ``Pass.border``), and no copy is made."""
+its programs draw the output's own pixels in them: ``Pass.border``), and no copy is made.
+A program none of whose taps lies in the padding may still multiply each column by a mask
+that is exactly 1 (:func:`unit_mask`), for VideoCore IV's scheduler."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +31,8 @@ def axis_mask(axis, d, inline_masks) -> str:
 
 def unit_mask(dx) -> str:
     """Column ``dx``'s mask where every tap lies inside the texture (a zero border's window, or
-    one without padding): ``max(x<dx>, 1.0)``, exactly 1.0 (a texel centre lies at most half a
-    texel below 1), one instruction.  Its products times it keep their value (the same bytes)
+    one without padding): ``max(x<dx>, 1.0)``, exactly 1.0 (a texel centre lies half a texel or
+    more below 1), one instruction.  Its products times it keep their value (the same bytes)
     and the column's coordinate live until its products are added: VideoCore IV's compiler,
     which picks the next instruction by registers freed, then issues each fetch after the
     previous fetch's result instead of between that fetch's thread switch and its result,
