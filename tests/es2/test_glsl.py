@@ -64,7 +64,8 @@ def _compare(model, image, luma_input=False, tf_tolerance=HALF_LEVEL):
 def test_add_and_concat():
     """A two-input Add (not the conv-fused residual: both inputs activated) with a bounded
     activation after it, and a Concatenate of three tensors whose channels are not whole
-    packs (8 + 8 + 6): every tensor's bytes equal the emulator's, within half a level of TF;
+    packs (8 + 8 + 6): every tensor's bytes equal the emulator's, within half a level of TF,
+    also with the passes drawn back to back (``timed=False``: no timings);
     an Add without a bounded activation, one of whose parts is stored as it is (clamped at 1),
     is refused where the calibrated sum leaves [0, 1] (es2.calibrate)."""
     keras.utils.set_random_seed(7)
@@ -80,6 +81,9 @@ def test_add_and_concat():
     gpu, emu = net.run(image, keep=True), net.emulate(image, keep=True)
     for name in ("sum", "cat"):
         np.testing.assert_array_equal(gpu[name], emu[name], err_msg=name)
+    assert list(net.timings) == [p.name for p in net.passes]  # each pass waited for
+    untimed = net.run(image, keep=True, timed=False)  # drawn back to back: the same bytes
+    assert net.timings == {} and all(np.array_equal(untimed[k], gpu[k]) for k in gpu)
     unbounded = keras.Model(inputs, keras.layers.Add(name="raw")([a, b]))
     with pytest.raises(ValueError, match="layer 'raw': its sum with 'group_conv2d_.*' reaches "
                        ".* but 'group_conv2d_.*' is stored as it is .*so the sum must stay in"):

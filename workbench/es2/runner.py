@@ -56,15 +56,18 @@ class Runner:
         """What the worker needs for pass ``p``: program, bindings, uniform values, outputs."""
         return {"program": program,
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
-                "uniforms": uniform_values(p, self.shapes), "arrays": p.arrays,
+                "uniforms": uniform_values(p, self.shapes),
+                "arrays": {name: np.ascontiguousarray(rows, np.float32).tobytes()
+                           for name, rows in (p.arrays or {}).items()},
                 "outputs": p.outputs, "viewport": draw_area(p, self.shapes),
                 "clear": p.border is not None, "channels": p.channels}
 
-    def run(self, image, keep=False):
+    def run(self, image, keep=False, timed=True):
         """Run every pass; returns ``{texture key: array}`` of the output textures (all of
-        them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F.  A new input size
-        whose textures would not fit the memory available is refused before they are made
-        (:func:`workbench.es2.plan.require_memory`)."""
+        them with ``keep``): uint8 HxWx4 for RGBA8, float32 for RGBA32F; ``timed``: each pass
+        waited for and timed (:attr:`timings`), else drawn back to back (no timings).  A new
+        input size whose textures would not fit the memory available is refused before they
+        are made (:func:`workbench.es2.plan.require_memory`)."""
         image = self.graph.input_image(image)
         c = image.shape[2]
         self._allocate(image.shape[:2])
@@ -77,6 +80,6 @@ class Runner:
         reads = [k for k in self.textures if k not in self.constants
                  and (keep or k[0].split("/")[0] == output_op)]
         timings, arrays = self.worker.call("run", uploads=uploads, reads=reads,
-                                           passes=self._plans)
+                                           passes=self._plans, timed=timed)
         self.timings = {p.name: t for p, t in zip(self.passes, timings)}
         return arrays

@@ -29,8 +29,8 @@ class Worker:
         self.ctx = moderngl.create_context(standalone=True, backend="egl")
         quad = np.array([-1, -1, 1, -1, -1, 1, 1, 1], np.float32)
         self.vbo = self.ctx.buffer(quad.tobytes())
-        self.programs = {}   # fragment source -> (program, vao)
-        self.by_id = []      # (program, vao) in the order compile() returned their ids
+        self.programs = {}   # fragment source -> (program, vao, its members' names)
+        self.by_id = []      # (program, vao, names) in the order compile() returned their ids
         self.textures = {}   # key -> (texture, framebuffer)
         self.targets = {}    # (key, ...) -> framebuffer of several textures (draw buffers)
 
@@ -69,7 +69,7 @@ class Worker:
                 vao = self.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
                 fbos[n].use()
                 vao.render(self.mgl.TRIANGLE_STRIP)
-                self.programs[source] = (prog, vao)
+                self.programs[source] = (prog, vao, frozenset(prog))
         self.ctx.finish()
         for obj in (*fbos.values(), *targets, sampled):
             obj.release()
@@ -94,12 +94,13 @@ class Worker:
             tex.repeat_x = tex.repeat_y = False
             self.textures[key] = (tex, self.ctx.framebuffer(color_attachments=[tex]))
 
-    def run(self, uploads, passes, reads):
+    def run(self, uploads, passes, reads, timed=True):
         """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass, return
-        (timings, arrays).
+        (seconds per pass, each until a ``finish`` after it, where ``timed``, else none;
+        arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
-        "arrays": {name: float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...],
+        "arrays": {name: bytes of float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...],
         "viewport": (x, y, width, height) or None (all), "clear": whether its outputs are
         cleared to 0 first, "channels": the components written (a colour mask) or None}``;
         several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.
@@ -109,20 +110,20 @@ class Worker:
         timings = []
         for p in passes:
             start = time.perf_counter()
-            prog, vao = self.by_id[p["program"]]
+            prog, vao, names = self.by_id[p["program"]]
             for unit, (uniform, key, filt) in enumerate(p["inputs"]):
                 tex = self.textures[key][0]
                 f = self.mgl.LINEAR if filt == "linear" else self.mgl.NEAREST
                 tex.filter = (f, f)
                 tex.use(location=unit)
-                if uniform in prog:
+                if uniform in names:
                     prog[uniform].value = unit
             for name, value in p["uniforms"].items():
-                if name in prog:
+                if name in names:
                     prog[name].value = value
             for name, rows in p.get("arrays", {}).items():
-                if name in prog:
-                    prog[name].write(np.ascontiguousarray(rows, np.float32).tobytes())
+                if name in names:
+                    prog[name].write(rows)
             fbo = self._framebuffer(tuple(p["outputs"]))
             channels = p.get("channels")  # the colour mask (of a one-target pass); moderngl
             if len(p["outputs"]) == 1:   # applies it at use()
@@ -133,8 +134,9 @@ class Worker:
             if p.get("viewport"):
                 self.ctx.viewport = tuple(p["viewport"])
             vao.render(self.mgl.TRIANGLE_STRIP)
-            self.ctx.finish()
-            timings.append(time.perf_counter() - start)
+            if timed:
+                self.ctx.finish()
+                timings.append(time.perf_counter() - start)
         arrays = {}
         for key in reads:
             tex, fbo = self.textures[key]
