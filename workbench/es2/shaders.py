@@ -32,12 +32,17 @@ uniform vec2 u_v_stride;
 uniform vec2 u_v_pad;
 uniform vec2 u_v_texel;
 varying vec2 v_uv;
+varying vec2 v_out;
 void main() {
     vec2 corner = (a_pos * 0.5 + 0.5) / u_v_area_texel;
     v_uv = ((corner - 0.5) * u_v_stride + 0.5 - u_v_pad) * u_v_texel;
+    v_out = a_pos * 0.5 + 0.5;
     gl_Position = vec4(a_pos, 0.0, 1.0);
 }
 """
+OUT_TEXEL = "v_out"  # a fragment's own texel centre in a texture of the drawn area's size (the
+# output's own pixels: a residual's, its partial sums'), interpolated over the quad: what
+# ``gl_FragCoord.xy / u_out_size`` gave, without the division (nearest: the same texel)
 
 
 @dataclass
@@ -97,13 +102,15 @@ def header(precision, draw_buffers=False):
             "precision highp sampler2D;\n#else\nprecision mediump float;\n#endif\n")
 
 
-def uniform_declarations(samplers, vectors):
+def uniform_declarations(samplers, vectors, out_texel=False):
     """``uniform sampler2D`` for each of ``samplers``, ``uniform vec2`` for each of ``vectors``
-    but the vertex shader's (``u_v_*``), and the varying ``v_uv`` where those are there."""
+    but the vertex shader's (``u_v_*``), the varying ``v_uv`` where those are there, and
+    :data:`OUT_TEXEL` where ``out_texel``."""
     fragment = [v for v in vectors if not v.startswith(VERTEX_UNIFORM)]
     return ("".join(f"uniform sampler2D {s};\n" for s in samplers)
             + "".join(f"uniform vec2 {v};\n" for v in fragment)
-            + ("varying vec2 v_uv;\n" if len(fragment) < len(vectors) else ""))
+            + ("varying vec2 v_uv;\n" if len(fragment) < len(vectors) else "")
+            + (f"varying vec2 {OUT_TEXEL};\n" if out_texel else ""))
 
 
 def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict) -> Pass:

@@ -14,7 +14,7 @@
 
 The page mirrors :mod:`workbench.es2.runner` / :mod:`workbench.gl.fragment`: one RGBA8 texture per pack of
 4 channels (CLAMP_TO_EDGE, filter as bound), a fullscreen quad per pass, the same uniforms
-(``u_in_texel``, ``u_out_size``, the vertex shader's ``u_v_*``), the output read back with
+(``u_in_texel``, the vertex shader's ``u_v_*``), the output read back with
 ``readPixels``; a classifier's logits are decoded (16-bit fixed point or float) and the
 softmax is computed in JS.
 

@@ -10,21 +10,20 @@ from workbench import ir
 from workbench.es2.emulate import quantize
 from workbench.es2.limits import Target, check_storage
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.es2.shaders import OUT_TEXEL, Binding, Pass, header, uniform_declarations
 from workbench.ir.cost import Cost
 from workbench.nets import activations
 
 
 def program(op: ir.Add, pack: int, precision="highp") -> Pass:
-    vectors = {"u_out_size": ("size", op.name)}
     act = activations.glsl(op, "s", pack)
-    source = (header(precision) + uniform_declarations(["u_a", "u_b"], vectors)
-              + "void main() {\n    vec2 uv = gl_FragCoord.xy / u_out_size;\n"
+    source = (header(precision) + uniform_declarations(["u_a", "u_b"], {}, out_texel=True)
+              + f"void main() {{\n    vec2 uv = {OUT_TEXEL};\n"
               "    vec4 s = texture2D(u_a, uv) + texture2D(u_b, uv);\n"
               f"    gl_FragColor = {act};\n}}\n")
     return Pass(f"{op.name}.{pack}", op.name, source,
                 [Binding("u_a", op.input, pack), Binding("u_b", op.other, pack)],
-                [(op.name, pack)], vectors)
+                [(op.name, pack)], {})
 
 
 def passes(op: ir.Add, shapes, target: Target) -> list[Pass]:

@@ -8,7 +8,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2.limits import LimitError, Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Binding, Pass, header, uniform_declarations
+from workbench.es2.shaders import OUT_TEXEL, Binding, Pass, header, uniform_declarations
 from workbench.ir.cost import Cost
 
 
@@ -25,17 +25,16 @@ def fetched(op: ir.Concat, shapes, pack: int) -> list[tuple[str, int]]:
 def program(op: ir.Concat, shapes, pack: int, precision="highp") -> Pass:
     reads = fetched(op, shapes, pack)
     samplers = [f"u_in{i}" for i in range(len(reads))]
-    vectors = {"u_out_size": ("size", op.name)}
     parts = [f"t{reads.index((t, c // ir.PACK))}.{'xyzw'[c % ir.PACK]}"
              for t, c in sources(op, shapes, pack)]
-    body = ["    vec2 uv = gl_FragCoord.xy / u_out_size;"]
+    body = [f"    vec2 uv = {OUT_TEXEL};"]
     body += [f"    vec4 t{i} = texture2D({s}, uv);" for i, s in enumerate(samplers)]
     body.append(f"    gl_FragColor = vec4({', '.join(parts + ['0.0'] * (4 - len(parts)))});")
-    source = (header(precision) + uniform_declarations(samplers, vectors)
+    source = (header(precision) + uniform_declarations(samplers, {}, out_texel=True)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return Pass(f"{op.name}.{pack}", op.name, source,
                 [Binding(s, t, p) for s, (t, p) in zip(samplers, reads)], [(op.name, pack)],
-                vectors)
+                {})
 
 
 def passes(op: ir.Concat, shapes, target: Target) -> list[Pass]:

@@ -26,11 +26,12 @@ from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, ord
                                       places_residual)
 from workbench.es2.ops.padding import (border_offered, border_passes, border_tensor,
                                        border_textures, bordered,
-                                       padding_terms)
+                                       padding_terms, unit_mask)
 from workbench.es2.ops.weights import Weights, present_components, uniforms_fit
 from workbench.es2.plan import pack_textures
 from workbench.es2.record import OpRecord, register
 from workbench.es2.shaders import (
+    OUT_TEXEL,
     Binding,
     Pass,
     coordinates,
@@ -149,8 +150,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``unit_masks``: where no tap may lie in the padding (its input read
     through a zero border, or no padding) and the order groups its taps, each column's
-    products times its :func:`~workbench.es2.ops.padding.unit_mask`, exactly 1 (the same
-    bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
+    products times its :func:`~workbench.es2.ops.padding.unit_mask`, exactly 1, and a
+    residual read at the vertex shader's texel its own (the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
     writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.weights.WEIGHTS`; uniforms for a program that writes one whole pack).
     ``residual_after``: the residual added after that many of the order's terms
@@ -210,11 +211,11 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     bindings += residual_bindings
     if wide and half is not None:
         vectors["u_half"] = ("value", float(half), 0.0)
-    if (parts or residuals) and "u_out_size" in texel:
-        vectors["u_out_size"] = ("size", op.name)
     padded = masked(op.size, op.padding) and not border
+    units = unit_masks and not padded and order != "chain"
     body = coordinates(op.size, padded, inline_masks, rows)
-    fetched = [fetch(texel) for fetch in residual_fetches]
+    fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
+                               else "") for fetch in residual_fetches]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]
@@ -222,7 +223,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     present = [present_components(op, p) for p in in_packs]
     if order != "chain":
         terms = grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
-                        constants, present, unit_masks)
+                        constants, present, units)
     else:
         terms = chain(op, sums, outs, weights, fetches, padded, inline_masks, constants,
                       padding, present, channels, rows)
@@ -243,7 +244,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     sixteen = parts or partial or wide or any(
         fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
     source = (header(precision, many) + (fixed16.GLSL if sixteen else "")
-              + uniform_declarations(samplers, vectors)
+              + uniform_declarations(samplers, vectors,
+                                     out_texel=texel == OUT_TEXEL and bool(parts or residuals))
               + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
     outputs = [(op.name, p) for p in packs]
@@ -312,16 +314,17 @@ def output_texel(op: ir.Conv, rows=None, border=False) -> str:
     """GLSL for the texture coordinates of this fragment's own texel in a texture of the op's
     output size (its residual, a split's partial sums): the centre tap's ``vec2(x<c>, y<c>)``
     where the output pixel is that input pixel (stride 1, an odd window padded by half of it
-    each side, the centre row among ``rows``), the same texel centre as ``gl_FragCoord.xy /
-    u_out_size`` (nearest: the same bytes); else that.  VideoCore IV's compiler then fetches it
-    with the taps instead of after a division: a 3x3 grouped layer with a residual, 821 -> 501
-    estimated cycles.  (``border``: the taps' coordinates are the bordered texture's: that.)"""
+    each side, the centre row among ``rows``), else :data:`~workbench.es2.shaders.OUT_TEXEL`,
+    which the vertex shader interpolates (both the same texel centre as ``gl_FragCoord.xy /
+    u_out_size``, nearest: the same bytes, without its division).  VideoCore IV's compiler
+    then fetches it with the taps: a 3x3 grouped layer with a residual, 821 -> 501 estimated
+    cycles.  (``border``: the taps' coordinates are the bordered texture's: the varying.)"""
     c = op.size // 2
     pads = (c, c) if op.padding == "same" else ir.explicit_pads(op.padding)
     if (op.stride == 1 and op.size % 2 and set(pads) == {c} and (rows is None or c in rows)
             and not border):
         return f"vec2(x{c}, y{c})"
-    return "gl_FragCoord.xy / u_out_size"
+    return OUT_TEXEL
 
 
 def _kept(values, kept):

@@ -39,7 +39,7 @@ def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
     def mask(axis, d):
         if padded:
             return f" * {axis_mask(axis, d, inline_masks)}"
-        return f" * {unit_mask(d)}" if unit_masks and axis == "x" else ""
+        return f" * {unit_mask(f'x{d}')}" if unit_masks and axis == "x" else ""
 
     lines = []
     for s, o, w in zip(sums, outs, weights):

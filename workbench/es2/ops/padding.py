@@ -29,16 +29,16 @@ def axis_mask(axis, d, inline_masks) -> str:
     return f"({inside_mask(axis, d)})" if inline_masks else f"m{axis}{d}"
 
 
-def unit_mask(dx) -> str:
-    """Column ``dx``'s mask where every tap lies inside the texture (a zero border's window, or
-    one without padding): ``max(x<dx>, 1.0)``, exactly 1.0 (a texel centre lies half a texel or
-    more below 1), one instruction.  Its products times it keep their value (the same bytes)
-    and the column's coordinate live until its products are added: VideoCore IV's compiler,
-    which picks the next instruction by registers freed, then issues each fetch after the
-    previous fetch's result instead of between that fetch's thread switch and its result,
-    where its scheduler waits out a texture latency (100 cycles) on every such fetch
-    (``unit_masks``, :func:`workbench.es2.drivers.tune`)."""
-    return f"max(x{dx}, 1.0)"
+def unit_mask(x) -> str:
+    """The mask of a fetch at x coordinate ``x`` (GLSL: a window column's ``x<dx>``, or a
+    residual's) where it lies inside the texture (a zero border's window, or one without
+    padding): ``max(x, 1.0)``, exactly 1.0 (a texel centre lies half a texel or more below 1),
+    one instruction.  What it multiplies keeps its value (the same bytes) and the coordinate
+    live until then: VideoCore IV's compiler, which picks the next instruction by registers
+    freed, then issues each fetch after the previous fetch's result instead of between that
+    fetch's thread switch and its result, where its scheduler waits out a texture latency
+    (100 cycles) on every such fetch (``unit_masks``, :func:`workbench.es2.drivers.tune`)."""
+    return f"max({x}, 1.0)"
 
 
 def tap_mask(dx, dy, inline_masks) -> str:
