@@ -151,8 +151,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     the same bytes).  ``unit_masks``: where no tap may lie in the padding (its input read
     through a zero border, or no padding) and the order groups its taps, each column's
     products times its :func:`~workbench.es2.ops.padding.unit_mask`, exactly 1, and a
-    residual read at the vertex shader's texel its own (the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program that
-    writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
+    residual read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its
+    own (the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program
+    that writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.weights.WEIGHTS`; uniforms for a program that writes one whole pack).
     ``residual_after``: the residual added after that many of the order's terms
     (:func:`place_residual`; vc4 then fetches it with the taps instead of waiting for it at
