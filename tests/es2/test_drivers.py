@@ -281,8 +281,7 @@ def test_tune_by_two_threads_keeps_fewer_instructions_than_by_the_estimate():
     threads) a program (the QPU's second thread runs in the stalls vc4's estimate charges):
     the x2 net's programs sum to no more by that count than the estimate-tuned plan's, with
     no more instructions (13,777 against 16,212 before the unit masks: zero borders instead
-    of masks),
-    all two-threaded, and the bytes are the emulator's but for float32 rounding ties (this
+    of masks), all two-threaded, and the bytes are the emulator's but for float32 rounding ties (this
     image: 1 value of L5's 5,412 one level apart; the t720-tuned plan, the same zero-border
     forms, has the same tie, before and since the windows' first tap came from the vertex
     shader); a count the driver does not give, or an unknown one, is one line.  (Since the

@@ -313,6 +313,7 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
     assert all(loaded.graph.op(name).zero_border for name in layers)
     np.testing.assert_array_equal(loaded.run(x, keep=True)[graph.output], stored[graph.output])
 
+
 def test_unit_masks_keep_every_byte():
     """unit_masks (a form es2.drivers.tune may choose on vc4): where no tap lies in the
     padding (a zero border's window, a 1x1 layer) and the order groups the taps, each
@@ -351,7 +352,6 @@ def test_unit_masks_keep_every_byte():
             for name in predicted:
                 np.testing.assert_array_equal(stored[name], predicted[name], err_msg=name)
                 np.testing.assert_array_equal(stored[name], without[name], err_msg=name)
-
 
 
 def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):

@@ -58,7 +58,7 @@ class Runner:
                 "inputs": [(b.uniform, (b.tensor, b.pack), b.filter) for b in p.inputs],
                 "uniforms": uniform_values(p, self.shapes),
                 "arrays": {name: np.ascontiguousarray(rows, np.float32).tobytes()
-                           for name, rows in (p.arrays or {}).items()},
+                           for name, rows in p.arrays.items()},
                 "outputs": p.outputs, "viewport": draw_area(p, self.shapes),
                 "clear": p.border is not None, "channels": p.channels}
 

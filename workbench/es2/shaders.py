@@ -215,9 +215,13 @@ def bilinear_corners(block: int) -> list[str]:
     return lines + ["    vec2 hi = lo + u_in_texel;"]
 
 
-def window_uniforms(op) -> dict:
+def window_uniforms(op, bordered=False) -> dict:
     """:func:`window_varying`'s uniforms for ``op``'s window over its input, drawing its
-    output: its input's texel, its padding."""
+    output: its input's texel and padding, or, ``bordered``, a texel of its input's bordered
+    texture, whose padding is in it."""
+    if bordered:
+        return window_varying(("texel", op.name), op.stride,
+                              ("window", op.name, op.size, op.stride))
     return window_varying(("texel", op.name), op.stride, ("texel", op.input),
                           ("pad", op.input, op.size, op.stride, op.padding))
 

@@ -38,7 +38,7 @@ from workbench.es2.shaders import (
     header,
     masked,
     uniform_declarations,
-    window_varying,
+    window_uniforms,
 )
 from workbench.ir.cost import Cost
 from workbench.nets import activations, storage
@@ -195,10 +195,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     # [dy, dx, input pack, in component, out]
     weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
-    in_texel = ("window", op.name, op.size, op.stride) if border else ("texel", op.input)
-    vectors = window_varying(("texel", op.name), op.stride, in_texel,
-                             None if border else ("pad", op.input, op.size, op.stride,
-                                                  op.padding))
+    vectors = window_uniforms(op, border)
     drawn = getattr(op, "border_out", None)  # its output drawn inside a zero border
     parts = stage.reads(op, packs[0]) if stage else []
     samplers += [f"u_part{h}" for h in range(len(parts))]
