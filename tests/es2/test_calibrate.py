@@ -67,7 +67,7 @@ def test_calibrated_nets_run_as_emulated(build):
 def test_a_linear_projection_is_stored_with_its_calibrated_range():
     """project0 (a linear 1x1 conv, the residual of the block after it): per channel, offset
     = its minimum over the calibration images (TF's values) and scale at least its span, both
-    widened by the margin (the sum it is tied to may be wider still), so the stored levels
+    widened by the headroom (the sum it is tied to may be wider still), so the stored levels
     times the scale plus the offset are TF's values within half a level (of its own storage
     and of its input's)."""
     model = mobilenet_v2_style()
@@ -78,8 +78,9 @@ def test_a_linear_projection_is_stored_with_its_calibrated_range():
     graph = ir.from_model(model)
     found = calibrate.ranges(graph, list(IMAGES[:8]))
     scale, offset = calibrate.stored_as(graph, found)["project0"]
-    np.testing.assert_allclose(offset, low * calibrate.MARGIN, atol=1e-5)
-    assert np.all(scale >= (high - low) * calibrate.MARGIN - 1e-5)
+    h = calibrate.HEADROOM
+    np.testing.assert_allclose(offset, low - h * (high - low), atol=1e-5)
+    assert np.all(scale >= (high - low) * (1 + 2 * h) - 1e-5)
     stored = np.stack([emulate.tensors(net.graph, x)["project0"] for x in IMAGES[:8]])
     # half a level of its own storage, and of its input's (a ReLU6 stored as y / 6) through
     # its weights (8-bit levels; 16-bit storage, the default, keeps much closer)
@@ -172,3 +173,51 @@ def test_leaky_relu_nets_deploy_as_keras_and_onnx():
         assert np.abs(emulated - reference).max() < 0.03
         np.testing.assert_array_equal(emulated.argmax(1), reference.argmax(1))
         assert emulate.unpredicted(net.graph, net.run(IMAGES[0], keep=True)) == {}
+
+
+def dead_channels_net():
+    """A 3x3 conv over 32 channels (split over programs: its partial sums stored in 16-bit
+    fixed point) whose last 8 output channels never leave 0 (a ReLU after a bias of -50),
+    then a linear 1x1 conv whose channels are all negative, read by a padded 3x3 conv."""
+    keras.utils.set_random_seed(6)
+    x = inputs = keras.Input((16, 16, 3))
+    x = L.Conv2D(32, 3, padding="same", activation="relu", name="wide")(x)
+    split = L.Conv2D(32, 3, padding="same", activation="relu", name="split")
+    x = split(x)
+    kernel, bias = split.get_weights()
+    split.set_weights([kernel, np.concatenate([bias[:24], np.full(8, -50.0, np.float32)])])
+    x = L.Conv2D(8, 1, name="negative", bias_initializer=keras.initializers.Constant(-3.0))(x)
+    x = L.Conv2D(8, 3, padding="same", activation="relu", name="reader")(x)
+    return keras.Model(inputs, L.Softmax()(L.Dense(5)(L.GlobalAveragePooling2D()(x))))
+
+
+def test_every_calibration_value_lies_in_its_stored_range():
+    """Whatever the sign of a channel (all negative here, a dead ReLU, a ReLU, a signed
+    linear one), ``(x - offset) / scale`` keeps every calibration value in [0, 1], with
+    the headroom past each end that is not 0; a dead channel is stored as exactly 0 at the
+    tensor's widest scale, not amplified by 1 / (its span)."""
+    graph = ir.from_model(dead_channels_net())
+    found = calibrate.ranges(graph, list(IMAGES[:4]))
+    assert np.all(found["negative"][1] < 0) and np.all(found["split"][1][24:] == 0)
+    for name, (scale, offset) in calibrate.stored_as(graph, found).items():
+        low, high = ((v - offset) / scale for v in found[name])
+        assert np.all(low >= -1e-9) and np.all(high <= 1 + 1e-9), name
+    scale, offset = calibrate.stored_as(graph, found)["split"]
+    np.testing.assert_array_equal(offset[24:], 0)
+    np.testing.assert_array_equal(scale[24:], scale[:24].max())
+    scale, offset = calibrate.stored_as(graph, found, headroom=0)["negative"]
+    np.testing.assert_allclose(offset + scale, 0, atol=1e-12)  # its top: 0, its bottom: min
+    np.testing.assert_allclose(offset, found["negative"][0])
+
+
+def test_a_net_with_dead_channels_follows_tf():
+    """Dead channels in a split conv's output: the net's probabilities within a few
+    hundredths of TensorFlow's (with the old 1e-6 scale the split conv's weights were
+    multiplied by 10^6, and its partial sums destroyed)."""
+    model = dead_channels_net()
+    net = es2.compile(model, calibration=list(IMAGES[:8]))
+    assert net.graph.op("split").split > 1
+    reference = model(IMAGES).numpy()
+    emulated = np.stack([net.emulate(x) for x in IMAGES])
+    assert np.abs(emulated - reference).max() < 0.02
+    assert np.abs(net.graph.op("split").kernel).max() < 100
