@@ -10,7 +10,7 @@ import numpy as np
 from workbench.ir.lowering import check_finite
 from workbench.ir.onnx.patterns import ACTIVATIONS, ANCHOR
 from workbench.ir.onnx.reader import refuse, text
-from workbench.ir.onnx.resize import resize_agrees
+from workbench.ir.onnx.resize import resize_agrees, resize_scales
 from workbench.ir.ops import Add, Concat, Conv, Dense, Pool, Upsample
 
 SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (after a Conv)",
@@ -89,20 +89,9 @@ def upsampling(low, node, attrs) -> tuple[int, str]:
     """A Resize node's whole factor and the IR's upsampling (``"nearest"``, ``"bilinear"``)
     it is: checked against it on a probe by ONNX's reference evaluator (the coordinate modes
     that agree with it pass)."""
-    scales = low.constant(node, 2, "scales")
-    sizes = low.constant(node, 3, "sizes")
-    if (scales is None or scales.size == 0) and sizes is not None:
-        shape = low.shape(node.input[0])
-        if shape is None:
-            refuse(node, "sizes of a tensor of dynamic size; export with scale_factor")
-        scales = np.asarray(sizes, np.float64) / shape
-    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
-    if attrs.get("axes") is not None:  # opset 18: scales of these axes only
-        full = [1.0] * 4
-        for axis, value in zip(attrs["axes"], scales):
-            full[axis % 4] = value
-        scales = full
-    if len(scales) != 4 or scales[:2] != [1, 1] or scales[2] != scales[3] \
+    scales = resize_scales(node, attrs, low.constant(node, 2, "scales"),
+                           low.constant(node, 3, "sizes"), low.shape(node.input[0]))
+    if scales[:2] != [1, 1] or scales[2] != scales[3] \
             or scales[2] != int(scales[2]) or scales[2] < 2:
         refuse(node, f"scales {scales}: one whole factor on H and W")
     mode = text(attrs.get("mode", b"nearest"))

@@ -128,6 +128,9 @@ class Lowering:
         if out not in self.tensor_of:
             raise LoweringError(f"output {out!r}: not a tensor the GPU makes (a constant, or "
                                 "a pooling without its Gemm)")
+        if self.tensor_of[out] == self.input.name:
+            raise LoweringError(f"output {out!r}: the input itself (directly or through "
+                                "Identity); no op for the GPU to run")
         graph = Graph(self.input, self.ops, self.tensor_of[out], name or proto.graph.name
                       or "onnx_net", self.size, self.origin)
         dense = next((op for op in self.ops if isinstance(op, Dense)), None)
