@@ -66,8 +66,8 @@ class Builder:
         shape = self.node("Concat", [n, self.const([-1], np.int64)], axis=0)
         return self.node("Reshape", [x, shape])
 
-    def linear(self, x, cin, cout, matmul=False):
-        w = self.rng.normal(0, 3 / np.sqrt(cin), (cout, cin))
+    def linear(self, x, cin, cout, matmul=False, gain=3.0):
+        w = self.rng.normal(0, gain / np.sqrt(cin), (cout, cin))
         b = self.rng.normal(0, 0.1, cout)
         if matmul:
             return self.node("Add", [self.node("MatMul", [x, self.const(w.T)]), self.const(b)])

@@ -3,7 +3,8 @@
 PyTorch's exporter writes NCHW tensors; the workbench's images are NHWC.  :class:`OnnxModel`
 takes and gives NHWC (a 2-D output, a classifier's logits, as it is), so that every check
 written for a Keras model (``model(x, training=False)``, ``model.predict(x)``) runs an ONNX
-net against ONNX Runtime unchanged.
+net against ONNX Runtime unchanged.  A model whose input is NHWC already (tf2onnx's: read
+only by Transposes to NCHW, :func:`channels_last`) takes it as it is.
 """
 from __future__ import annotations
 
@@ -35,10 +36,19 @@ class OnnxModel:
                 self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return self._session
 
+    @property
+    def nhwc(self) -> bool:
+        """Whether the model's input is NHWC (:func:`channels_last`)."""
+        graph = self.proto.graph
+        inits = {t.name for t in graph.initializer}
+        name = next(i.name for i in graph.input if i.name not in inits)
+        return bool(channels_last(graph, name))
+
     def __call__(self, x, training=False):
-        """The output for NHWC float32 ``x`` (NHWC, or 2-D logits as they are)."""
-        out = _run(self.session, None, x)[0]
-        return np.transpose(out, (0, 2, 3, 1)) if out.ndim == 4 else out
+        """The output for NHWC float32 ``x`` (NHWC, or 2-D logits as they are; an NHWC
+        model's output as it is)."""
+        out = _run(self.session, None, x, self.nhwc)[0]
+        return np.transpose(out, (0, 2, 3, 1)) if out.ndim == 4 and not self.nhwc else out
 
     def predict(self, x, batch_size=32, verbose=0):
         """:meth:`__call__` in batches of ``batch_size`` (Keras' signature)."""
@@ -60,15 +70,26 @@ class OnnxModel:
         options.log_severity_level = 3
         session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
-        values = _run(session, list(names), x)
+        values = _run(session, list(names), x, self.nhwc)
         return {n: np.transpose(v, (0, 2, 3, 1)) if v.ndim == 4 else v
                 for n, v in zip(names, values)}
 
 
-def _run(session, names, x) -> list[np.ndarray]:
-    """``session.run`` of ``names`` (None: the outputs) on NHWC ``x`` as NCHW, in runs of the
-    input's batch size where the model fixes it (``torch.onnx.export`` writes batch 1)."""
-    x = np.ascontiguousarray(np.transpose(np.asarray(x, np.float32), (0, 3, 1, 2)))
+def channels_last(graph, name) -> list:
+    """The Transpose nodes (perm 0, 3, 1, 2) that alone read ``graph``'s 4-D input ``name``
+    where it is NHWC (tf2onnx's layout); [] where it is not."""
+    readers = [n for n in graph.node if name in n.input]
+    perms = [tuple(a.ints) for n in readers if n.op_type == "Transpose"
+             for a in n.attribute if a.name == "perm"]
+    return readers if readers and perms == [(0, 3, 1, 2)] * len(readers) else []
+
+
+def _run(session, names, x, nhwc=False) -> list[np.ndarray]:
+    """``session.run`` of ``names`` (None: the outputs) on NHWC ``x`` (as NCHW unless the
+    model is ``nhwc``), in runs of the input's batch size where the model fixes it
+    (``torch.onnx.export`` writes batch 1)."""
+    x = np.asarray(x, np.float32)
+    x = np.ascontiguousarray(x if nhwc else np.transpose(x, (0, 3, 1, 2)))
     head = session.get_inputs()[0]
     step = head.shape[0] if isinstance(head.shape[0], int) and head.shape[0] > 0 else len(x)
     runs = [session.run(names, {head.name: x[i:i + step]}) for i in range(0, len(x), step)]

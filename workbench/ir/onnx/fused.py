@@ -8,7 +8,7 @@ import numpy as np
 from workbench.ir.lowering import fold_batchnorm, leaky_relu, prelu
 from workbench.ir.onnx import nodes
 from workbench.ir.onnx.patterns import (ACTIVATIONS, ANCHOR, SHUFFLES, Anchor, Block, Classifier,
-                                        Normalisation, Shuffle, perm)
+                                        Normalisation, Shuffle, output, perm)
 from workbench.ir.onnx.reader import attributes, refuse, where
 from workbench.ir.ops import Conv, Dense, DepthToSpace
 
@@ -29,7 +29,7 @@ def _add(low, op, node, attrs, previous):
         op.residual = low.tensor(node, b if a == previous else a)
         return
     v, n = np.asarray(low.const[a if a in low.const else b], np.float32), op.bias.size
-    axis = -1 if isinstance(op, Dense) else -3  # the channels: (N, C) or (N, C, H, W)
+    axis = -1 if op.name in low.vectors or isinstance(op, Dense) else -3  # (N, C), (N, C, H, W)
     if not (v.size == 1 or (v.size == n and v.ndim >= -axis and v.shape[axis] == n)):
         refuse(node, f"a constant of shape {v.shape}: only one value per channel adds into "
                "the bias")
@@ -56,13 +56,16 @@ def _activation(low, op, node, attrs, previous):
     elif kind == "LeakyRelu":
         op.activation = leaky_relu(attrs.get("alpha", 0.01), where(node))
     elif kind == "PRelu":
-        prelu(op, low.constant(node, 1, "the slope"), low.channels(op), where(node), -3)
+        prelu(op, low.constant(node, 1, "the slope"), low.channels(op), where(node),
+              -1 if op.name in low.vectors else -3)
     else:
         op.activation = {"Sigmoid": "sigmoid", "Relu": "relu"}[kind]
 
 
 def _softmax(low, op, node, attrs, previous):
-    if attrs.get("axis", -1 if low.opset >= 13 else 1) not in (1, -1):
+    axis = attrs.get("axis", -1 if low.opset >= 13 else 1)
+    if not isinstance(op, Dense) or axis not in (1, -1) or (
+            axis == -1 and previous in low.pooled and not low.pooled[previous][1]):
         refuse(node, "a softmax must follow the Gemm (the logits), over the classes")
     op.softmax = True
 
@@ -84,8 +87,12 @@ def fuse(low, op, head, fused):
 
 def block_op(low, block: Block):
     node = block.node
-    op = nodes.conv(low, node, attributes(node)) if node.op_type == "Conv" else \
-        nodes.add(low, node)
+    if node.op_type in ("Gemm", "MatMul"):  # the logits where nothing follows
+        last = output(block) == low.model.proto.graph.output[0].name and not block.activated
+        op = nodes.gemm(low, node, attributes(node), last)
+    else:
+        op = nodes.conv(low, node, attributes(node)) if node.op_type == "Conv" else \
+            nodes.add(low, node)
     fuse(low, op, node, block.fused)
     return op
 
@@ -167,9 +174,15 @@ def _classifier(low, classifier: Classifier):
     pool = classifier.pool
     nodes.check_global_pool(low, pool, attributes(pool))
     source = low.tensor(pool, pool.input[0])
-    op = nodes.dense(low, classifier.gemm, attributes(classifier.gemm), source)
-    fuse(low, op, classifier.gemm, classifier.fused)
-    low.produce(op, classifier.gemm, *classifier.fused)
+    head = classifier.gemm or classifier.nodes[-1 - len(classifier.fused)]
+    if classifier.gemm:
+        op = nodes.dense(low, head, attributes(head), source)
+    else:  # the pooled vector itself: a Dense of the identity
+        c = low.shape(head.output[0])[1]
+        op = Dense(low.name(pool), source, np.eye(c, dtype=np.float32),
+                   np.zeros(c, np.float32), pool=True)
+    fuse(low, op, head, classifier.fused)
+    low.produce(op, head, *classifier.fused)
 
 
 def _normalisation(low, normalisation: Normalisation):

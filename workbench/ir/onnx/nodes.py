@@ -13,18 +13,21 @@ from workbench.ir.onnx.reader import refuse, text
 from workbench.ir.onnx.resize import resize_agrees, resize_scales
 from workbench.ir.ops import Add, Concat, Conv, Dense, Pool, Upsample
 
-SUPPORTED = ("Conv (group, pads, strides; dilation 1)", "BatchNormalization (after a Conv)",
+SUPPORTED = ("Conv (group, pads, strides, any kernel shape and dilation)",
+             "Pad (zeros, before a Conv)", "BatchNormalization (after a Conv)",
              "Relu / LeakyRelu / PRelu (slope (C, 1, 1)) / Clip(0, m) / Sigmoid / HardSigmoid "
              "(after a Conv or Add; Clip(0, m) stored as y / m)",
              "Mul / Div / Sub / Add of constants on the input (folded into the convs)",
              "Add (two tensors; a constant into the Conv or Gemm before it)",
-             "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3)",
-             "GlobalAveragePool / ReduceMean over H, W (then Flatten and Gemm)",
+             "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3; ceil_mode)",
+             "GlobalAveragePool / ReduceMean over H, W (then Flatten and Gemm, or the output)",
              "Resize (x2 nearest, linear)", "DepthToSpace (DCR, CRD)",
              "Reshape-Transpose-Reshape (PixelShuffle)",
              "Resize of a luma net's input + Sub + Mul + Add + Clip after its DepthToSpace "
-             "(an anchor residual)", "Flatten / Reshape / Squeeze (logits)",
-             "Gemm / MatMul (+ Add), last", "Softmax (on the logits)",
+             "(an anchor residual)", "Flatten / Reshape / Squeeze (a map to (N, C*H*W))",
+             "Transpose (an NHWC input's, to NHWC before a Flatten)",
+             "Gemm / MatMul (+ Add) of a flattened map or a Gemm (+ activation)",
+             "Softmax (on the logits)",
              "Constant, Identity, Shape and constant arithmetic (folded)")
 
 
@@ -52,6 +55,32 @@ def padding(node, size, stride, attrs) -> str | tuple:
     return (top, left, bottom, right)
 
 
+def explicit(node, attrs, extra=(0, 0, 0, 0)) -> dict:
+    """``attrs`` with the explicit ``pads`` grown by ``extra`` (top, left, bottom, right);
+    an ``auto_pad`` other than VALID cannot grow (refused)."""
+    auto = text(attrs.get("auto_pad", b"NOTSET"))
+    if auto not in ("NOTSET", "VALID") and any(extra):
+        refuse(node, f"auto_pad {auto} with a non-square or dilated kernel, a Pad before it "
+               "or ceil_mode=1; export with explicit pads")
+    top, left, bottom, right = (0, 0, 0, 0) if auto == "VALID" else attrs.get("pads",
+                                                                             (0, 0, 0, 0))
+    pads = [int(p) + e for p, e in zip((top, left, bottom, right), extra)]
+    return {**attrs, "auto_pad": b"NOTSET", "pads": pads} if any(extra) else attrs
+
+
+def square_kernel(weight, dilations):
+    """A Conv's ``weight`` ``(cout, cin / group, kh, kw)`` of any shape and dilation as a
+    square kernel, exactly: its taps spread ``dilations`` apart with zero taps between, then
+    zero rows (or columns) half before, half after the shorter side; and how many, ``(top,
+    left, bottom, right)``, which its pads grow by (the zero taps read the padding)."""
+    sizes = [(k - 1) * d + 1 for k, d in zip(weight.shape[2:], dilations)]
+    kernel = np.zeros((*weight.shape[:2], *sizes), np.float32)
+    kernel[:, :, ::dilations[0], ::dilations[1]] = weight
+    before = [(max(sizes) - n) // 2 for n in sizes]
+    after = [max(sizes) - n - b for n, b in zip(sizes, before)]
+    return np.pad(kernel, ((0, 0), (0, 0), *zip(before, after))), (*before, *after)
+
+
 def square(node, attrs, key, default) -> int:
     values = list(attrs.get(key, default))
     if len(values) != 2 or values[0] != values[1]:
@@ -60,16 +89,19 @@ def square(node, attrs, key, default) -> int:
 
 
 def conv(low, node, attrs) -> Conv:
-    """The IR Conv of a Conv node (not yet made: its block fuses into it first)."""
-    source = low.tensor(node, node.input[0])
+    """The IR Conv of a Conv node (not yet made: its block fuses into it first): a kernel of
+    any shape and dilation made square (:func:`square_kernel`), a zero Pad before it folded
+    into its pads."""
+    x, pad = low.padded.get(node.input[0], (node.input[0], (0, 0, 0, 0)))
+    source = low.tensor(node, x)
     weight = low.constant(node, 1, "the weight")
     if weight.ndim != 4:
         refuse(node, f"a {weight.ndim - 2}-D convolution; images take 2-D")
     bias = low.constant(node, 2, "the bias")
-    size = square(node, attrs, "kernel_shape", weight.shape[2:])
     stride = square(node, attrs, "strides", (1, 1))
-    if square(node, attrs, "dilations", (1, 1)) != 1:
-        refuse(node, "dilation other than 1")
+    weight, grown = square_kernel(weight, [int(d) for d in attrs.get("dilations", (1, 1))])
+    attrs = explicit(node, attrs, np.add(grown, pad))
+    size = weight.shape[2]
     groups = int(attrs.get("group", 1))
     kernel = np.transpose(weight, (2, 3, 1, 0)).astype(np.float32)
     bias = np.zeros(kernel.shape[3], np.float32) if bias is None else bias.astype(np.float32)
@@ -115,9 +147,8 @@ def check_global_pool(low, node, attrs):
             refuse(node, f"ReduceMean over axes {axes}; only over H and W (2, 3)")
 
 
-def dense(low, node, attrs, source) -> Dense:
-    """Gemm (or MatMul) of a pooled, flattened tensor ``source`` by a constant weight: the
-    IR's Dense with its global pooling fused in."""
+def gemm_weights(low, node, attrs):
+    """``(weight (cin, cout), bias (cout,))`` of a Gemm or MatMul by a constant weight."""
     weight = low.constant(node, 1, "the weight").astype(np.float32)
     if attrs.get("transA", 0):
         refuse(node, "transA=1")
@@ -128,9 +159,47 @@ def dense(low, node, attrs, source) -> Dense:
     bias = np.zeros(weight.shape[1], np.float32) if bias is None else \
         np.broadcast_to(np.asarray(bias, np.float32).reshape(-1) * np.float32(
             attrs.get("beta", 1.0)), weight.shape[1:]).astype(np.float32)
+    return weight.astype(np.float32), bias
+
+
+def dense(low, node, attrs, source) -> Dense:
+    """Gemm (or MatMul) of a pooled, flattened tensor ``source`` by a constant weight: the
+    IR's Dense with its global pooling fused in."""
+    weight, bias = gemm_weights(low, node, attrs)
     name = low.name(node)
     check_finite(name, {"weight": weight, "bias": bias})
-    return Dense(name, source, weight.astype(np.float32), bias, pool=True)
+    return Dense(name, source, weight, bias, pool=True)
+
+
+def gemm(low, node, attrs, last) -> Conv | Dense:
+    """Gemm (or MatMul) of a flattened map (:func:`_reshape`; a Gemm's output is a 1x1 map):
+    a Conv whose kernel spans the map, its one 'valid' window the whole map (exact), the
+    weight's rows from the flattening's order (CHW; HWC after a Transpose to NHWC); ``last``
+    (the logits) a Dense over a 1x1 map, after such a Conv where the map is larger."""
+    source, order, (h, w, c) = low.flattened(node, node.input[0])
+    weight, bias = gemm_weights(low, node, attrs)
+    if weight.shape[0] != h * w * c:
+        refuse(node, f"a weight of {weight.shape[0]} rows for a flattened {c}x{h}x{w} map")
+    name = low.name(node)
+    check_finite(name, {"weight": weight, "bias": bias})
+    low.vectors.add(name)
+    if last and h == w == 1:
+        return Dense(name, source, weight, bias)
+    kernel = weight.reshape(h, w, c, -1) if order == "hwc" else \
+        weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3)
+    kernel, grown = square_kernel(kernel.transpose(3, 2, 0, 1), (1, 1))
+    op = Conv(name, source, np.transpose(kernel, (2, 3, 1, 0)).copy(), bias, 1,
+              padding(node, kernel.shape[2], 1, {"pads": grown}))
+    op.luma_input = low.luma and source == low.input.name
+    if not last:
+        return op
+    low.ops.append(op)  # the logits, stored: read by a Dense of the identity
+    low.origin[op.name] = node.output[0]
+    cout = op.cout
+    dense_name = low.name(node)
+    low.vectors.add(dense_name)
+    return Dense(dense_name, op.name, np.eye(cout, dtype=np.float32),
+                 np.zeros(cout, np.float32))
 
 
 # --- the nodes on their own --------------------------------------------------------------
@@ -151,17 +220,63 @@ def _pool(low, node, attrs):
         refuse(node, f"{size}x{size} windows; pooling takes 2x2 or 3x3")
     if square(node, attrs, "dilations", (1, 1)) != 1:
         refuse(node, "dilation other than 1")
+    zero_pads = padding(node, size, stride, attrs) == "valid"
+    if attrs.get("ceil_mode", 0) and text(attrs.get("auto_pad", b"NOTSET")) == "NOTSET":
+        attrs = explicit(node, attrs, ceil_pads(low, node, size, stride, attrs))
     pads = padding(node, size, stride, attrs)
-    if attrs.get("ceil_mode", 0):
-        refuse(node, "ceil_mode=1; export with ceil_mode=False")
     if node.op_type == "AveragePool" and attrs.get("count_include_pad", 0) \
-            and pads != "valid":
+            and not zero_pads:
         refuse(node, "count_include_pad=1 averages the zero padding in; export with "
                "count_include_pad=False (the GPU averages the taps inside)")
     if len(node.output) > 1 and node.output[1]:
         refuse(node, "MaxPool's indices output")
     kind = "max" if node.op_type == "MaxPool" else "average"
     low.produce(Pool(low.name(node), source, kind, size, stride, pads), node)
+
+
+def ceil_pads(low, node, size, stride, attrs) -> tuple:
+    """The padding that ``ceil_mode=1`` adds after the input (bottom, right) for its last
+    windows, which start inside the input or its leading padding (PyTorch's and ONNX
+    Runtime's rule): the padded taps are left out of the max and of the average's count,
+    as ONNX Runtime leaves them out."""
+    shape = low.shape(node.input[0])
+    if shape is None:
+        refuse(node, "ceil_mode=1 over a tensor of dynamic size; export with a fixed input "
+               "size, or give input_size (--input-size HxW)")
+    top, left, bottom, right = (int(p) for p in attrs.get("pads", (0, 0, 0, 0)))
+    extra = []
+    for n, before, after in zip(shape[2:], (top, left), (bottom, right)):
+        span = n + before + after - size
+        out = -(-span // stride) + 1
+        if (out - 1) * stride >= n + before:  # a last window that starts in the padding
+            out -= 1
+        extra.append(max((out - 1) * stride + size - n - before - after, 0))
+    return (0, 0, *extra)
+
+
+def _pad(low, node, attrs):
+    """A constant Pad of zeros over H and W: folded into the pads of the Conv that reads it
+    (``low.padded``); any other reader refuses it."""
+    low.tensor(node, node.input[0])
+    mode = text(attrs.get("mode", b"constant"))
+    pads = attrs.get("pads")
+    pads = low.constant(node, 1, "the pads") if pads is None else pads
+    value = attrs.get("value", low.constant(node, 2, "the constant value"))
+    axes = low.constant(node, 3, "the axes")
+    if axes is not None:  # opset 18: the pads of these axes only
+        full = np.zeros(8, np.int64)
+        for i, axis in enumerate(np.asarray(axes).reshape(-1) % 4):
+            full[axis], full[axis + 4] = pads[i], pads[i + len(axes)]
+        pads = full
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    if mode != "constant":
+        refuse(node, f"mode {mode!r}; only a zero Pad folds (into the Conv after it)")
+    if value is not None and float(np.asarray(value).reshape(-1)[0]) != 0:
+        refuse(node, f"pads with {float(np.asarray(value).reshape(-1)[0])}; only a zero Pad "
+               "folds (into the Conv after it, whose padding is zeros)")
+    if len(pads) != 8 or any(pads[i] for i in (0, 1, 4, 5)) or min(pads) < 0:
+        refuse(node, f"pads {pads}; only H and W, by >= 0")
+    low.padded[node.output[0]] = (node.input[0], (pads[2], pads[3], pads[6], pads[7]))
 
 
 def _resize(low, node, attrs):
@@ -224,32 +339,67 @@ def _add(low, node, attrs):
            "activation")
 
 
+def reshaped(low, node, attrs, shape) -> list[int]:
+    """The shape that a Flatten, Reshape or Squeeze node makes of ``shape``."""
+    if node.op_type == "Flatten":
+        axis = int(attrs.get("axis", 1)) % len(shape)
+        return [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))]
+    if node.op_type == "Squeeze":
+        axes = attrs.get("axes", low.constant(node, 1, "the axes"))
+        axes = [i for i, n in enumerate(shape) if n == 1] if axes is None else \
+            [int(a) % len(shape) for a in np.asarray(axes).reshape(-1)]
+        return [n for i, n in enumerate(shape) if i not in axes]
+    target = [int(t) for t in low.constant(node, 1, "the shape")]
+    target = [shape[i] if t == 0 and not attrs.get("allowzero", 0) else t
+              for i, t in enumerate(target)]
+    if target.count(-1) == 1:
+        target[target.index(-1)] = int(np.prod(shape)) // -int(np.prod(target))
+    return target
+
+
 def _reshape(low, node, attrs):
-    """Flatten, Reshape, Squeeze not found in a pattern; PixelShuffle's first Reshape
-    refused where its Transpose is not PixelShuffle's."""
-    if node.op_type == "Reshape" and node.input[0] in low.tensor_of and \
+    """Flatten, Reshape, Squeeze not found in a pattern: of a map to (1, C*H*W), which only
+    a Gemm reads (``low.flat``); PixelShuffle's first Reshape refused where its Transpose is
+    not PixelShuffle's."""
+    x = node.input[0]
+    if node.op_type == "Reshape" and x in low.tensor_of and \
             len(low.constant(node, 1, "the shape")) == 6:
         return
-    refuse_reshape(node)
+    source = low.hwc.get(x, low.tensor_of.get(x))
+    if source is None:
+        refuse_reshape(node)
+    h, w, c = low.map_shape(node, source)
+    shape = [1, h, w, c] if x in low.hwc else [1, c, h, w]
+    if reshaped(low, node, attrs, shape) != [1, h * w * c]:
+        refuse_reshape(node)
+    low.flat[node.output[0]] = (source, "hwc" if x in low.hwc else "chw", (h, w, c))
 
 
 def refuse_reshape(node):
-    refuse(node, "reshapes only a global pooling's result (before the Gemm) or as "
-           "PixelShuffle does")
+    refuse(node, "reshapes only a map to (N, C*H*W) (flattened for a Gemm), a global "
+           "pooling's result (before the Gemm) or as PixelShuffle does")
 
 
 def _transpose(low, node, attrs):
-    refuse_transpose(node, tuple(attrs.get("perm", ())))
+    """To NHWC (perm 0, 2, 3, 1): before a flattening (tf2onnx's Keras Flatten, ``low.hwc``),
+    or an NHWC model's output; PixelShuffle's is a pattern's."""
+    perm = tuple(attrs.get("perm", ()))
+    x, out = node.input[0], node.output[0]
+    if perm != (0, 2, 3, 1) or x not in low.tensor_of:
+        refuse_transpose(node, perm)
+    low.hwc[out] = low.tensor_of[x]
+    if low.model.nhwc and out == low.model.proto.graph.output[0].name:
+        low.set(out, low.tensor_of[x])
 
 
 def refuse_transpose(node, perm):
-    refuse(node, f"Transpose {perm}: only PixelShuffle's (with its "
-           "Reshapes) is supported")
+    refuse(node, f"Transpose {perm}: only PixelShuffle's (with its Reshapes) and to NHWC "
+           "(0, 2, 3, 1) before a Flatten or as an NHWC model's output are supported")
 
 
-def _gemm(low, node, attrs):
-    refuse(node, "a Gemm must read a global average pooling (GlobalAveragePool or "
-           "ReduceMean over H, W, then Flatten)")
+def refuse_gemm(node):
+    refuse(node, "a Gemm must read a flattened map (Flatten, or Reshape to (N, -1)), a Gemm "
+           "or a global average pooling (GlobalAveragePool or ReduceMean over H, W)")
 
 
 def _softmax(low, node, attrs):
@@ -264,5 +414,5 @@ NODES = {
     **dict.fromkeys(ACTIVATIONS, _activation),
     **dict.fromkeys(("Sub", "Mul", "Div"), lambda low, node, attrs: refuse_arithmetic(node)),
     **dict.fromkeys(("Flatten", "Reshape", "Squeeze"), _reshape),
-    "Transpose": _transpose, "Gemm": _gemm, "MatMul": _gemm, "Softmax": _softmax,
+    "Transpose": _transpose, "Softmax": _softmax, "Pad": _pad,
 }

@@ -21,9 +21,10 @@ SHUFFLES = {(0, 1, 4, 2, 5, 3): ("CRD", 2), (0, 3, 4, 1, 5, 2): ("DCR", 1)}
 
 @dataclass(frozen=True)
 class Block:
-    """An op-making node (a Conv, or an Add of two tensors) and the nodes fused into it, in
-    order: BatchNormalization and Add of a constant (a Conv's), an Add of a tensor (a Conv's
-    ``residual``, that Add), one activation; Identity anywhere."""
+    """An op-making node (a Conv, an Add of two tensors, a Gemm or MatMul of a flattened map)
+    and the nodes fused into it, in order: BatchNormalization and Add of a constant (a Conv's,
+    a Gemm's), an Add of a tensor (a Conv's ``residual``, that Add), one activation, a
+    Softmax (a Gemm's); Identity anywhere."""
     node: object
     fused: tuple = ()
     residual: object = None
@@ -72,7 +73,8 @@ class Anchor:
 class Classifier:
     """GlobalAveragePool (or ReduceMean over H, W), Flatten / Reshape / Squeeze / Identity,
     Gemm (or MatMul), then Adds of a constant, a Softmax, Identity (``fused``): a pooled
-    Dense."""
+    Dense.  Without a Gemm (the pooled vector is the net's output, or its Softmax): a pooled
+    Dense of the identity."""
     pool: object
     reshapes: tuple = ()
     gemm: object = None
@@ -129,6 +131,9 @@ class _Finder:
         for node in self.model.nodes:
             if not all(i in self.const for i in node.input if i):
                 getattr(self, node.op_type, self.other)(node)
+        out = self.model.proto.graph.output[0].name
+        if out in self.pooled:  # a pooling without a Gemm: the output
+            self.new(self.pooled.pop(out))
         return self.found
 
     # --- the bookkeeping ---------------------------------------------------------------
@@ -149,7 +154,7 @@ class _Finder:
         of ``kinds``."""
         p = self.last
         head = getattr(p, "node", getattr(p, "gemm", None))
-        if (isinstance(p, (Block, Classifier)) and head.op_type in kinds
+        if (isinstance(p, (Block, Classifier)) and head is not None and head.op_type in kinds
                 and output(p) == tensor and self.uses[tensor] == 1):
             return p
         return None
@@ -186,7 +191,7 @@ class _Finder:
             self.drop(demux)
             self.found.append(Anchor(resize, demux, sub, mul, add, node))
         else:
-            self.fuse(node, ("Conv", "Add"))
+            self.fuse(node, ("Conv", "Add", "Gemm", "MatMul"))
 
     Relu = Clip = Sigmoid = HardSigmoid = LeakyRelu = PRelu = activation
 
@@ -280,12 +285,15 @@ class _Finder:
         pooled = self.pooled.pop(node.input[0], None)
         if pooled and pooled.pooled()[node.input[0]]:
             self.new(replace(pooled, gemm=node))
-        else:
-            self.last = node
+        else:  # of a flattened map, or of a Gemm (checked when lowered)
+            self.new(Block(node))
 
     MatMul = Gemm
 
     def Softmax(self, node):
+        pooled = self.pooled.pop(node.input[0], None)
+        if pooled:  # a pooling without a Gemm
+            return self.new(replace(pooled, fused=(node,)))
         p = self.newest(node.input[0], ("Gemm", "MatMul"))
         if p and not any(n.op_type == "Softmax" for n in p.fused):
             self.grow(p, replace(p, fused=p.fused + (node,)))

@@ -3,6 +3,7 @@ which tensors are constants, and the evaluation of a node of constants."""
 from __future__ import annotations
 
 import re
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -10,8 +11,11 @@ import numpy as np
 from workbench.ir.graph import input_hw
 from workbench.ir.lowering import LoweringError
 from workbench.nets import storage
+from workbench.nets.onnx_model import channels_last
 
-OPSET_MIN = 11
+OPSET_MIN = 11     # the lowest opset the lowering reads; older models are converted
+OPSET_CONVERT = 7  # the oldest opset converted (onnx.version_converter), to OPSET_TARGET
+OPSET_TARGET = 13
 # Model metadata (``metadata_props``) that asks for the anchor's sub-pixels to be stored by a
 # law of workbench.nets.storage on the GPU ("sqrt"); to_onnx writes it, a PyTorch user may add it.
 ANCHOR_STORAGE = "workbench.anchor_storage"
@@ -55,6 +59,39 @@ def refuse(node, why):
     raise LoweringError(f"{where(node)}: {why}")
 
 
+class OpsetConverted(UserWarning):
+    """An ONNX model of an opset older than :data:`OPSET_MIN` was converted to
+    :data:`OPSET_TARGET` before lowering."""
+
+
+def opset_of(proto):
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def converted(proto):
+    """``proto`` itself, or converted to :data:`OPSET_TARGET` where its opset is in
+    [:data:`OPSET_CONVERT`, :data:`OPSET_MIN`) (one warning saying so); any other opset, or a
+    failed conversion, refused in one line."""
+    import onnx
+
+    opset, name = opset_of(proto), proto.graph.name
+    if opset is not None and OPSET_MIN <= opset <= opset_max():
+        return proto
+    if opset is None or not OPSET_CONVERT <= opset < OPSET_MIN:
+        raise LoweringError(f"model {name!r}: opset {opset}; supported: {OPSET_CONVERT} to "
+                            f"{opset_max()} (re-export with opset_version={OPSET_TARGET})")
+    try:
+        proto = onnx.version_converter.convert_version(proto, OPSET_TARGET)
+    except Exception as e:  # the converter's own error, in one line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise LoweringError(f"model {name!r}: opset {opset} could not be converted to "
+                            f"{OPSET_TARGET} ({type(e).__name__}: {first}); re-export with "
+                            f"opset_version={OPSET_TARGET}") from None
+    warnings.warn(f"model {name!r}: converted from opset {opset} to {OPSET_TARGET}",
+                  OpsetConverted, stacklevel=4)
+    return proto
+
+
 class Model:
     """What the lowering reads of ``proto``: ``const`` (name -> value: the initialisers,
     then each folded node's outputs), the input (``input_name``, ``channels``, ``size``,
@@ -64,14 +101,9 @@ class Model:
     def __init__(self, proto, luma_input, input_size):
         from onnx import numpy_helper
 
+        proto = converted(proto)
         self.proto, graph = proto, proto.graph
-        opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
-                     None)
-        if opset is None or not OPSET_MIN <= opset <= opset_max():
-            raise LoweringError(f"model {graph.name!r}: opset {opset}; supported: "
-                                f"{OPSET_MIN} to {opset_max()} (re-export with opset_version="
-                                f"{max(OPSET_MIN, 17)})")
-        self.opset = opset
+        self.opset = opset_of(proto)
         self.const = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         inputs = [i for i in graph.input if i.name not in self.const]
         if len(inputs) != 1 or len(graph.output) != 1:
@@ -79,9 +111,16 @@ class Model:
                                 f"not {len(inputs)} and {len(graph.output)}")
         dims = [d.dim_value if d.HasField("dim_value") else None
                 for d in inputs[0].type.tensor_type.shape.dim]
+        self.nodes = list(graph.node)
+        transposes = channels_last(graph, inputs[0].name) if len(dims) == 4 else []
+        self.nhwc = bool(transposes)
+        if transposes:  # NHWC: the Transposes' readers read the input itself
+            dims = [dims[0], dims[3], dims[1], dims[2]]
+            self.nodes = _reading(self.nodes, transposes, inputs[0].name)
         if len(dims) != 4 or dims[1] is None:
-            raise LoweringError(f"input {inputs[0].name!r}: an NCHW image with a fixed number "
-                                f"of channels, not shape {dims}")
+            raise LoweringError(f"input {inputs[0].name!r}: an NCHW image (or NHWC, read by "
+                                f"a Transpose) with a fixed number of channels, not shape "
+                                f"{dims}")
         if input_size is not None:
             input_size = input_hw(input_size, "input_size")
         if input_size and None not in dims[2:] and tuple(dims[2:]) != tuple(input_size):
@@ -94,8 +133,7 @@ class Model:
         props = {p.key: p.value for p in proto.metadata_props}
         self.anchor_storage = props.get(ANCHOR_STORAGE, "linear")  # an 8-bit storage law
         storage.check(self.anchor_storage, f"model {graph.name!r}: metadata {ANCHOR_STORAGE}")
-        self.nodes = list(graph.node)
-        self.uses = Counter(i for n in graph.node for i in n.input if i)
+        self.uses = Counter(i for n in self.nodes for i in n.input if i)
         self.uses.update(o.name for o in graph.output)
 
     def constants(self) -> set[str]:
@@ -126,3 +164,21 @@ class Model:
         except Exception as e:  # the evaluator's own error, in one line
             refuse(node, f"cannot fold its constants ({type(e).__name__}: {e})")
         self.const.update(zip([o for o in node.output if o], values))
+
+
+def _reading(nodes, transposes, name) -> list:
+    """``nodes`` without ``transposes``, their readers reading ``name`` instead (copies)."""
+    import onnx
+
+    renamed = {t.output[0] for t in transposes}
+    out = []
+    for node in nodes:
+        if any(node is t for t in transposes):
+            continue
+        if renamed & set(node.input):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.input[:] = [name if i in renamed else i for i in node.input]
+            node = copy
+        out.append(node)
+    return out

@@ -8,7 +8,7 @@ from workbench.ir.graph import Graph, Input
 from workbench.ir.lowering import LoweringError, Scales, check_demux_size
 from workbench.ir.onnx import patterns
 from workbench.ir.onnx.fused import PATTERNS
-from workbench.ir.onnx.nodes import NODES, SUPPORTED
+from workbench.ir.onnx.nodes import NODES, SUPPORTED, refuse_gemm
 from workbench.ir.onnx.patterns import ANCHOR
 from workbench.ir.onnx.reader import attributes, refuse, safe_name, where
 from workbench.ir.ops import Dense, DepthToSpace
@@ -31,6 +31,10 @@ class Lowering:
                        if isinstance(p, patterns.Classifier) for t, flat in p.pooled().items()}
         self.anchored = {n.output[0] for p in self.patterns if isinstance(p, patterns.Anchor)
                          for n in (p.resize, p.sub, p.mul, p.add)}  # and a lone Resize's
+        self.padded = {}  # a zero Pad's output -> (its input, (top, left, bottom, right))
+        self.hwc = {}     # a map transposed to NHWC -> its IR tensor
+        self.flat = {}    # a flattened map -> (its IR tensor, "chw" / "hwc", (h, w, c))
+        self.vectors = set()  # the IR ops made of Gemms (their tensors 2-D in ONNX)
 
     # --- helpers ---------------------------------------------------------------------
     def name(self, node) -> str:
@@ -47,6 +51,12 @@ class Lowering:
             refuse(node, f"input {onnx_name!r} is a constant; the GPU takes tensors here")
         if onnx_name in self.anchored:
             refuse(node, f"input {onnx_name!r} is part of an anchor residual, {ANCHOR}")
+        if onnx_name in self.padded:
+            refuse(node, f"input {onnx_name!r} is padded by a Pad, which folds only into "
+                   "the Conv that reads it")
+        if onnx_name in self.flat or onnx_name in self.hwc:
+            refuse(node, f"input {onnx_name!r} is a map flattened (or transposed to NHWC); "
+                   "only a Gemm or MatMul reads it (after a Flatten / Reshape)")
         if onnx_name not in self.tensor_of:
             refuse(node, f"input {onnx_name!r} comes from a node the ES 2.0 back end "
                    "cannot take it from (a global pooling feeds only Flatten and Gemm)")
@@ -94,11 +104,27 @@ class Lowering:
             return [1, c] if flat else [1, c, 1, 1]
         if self.size is None or onnx_name not in self.tensor_of:
             return None
-        ir_name = self.tensor_of[onnx_name]
-        h, w, c = Graph(self.input, self.ops, ir_name).shapes(self.size)[ir_name]
-        if ir_name == self.input.name and self.luma:
-            c = 1
+        h, w, c = self.map_shape(None, self.tensor_of[onnx_name])
         return [1, c, h, w]
+
+    def map_shape(self, node, ir_name) -> tuple[int, int, int]:
+        """``(h, w, c)`` of an IR tensor (a luma input's: 1 channel), which ``node`` needs
+        (a fixed input size)."""
+        if self.size is None:
+            refuse(node, "flattens a map of dynamic size; export with a fixed input size, or "
+                   "give input_size (--input-size HxW)")
+        h, w, c = Graph(self.input, self.ops, ir_name).shapes(self.size)[ir_name]
+        return h, w, 1 if ir_name == self.input.name and self.luma else c
+
+    def flattened(self, node, onnx_name):
+        """``(IR tensor, order, (h, w, c))`` of the flattened map a Gemm reads: a Flatten's
+        or Reshape's (:data:`flat`), or a Gemm's output (a 1x1 map)."""
+        if onnx_name in self.flat:
+            return self.flat[onnx_name]
+        ir_name = self.tensor_of.get(onnx_name)
+        if ir_name is None or ir_name not in self.vectors:
+            refuse_gemm(node)
+        return ir_name, "chw", self.map_shape(node, ir_name)
 
     def channels(self, op) -> int:
         """The output channels of ``op``, not yet made."""
