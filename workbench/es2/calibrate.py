@@ -104,9 +104,9 @@ def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.n
     return {name: (scales[name], offsets[name]) for name in scales}
 
 
-def calibrated(graph: ir.Graph, images, headroom=HEADROOM) -> ir.Graph:
-    """A copy of ``graph`` whose unbounded tensors are stored as ``(x - offset) / scale`` with
-    ranges calibrated on ``images`` (:func:`ranges`, :func:`stored_as`), their readers'
+def calibrated(graph: ir.Graph, stored) -> ir.Graph:
+    """A copy of ``graph`` whose unbounded tensors are stored as ``(x - offset) / scale``
+    (``stored``: :func:`stored_as` of :func:`ranges` on calibration images), their readers'
     weights carrying the scales (:meth:`workbench.ir.lowering.Scales.fold`); ``graph``
     itself where nothing is unbounded."""
     if not needed(graph):
@@ -114,7 +114,7 @@ def calibrated(graph: ir.Graph, images, headroom=HEADROOM) -> ir.Graph:
     graph = deepcopy(graph)
     sums_as_convs(graph, unbounded)
     scales = Scales(1 if graph.input.rgb else graph.input.channels)  # (a luma net: its luma)
-    for name, (scale, offset) in stored_as(graph, ranges(graph, images), headroom).items():
+    for name, (scale, offset) in stored.items():
         scales.store(graph.op(name), scale, offset)
     scales.fold(graph)
     return graph

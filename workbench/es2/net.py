@@ -8,6 +8,7 @@ predicts the GPU's bytes, ``net.save(dir)`` writes the shaders and a JSON manife
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ class Net:
     def __init__(self, graph: ir.Graph, passes: list[Pass], target=limits.Target()):
         self.graph, self.passes, self.target = graph, passes, target
         self.changes: list[str] = []  # what compile(fit=True or tune=True) changed for a driver
+        self.reference = None  # the reference check of its deploy (es2.reference.Check)
         self._runner = None
 
     @property
@@ -120,7 +122,7 @@ class Net:
         return write_folder(directory, self.files(), force)
     def files(self) -> dict:
         """The saved net, ``{file name: content}`` (:func:`workbench.es2.saved.files`)."""
-        return saved.files(self.graph, self.passes, self.target)
+        return saved.files(self.graph, self.passes, self.target, self.reference)
 
 
 def output_values(graph: ir.Graph, stored):
@@ -144,7 +146,8 @@ def output_spec(graph: ir.Graph) -> dict:
 
 def compile(model, target: limits.Target | str | None = None, *, luma_input=None,
             dense="fixed16", mediump_warn_db=None, check_driver=False, fit=False, tune=False,
-            shared=False, calibration=None, scaled_bits=16) -> Net:
+            shared=False, calibration=None, headroom=None, scaled_bits=16, mean=None,
+            std=None, check=None, force=False) -> Net:
     """Keras or ONNX model -> IR -> limits check -> passes.
 
     ``target``: what to compile for, a :class:`workbench.es2.limits.Target` (the device's
@@ -170,15 +173,25 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     weights of each layer whose programs can hold them as uniform arrays set at each draw, so
     that one program serves every layer of its shape (fewer programs to compile; the same
     bytes).
-    ``calibration``: HxWxC images in [0, 1] on which the ranges of unbounded tensors (a ReLU's,
-    a linear add's) are measured, which are then stored with a scale
-    (:mod:`workbench.es2.calibrate`); default the sample images
-    (:func:`workbench.es2.samples.test_images`).  ``scaled_bits``: 16 stores such a tensor (a
+    ``calibration``: the images on which the ranges of unbounded tensors (a ReLU's, a linear
+    add's) are measured, which are then stored with a scale (:mod:`workbench.es2.calibrate`):
+    HxWxC arrays in [0, 1], or a source as :func:`workbench.data.calibration.images` reads it
+    (``"cifar10:100"``, a folder, a glob; a fifth of them, from 10 on, held back for the
+    check); default the built-in samples (:func:`workbench.es2.samples.test_images`, with a
+    warning that says so).  ``headroom``: the share of each channel's calibrated span kept
+    past its measured ends (default :data:`workbench.es2.calibrate.HEADROOM`).  ``mean``,
+    ``std``: the exporter's input normalisation, as torchvision writes it (per channel, on
+    [0, 1] pixels), prepended to the model (:func:`workbench.nets.normalise.normalised`).
+    ``check``: run the net (the emulator) against the model's reference runtime on the
+    calibration images (:mod:`workbench.es2.reference`; ``net.reference``); default where the
+    net was calibrated (the samples' warning then says so); below its bound the net is refused in one line unless ``force``.
+    ``scaled_bits``: 16 stores such a tensor (a
     ReLU6's y / 6 too) in 16-bit fixed point, two RGBA8 textures a pack, where only
     convolutions read it and the shaders are highp (:func:`workbench.es2.ops.conv.wide_tensors`:
     twice the fetches and draws of those layers; the MobileNetV2-style net's GPU top-1 =
     TF's on 98.6 -> 99.4 % of 500 CIFAR-10 images); 8 in one RGBA8 texture a pack."""
-    from workbench.es2 import calibrate, samples
+    from workbench.es2 import calibrate, reference
+    from workbench.nets.normalise import normalised
 
     if not isinstance(tune, bool) and tune not in drivers.COUNTS:
         raise ValueError(f"tune must be True, False or one of {', '.join(drivers.COUNTS)}, "
@@ -189,11 +202,24 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         raise ValueError(f"scaled_bits must be 8 or 16, not {scaled_bits!r}")
     target = _target(target)
     table = target.limits
-    graph = ir.from_model(model, luma_input=luma_input)
-    if calibrate.needed(graph):
-        images = calibration if calibration is not None else \
-            [x for _, x in samples.test_images(graph, count=4)]
-        graph = calibrate.calibrated(graph, images)
+    model = normalised(model, mean, std)
+    graph = source = ir.from_model(model, luma_input=luma_input)
+    calibrated = calibrate.needed(graph)
+    check = calibrated if check is None else check
+    stored, images, held, described = {}, [], 0, ""
+    if calibrated or check:
+        images, held, described = calibration_images(graph, calibration)
+    if calibrated and calibration is None:
+        warnings.warn(f"calibrated on {described}, not on images like the net's own data: "
+                      "give some (--calibration cifar10:100, a folder or a glob)",
+                      CalibrationWarning, stacklevel=2)
+    if not calibrated:
+        described, held = f"none needed (checked on {described})", 0
+    if calibrated:
+        used = images[:len(images) - held]
+        stored = calibrate.stored_as(graph, calibrate.ranges(graph, used),
+                                     calibrate.HEADROOM if headroom is None else headroom)
+        graph = calibrate.calibrated(graph, stored)
     if scaled_bits == 16 and target.precision == "highp":  # (float16 cannot hold its codes)
         graph = conv.widened(graph, conv.wide_tensors(graph, table))
     graph = prepared(graph, table, {"dense": dense})
@@ -231,7 +257,37 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
             drivers.require(Net(graph, passes, target), gpu)
     net = Net(graph, passes, target)
     net.changes = changes
+    if check:
+        net.reference = reference.require(
+            reference.check(model, source, net, images, held, described, stored), force)
     return net
+
+
+def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:
+    """``(images, held back, description)`` for :func:`compile`'s ``calibration``: arrays as
+    given (from 10 on, the last fifth held back from calibration for the check), a source
+    read by :func:`workbench.data.calibration.images` (the same), or the built-in samples (4
+    calibrated on, 2 held back)."""
+    from workbench.data import calibration as sources
+    from workbench.es2 import samples
+
+    if calibration is None:
+        found = samples.test_images(graph, count=6)
+        kinds = sorted({name.split("-")[0] for name, _ in found})
+        return [x for _, x in found], 2, f"the built-in samples ({' and '.join(kinds)} images)"
+    if isinstance(calibration, (str, Path)):
+        channels = 3 if graph.input.rgb else graph.input.channels
+        images, described = sources.images(calibration, graph.input_size, channels)
+    else:
+        images = [graph.input_image(x) for x in calibration]
+        described = f"{len(images)} given images"
+    if not images:
+        raise ValueError("calibration: no images")
+    return images, len(images) // 5 if len(images) >= 10 else 0, described
+
+
+class CalibrationWarning(UserWarning):
+    """A net calibrated on images that are not the user's own."""
 
 
 def _target(target) -> limits.Target:
@@ -256,10 +312,13 @@ def prepared(graph: ir.Graph, table, options=None) -> ir.Graph:
     return replace(graph, ops=ops)
 
 
-def load_net(path, target: limits.Target | str | None = None, *, input_size=None):
+def load_net(path, target: limits.Target | str | None = None, *, input_size=None, mean=None,
+             std=None, **options):
     """A compiled net from a ``.keras`` or ``.onnx`` model (compiled for ``target``, see
-    :func:`compile`; ``input_size`` ``(height, width)`` fixes an ONNX model's dynamic size)
-    or from a folder written by :meth:`Net.save` (as saved, checked against the limits of
+    :func:`compile`, with its ``options``: ``calibration``, ``tune``, ``shared``, ...; always
+    checked against the model's reference runtime, ``net.reference``; ``input_size``
+    ``(height, width)`` fixes an ONNX model's dynamic size; ``mean``, ``std`` its input
+    normalisation, prepended to the model returned) or from a folder written by :meth:`Net.save` (as saved, checked against the limits of
     ``target``, default its own: a program writing more render targets than they allow names
     its layer).  An ONNX model's 8-bit storage is checked on sample images first
     (:func:`workbench.es2.onnx_check.require`: refused, or a warning, where its values leave
@@ -270,6 +329,11 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
 
     path = Path(path)
     if path.is_dir():
+        given = sorted(k for k in ("mean", "std", *options) if k != "force" and
+                       {"mean": mean, "std": std, **options}[k] is not None)
+        if given:
+            raise ValueError(f"{path}: a saved shader folder is compiled already; "
+                             f"{', '.join(given)} apply to a .keras or .onnx model")
         net = load(path)
         target = net.target if target is None else _target(target)
         if target.precision != net.precision:
@@ -284,8 +348,10 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
                                 "shader folder)")
     from workbench.nets.model_files import load_model  # (Keras: only for a .keras file)
 
-    model = load_model(path, input_size)
-    net = compile(model, target)
+    from workbench.nets.normalise import normalised
+
+    model = normalised(load_model(path, input_size), mean, std)
+    net = compile(model, target, **{"check": True, **options})
     if net.graph.input_size:  # the checks below run it at that size
         plan.require_memory(net.graph, net.graph.input_size, "give a smaller --input-size")
     if ir.is_onnx(model):
@@ -294,5 +360,11 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
 
 
 def load(directory) -> Net:
-    """A net written by :meth:`Net.save` (:func:`workbench.es2.saved.read`)."""
-    return Net(*saved.read(directory))
+    """A net written by :meth:`Net.save` (:func:`workbench.es2.saved.read`), with the
+    reference check it was deployed with (``net.reference``, None if it had none)."""
+    from workbench.es2 import reference
+
+    *parts, check = saved.read(directory)
+    net = Net(*parts)
+    net.reference = reference.Check.from_json(check) if check else None
+    return net

@@ -32,10 +32,11 @@ CONVENTIONS = (
     "to 0 first and draws (left, top, the output tensor's width, height) only.")
 
 
-def files(graph: ir.Graph, passes: list[Pass], target: limits.Target) -> dict:
+def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None) -> dict:
     """A compiled net as a folder, ``{file name: content}``: ``<pass>.glsl``, ``vertex.glsl``,
     ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``, whose
-    ``files`` lists the sha256 of every other one."""
+    ``files`` lists the sha256 of every other one and ``reference_check`` what ``check``
+    (:class:`workbench.es2.reference.Check`) measured."""
     files = {f"{p.name}.glsl": p.source for p in passes}
     arrays = {f"{p.name}.{name}.npy": rows for p in passes
               for name, rows in p.arrays.items()}  # vec4 uniform arrays
@@ -83,6 +84,7 @@ def files(graph: ir.Graph, passes: list[Pass], target: limits.Target) -> dict:
                     "arrays": {name: f"{p.name}.{name}.npy" for name in p.arrays}}
                    for p in passes],
         "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
+        "reference_check": check.to_json() if check else None,
     }
     return files
 
@@ -107,8 +109,9 @@ def _loaded_target(manifest: dict, passes) -> limits.Target:
     return limits.Target.of(table, manifest["precision"], saved["draw_buffers"])
 
 
-def read(directory) -> tuple[ir.Graph, list[Pass], limits.Target]:
-    """The graph, passes and target of a net written by :meth:`~workbench.es2.net.Net.save`
+def read(directory) -> tuple[ir.Graph, list[Pass], limits.Target, dict | None]:
+    """The graph, passes, target and reference check (its JSON, or None) of a net written by
+    :meth:`~workbench.es2.net.Net.save`
     (shaders as saved, graph for shapes/emulator; an op with fields its IR type lacks, the
     back end's choices, as its record's ``prepared`` type).  Refused in one line naming the
     file: a manifest that lacks a key, names an unknown op or precision, or a file outside the
@@ -195,4 +198,4 @@ def _read(directory: Path, manifest: dict):
                     for name, file in p.get("arrays", {}).items()},
                    tuple(p["border"]) if p.get("border") else None)
               for p in manifest["passes"]]
-    return graph, passes, _loaded_target(manifest, passes)
+    return graph, passes, _loaded_target(manifest, passes), manifest.get("reference_check")

@@ -56,6 +56,53 @@ def _add_device_options(p):
                    "browser lacks the extension)")
 
 
+def _add_compile_options(p):
+    """The options of :func:`workbench.es2.compile` on a command that deploys a model;
+    :func:`_compile_options` reads them."""
+    from workbench.es2.calibrate import HEADROOM
+    from workbench.es2.drivers import COUNTS
+
+    p.add_argument("--calibration", metavar="SOURCE", help="images to calibrate the ranges of "
+                   "unbounded tensors on and to check the net against its reference runtime "
+                   "with: a data set and a count (cifar10:100, imagewoof_val:20, Set5), a folder "
+                   "or a glob of images (default: a few built-in samples, with a warning)")
+    p.add_argument("--headroom", type=float, metavar="H", help="share of a calibrated "
+                   f"channel's span kept past its measured ends (default {HEADROOM})")
+    p.add_argument("--mean", metavar="R,G,B", help="the exporter's input normalisation, as "
+                   "torchvision writes it on [0, 1] pixels (e.g. 0.4914,0.4822,0.4465): the "
+                   "net reads (x - mean) / std")
+    p.add_argument("--std", metavar="R,G,B", help="see --mean (e.g. 0.2470,0.2435,0.2616)")
+    p.add_argument("--force-deploy", action="store_true", help="deploy even where the "
+                   "reference check finds the net departs from its reference runtime")
+    p.add_argument("--tune", nargs="?", const=True, default=False, choices=(True, *COUNTS),
+                   metavar="COUNT", help="keep each layer's fastest form by the device's own "
+                   "compiler (needs --device with a driver); COUNT: " + ", ".join(COUNTS))
+    p.add_argument("--shared", action="store_true", help="weights as uniform arrays, so that "
+                   "one program serves every layer of its shape (fewer programs, same bytes)")
+    p.add_argument("--scaled-bits", type=int, choices=(8, 16), help="bits a tensor stored "
+                   "with a scale keeps (default 16: two RGBA8 textures a pack, where highp)")
+
+
+def _compile_options(args) -> dict:
+    """:func:`workbench.es2.load_net`'s keywords from :func:`_add_compile_options`: those
+    given (a saved shader folder takes none)."""
+    from workbench.nets.normalise import parse
+
+    options = {"calibration": args.calibration, "headroom": args.headroom,
+               "mean": parse(args.mean, "--mean") if args.mean else None,
+               "std": parse(args.std, "--std") if args.std else None,
+               "force": args.force_deploy or None, "tune": args.tune or None,
+               "shared": args.shared or None, "scaled_bits": args.scaled_bits}
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _deployed(net):
+    """Print what the deploy's reference check measured (a net loaded from a saved folder:
+    what it was saved with)."""
+    if net.reference is not None:
+        print(net.reference.line())
+
+
 def _target(args):
     """The :class:`workbench.es2.Target` of :func:`_add_device_options`' options (checked
     once: a bad value is refused in one line), or None where none is given: a model is then
@@ -70,7 +117,7 @@ def _upscale(args):
     from workbench.studies.upscale import upscale_file
     model = args.model or reference_sr()
     shape, seconds, tiles = upscale_file(args.input, args.output, model, _target(args),
-                                                args.quality)
+                                         args.quality, **_compile_options(args))
     print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU"
           + (f" ({tiles} tiles)" if tiles > 1 else ""))
     return 0
@@ -86,7 +133,9 @@ def _export_web(args):
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
-    net, model = es2.load_net(model_path, _target(args), input_size=args.input_size)
+    net, model = es2.load_net(model_path, _target(args), input_size=args.input_size,
+                              **_compile_options(args))
+    _deployed(net)
     if args.check and model is None:
         raise ValueError(f"--check needs a .keras or .onnx model (for its reference outputs); "
                          f"{model_path} is a saved shader folder")
@@ -126,7 +175,8 @@ def _bundle(args):
     from workbench.es2 import bundle
     from workbench.nets.models import reference_sr
     net, model = es2.load_net(args.model or reference_sr(), _target(args),
-                              input_size=args.input_size)
+                              input_size=args.input_size, **_compile_options(args))
+    _deployed(net)
     if model is None:
         raise ValueError(f"--model {args.model}: a saved shader folder has no model; the bundle "
                          "needs the .keras or .onnx file (for its reference outputs)")
@@ -421,6 +471,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help=".keras or .onnx model, or saved shader folder (default: "
                    "the SR reference checkpoint, models/sr_x2_reference.keras)")
     _add_device_options(p)
+    _add_compile_options(p)
     p.add_argument("--quality", type=int, default=95, help="JPEG quality, 1..100 (default 95)")
     p.set_defaults(func=_upscale)
 
@@ -430,6 +481,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", help="a classifier's class names: comma-separated, or a text "
                    "file with one per line (default: class 0, class 1, ...)")
     _add_device_options(p)
+    _add_compile_options(p)
     p.add_argument("--check", action="store_true", help="embed the self-check: test inputs, "
                    "the model's outputs and the emulator's bytes (needs a .keras or .onnx "
                    "model); the page runs it with ?check=1 or its button and offers a device "
@@ -480,6 +532,7 @@ def parser() -> argparse.ArgumentParser:
                             "against the emulator's bytes and TensorFlow's outputs")
     _add_model_and_out(p, ".keras or .onnx model", "the bundle")
     _add_device_options(p)
+    _add_compile_options(p)
     p.add_argument("--threshold", type=float, help="run.py's default least share of output "
                    "bytes equal to the emulator's for exit status 0 (default 0.999)")
     p.set_defaults(func=_bundle)
@@ -497,6 +550,20 @@ def _one_line_warnings(message, category, filename, lineno, file=None, line=None
         print(f"warning: {message}", file=sys.stderr)
     else:
         _default(message, category, filename, lineno, file, line)
+
+
+def _internal(err) -> bool:
+    """Whether ``err`` (a ValueError, KeyError, ...) was raised by another library's code
+    (numpy's broadcast message, Python's own) rather than by the workbench to name what the
+    user gave: a bug, never passed off as the user's error.  A file system's OSError is the
+    user's wherever it is raised."""
+    if isinstance(err, OSError):
+        return False
+    tb = err.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    package = Path(__file__).resolve().parents[1]
+    return not Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(package)
 
 
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
@@ -530,9 +597,15 @@ def main(argv=None) -> int:
             raise
         print("interrupted", file=sys.stderr)
         return INTERRUPTED
-    except (*USER_ERRORS, gl.GLError, gl.GLUnavailable) as err:
+    except Exception as err:
         if args.debug:
             raise
+        if not isinstance(err, (*USER_ERRORS, gl.GLError, gl.GLUnavailable)) or _internal(err):
+            first = (str(err).strip().splitlines() or [""])[0]
+            print(f"error: an internal error, a bug in the workbench, not in what you gave "
+                  f"(--debug shows the traceback; please report it): {type(err).__name__}: "
+                  f"{first}", file=sys.stderr)
+            return 1
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         if isinstance(err, FolderNotReplaceable):
             message = err.command_line()

@@ -1,0 +1,164 @@
+"""The reference check of a deploy: the compiled net (the emulator, which predicts the GPU's
+bytes) against the reference runtime (TensorFlow for a Keras model, ONNX Runtime for an ONNX
+one) on images like the user's: the calibration images and a few held back from them.
+
+GPU = emulator cannot see a wrong deploy (both are wrong together); this can.  It measures:
+
+- the output: a classifier's top-1 agreement with the reference, an image net's PSNR against
+  the reference's output clipped to [0, 1] (what an 8-bit image keeps; a luma net's luma,
+  full-range BT.601), the worst image;
+- per layer, the stored tensor against the float graph (no storage, float32) in the stored
+  units (its range is [0, 1]): the first layer below :data:`LAYER_DB`, and the share of the
+  float values that the storage clips (past half a level outside [0, 1]).
+
+A net below :data:`AGREEMENT` (a classifier) or :data:`IMAGE_DB` (an image net) is refused by
+:func:`require` in one line naming that layer and the remedies, unless forced.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from workbench import ir
+from workbench.es2 import emulate
+from workbench.es2.emulate import REAL
+from workbench.es2.mediump import psnr
+from workbench.es2.record import record
+
+AGREEMENT = 0.98   # a classifier's least top-1 agreement with the reference runtime
+IMAGE_DB = 40.0    # an image net's least PSNR against the reference runtime (worst image)
+LAYER_DB = 30.0    # a stored tensor this far below the float graph is named as departing
+HALF_STEP = 0.5 / 255
+REMEDIES = ("give calibration images like the net's own data (--calibration, e.g. "
+            "cifar10:100 or a folder), store scaled tensors at 16 bits (scaled_bits=16, highp), "
+            "or deploy anyway with --force")
+
+
+class ReferenceCheckFailed(ValueError):
+    """The deployed net departs from the reference runtime by more than the bound."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """What :func:`check` measured.  ``kind``: ``"classifier"`` (``value``: top-1 agreement,
+    a share) or ``"image"`` (``value``: PSNR in dB, the worst image; ``mean``: the mean);
+    ``images`` checked, of which ``held_back`` were not calibrated on; ``runtime`` the
+    reference's name; ``calibration`` where the calibration images came from; ``layer`` the
+    first layer whose stored tensor is below :data:`LAYER_DB` from the float graph (None:
+    none), ``layer_db`` its PSNR (else the worst layer's); ``clipped`` per layer whose
+    storage clips any value, the share clipped (%)."""
+    kind: str
+    value: float
+    mean: float
+    images: int
+    held_back: int
+    runtime: str
+    calibration: str
+    layer: str | None
+    layer_db: float | None
+    clipped: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= (AGREEMENT if self.kind == "classifier" else IMAGE_DB)
+
+    def measure(self) -> str:
+        if self.kind == "classifier":
+            return f"top-1 = {self.runtime}'s on {100 * self.value:.1f} % of {self.images} images"
+        return (f"{self.value:.1f} dB from {self.runtime} (worst of {self.images} images; "
+                f"mean {self.mean:.1f})")
+
+    def line(self) -> str:
+        """One line: the measure, the images, the first departing layer, the calibration."""
+        layer = (f"first layer past {LAYER_DB:.0f} dB from the float graph: {self.layer!r} "
+                 f"({self.layer_db:.1f} dB)" if self.layer else "no layer past "
+                 f"{LAYER_DB:.0f} dB from the float graph")
+        clipped = max(self.clipped.items(), key=lambda kv: kv[1], default=None)
+        clips = f"; most clipped: {clipped[0]!r} {clipped[1]:.2f} %" if clipped else ""
+        held = f" ({self.held_back} held back from calibration)" if self.held_back else ""
+        return (f"reference check: {self.measure()}{held}; {layer}{clips}; calibration: "
+                f"{self.calibration}")
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Check":
+        return cls(**{k: v for k, v in data.items() if k != "passed"})
+
+
+def reference_input(graph: ir.Graph, images) -> np.ndarray:
+    """What the reference model takes for RGB or C-channel images (NHWC float [0, 1]): a
+    luma net its full-range luma (NHWx1)."""
+    x = np.asarray(images, np.float32)
+    return (x[..., :3] @ ir.LUMA)[..., None] if graph.input.rgb else x
+
+
+def check(model, source: ir.Graph, net, images, held_back, calibration="",
+          stored=None) -> Check:
+    """Run ``net`` (compiled from ``model``; ``source`` the graph it was calibrated from,
+    ``stored`` the calibration's ``(scale, offset)`` per tensor) and ``model`` on
+    ``images`` (of which the last ``held_back`` were not calibrated on) and measure
+    (:class:`Check`)."""
+    graph = net.graph
+    runtime = "ONNX Runtime" if ir.is_onnx(model) else "TensorFlow"
+    reference = np.asarray(model.predict(reference_input(graph, images), verbose=0),
+                           np.float64)
+    outputs = np.stack([net.emulate(x) for x in images]).astype(np.float64)
+    layers = _layers(source, graph, images, stored or {})
+    kind = "classifier" if reference.ndim == 2 else "image"
+    if kind == "classifier":
+        agree = reference.argmax(1) == outputs.argmax(1)
+        value = mean = float(np.mean(agree))
+    else:
+        if outputs.shape[-1] == 3 and reference.shape[-1] == 1:  # a luma net: its luma
+            outputs = outputs @ ir.LUMA.astype(np.float64)
+            reference = reference[..., 0]
+        db = [psnr(np.clip(r, 0, 1), o) for r, o in zip(reference, outputs)]
+        value, mean = float(np.min(db)), float(np.mean(db))
+    departing = next((name for name, (db, _) in layers.items() if db < LAYER_DB), None)
+    worst = min(layers, key=lambda name: layers[name][0], default=None)
+    name = departing or worst
+    return Check(kind, value, mean, len(images), held_back, runtime, calibration,
+                 departing, layers[name][0] if name else None,
+                 {n: round(c, 3) for n, (_, c) in layers.items() if c >= 0.001})
+
+
+def _layers(source, graph, images, stored) -> dict[str, tuple[float, float]]:
+    """Per 8-bit layer of ``graph`` (the compiled net), in order: ``(PSNR of its stored
+    tensor against the float graph in stored units, % of the float values clipped)``; the
+    float values from ``source`` (before calibration), mapped through ``stored``."""
+    names = [op.name for op in graph.ops if record(op).stored is None]
+    head = [op for op in source.ops if record(op).stored is None]
+    known = {op.name for op in head} & set(names)
+    found = {name: ([], []) for name in names if name in known}
+    for image in images:
+        real = emulate.tensors(source, image, REAL, head)
+        kept = emulate.tensors(graph, image)
+        for name, (floats, values) in found.items():
+            scale, offset = stored.get(name, (1.0, 0.0))
+            c = min(real[name].shape[-1], kept[name].shape[-1])
+            floats.append(((real[name][..., :c] - offset) / scale).ravel())
+            values.append(kept[name][..., :c].ravel())
+    out = {}
+    for name, (floats, values) in found.items():
+        floats, values = np.concatenate(floats), np.concatenate(values)
+        clipped = (floats < -HALF_STEP) | (floats > 1 + HALF_STEP)
+        out[name] = (psnr(floats, values), 100 * float(clipped.mean()))
+    return out
+
+
+def require(result: Check, force=False) -> Check:
+    """``result``, or :class:`ReferenceCheckFailed` in one line where it is below its bound
+    (unless ``force``)."""
+    if result.passed or force:
+        return result
+    bound = (f"{100 * AGREEMENT:.0f} %" if result.kind == "classifier" else f"{IMAGE_DB:.0f} dB")
+    where = (f"layer {result.layer!r} departs first from the float graph ({result.layer_db:.1f} dB)"
+             if result.layer else "no single layer departs past "
+             f"{LAYER_DB:.0f} dB" + (f" (the worst: {result.layer_db:.1f} dB)"
+                                     if result.layer_db is not None else ""))
+    raise ReferenceCheckFailed(
+        f"the deployed net is not the model: {result.measure()}, below {bound}; {where}; "
+        f"calibration: {result.calibration}; {REMEDIES}")
