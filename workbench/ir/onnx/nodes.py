@@ -28,7 +28,7 @@ SUPPORTED = ("Conv (group, pads, strides, any kernel shape and dilation)",
              "Transpose (an NHWC input's, to NHWC before a Flatten)",
              "Gemm / MatMul (+ Add) of a flattened map or a Gemm (+ activation)",
              "Softmax (on the logits)",
-             "Constant, Identity, Shape and constant arithmetic (folded)")
+             "Constant, Identity, Dropout, Shape and constant arithmetic (folded)")
 
 
 # --- the builders ------------------------------------------------------------------------
@@ -175,7 +175,8 @@ def gemm(low, node, attrs, last) -> Conv | Dense:
     """Gemm (or MatMul) of a flattened map (:func:`_reshape`; a Gemm's output is a 1x1 map):
     a Conv whose kernel spans the map, its one 'valid' window the whole map (exact), the
     weight's rows from the flattening's order (CHW; HWC after a Transpose to NHWC); ``last``
-    (the logits) a Dense over a 1x1 map, after such a Conv where the map is larger."""
+    (the logits) a Dense over a 1x1 map (pooled: one pixel, as every back end takes it),
+    after such a Conv where the map is larger."""
     source, order, (h, w, c) = low.flattened(node, node.input[0])
     weight, bias = gemm_weights(low, node, attrs)
     if weight.shape[0] != h * w * c:
@@ -184,7 +185,7 @@ def gemm(low, node, attrs, last) -> Conv | Dense:
     check_finite(name, {"weight": weight, "bias": bias})
     low.vectors.add(name)
     if last and h == w == 1:
-        return Dense(name, source, weight, bias)
+        return Dense(name, source, weight, bias, pool=True)
     kernel = weight.reshape(h, w, c, -1) if order == "hwc" else \
         weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3)
     kernel, grown = square_kernel(kernel.transpose(3, 2, 0, 1), (1, 1))
@@ -199,7 +200,7 @@ def gemm(low, node, attrs, last) -> Conv | Dense:
     dense_name = low.name(node)
     low.vectors.add(dense_name)
     return Dense(dense_name, op.name, np.eye(cout, dtype=np.float32),
-                 np.zeros(cout, np.float32))
+                 np.zeros(cout, np.float32), pool=True)
 
 
 # --- the nodes on their own --------------------------------------------------------------

@@ -111,12 +111,17 @@ class Model:
                                 f"not {len(inputs)} and {len(graph.output)}")
         dims = [d.dim_value if d.HasField("dim_value") else None
                 for d in inputs[0].type.tensor_type.shape.dim]
-        self.nodes = list(graph.node)
         transposes = channels_last(graph, inputs[0].name) if len(dims) == 4 else []
         self.nhwc = bool(transposes)
         if transposes:  # NHWC: the Transposes' readers read the input itself
             dims = [dims[0], dims[3], dims[1], dims[2]]
-            self.nodes = _reading(self.nodes, transposes, inputs[0].name)
+        # inference's identities: a Dropout (an old export's) whose mask nothing reads
+        read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        skipped = [(n, n.input[0]) for n in graph.node if n.op_type == "Dropout"
+                   and n.output[0] not in {o.name for o in graph.output}
+                   and not set(n.output[1:]) & read]
+        skipped += [(t, inputs[0].name) for t in transposes]
+        self.nodes = _bypassed(list(graph.node), skipped)
         if len(dims) != 4 or dims[1] is None:
             raise LoweringError(f"input {inputs[0].name!r}: an NCHW image (or NHWC, read by "
                                 f"a Transpose) with a fixed number of channels, not shape "
@@ -166,19 +171,21 @@ class Model:
         self.const.update(zip([o for o in node.output if o], values))
 
 
-def _reading(nodes, transposes, name) -> list:
-    """``nodes`` without ``transposes``, their readers reading ``name`` instead (copies)."""
+def _bypassed(nodes, skipped) -> list:
+    """``nodes`` without the nodes of ``skipped`` (pairs: a node, the tensor its readers read
+    instead), their readers changed (copies)."""
     import onnx
 
-    renamed = {t.output[0] for t in transposes}
+    renamed = {node.output[0]: name for node, name in skipped}
+    gone = {id(node) for node, _ in skipped}
     out = []
     for node in nodes:
-        if any(node is t for t in transposes):
+        if id(node) in gone:
             continue
-        if renamed & set(node.input):
+        if renamed.keys() & set(node.input):
             copy = onnx.NodeProto()
             copy.CopyFrom(node)
-            copy.input[:] = [name if i in renamed else i for i in node.input]
+            copy.input[:] = [renamed.get(i, i) for i in node.input]
             node = copy
         out.append(node)
     return out
