@@ -284,10 +284,18 @@ def refusal(proto) -> str:
     return str(err.value)
 
 
-def test_what_is_refused_is_named():
+def test_what_is_refused_is_named(monkeypatch):
     old = lenet(opset=9)
     old.opset_import[0].version = 6
     assert "opset 6; supported: 7 to" in refusal(old)
+
+    def fails(model, target):
+        raise RuntimeError("No Adapter For Upsample\n(the converter's trace)")
+
+    monkeypatch.setattr(onnx.version_converter, "convert_version", fails)
+    assert "'lenet': opset 9 could not be converted to 13 (RuntimeError: No Adapter For " \
+        "Upsample)" in refusal(lenet(opset=9))
+    monkeypatch.undo()
 
     def padded(**attrs):
         b = Builder(17)

@@ -153,7 +153,7 @@ class Lowering:
         out = proto.graph.output[0].name
         if out not in self.tensor_of:
             raise LoweringError(f"output {out!r}: not a tensor the GPU makes (a constant, or "
-                                "a pooling without its Gemm)")
+                                "a flattened map without its Gemm)")
         if self.tensor_of[out] == self.input.name:
             raise LoweringError(f"output {out!r}: the input itself (directly or through "
                                 "Identity); no op for the GPU to run")
