@@ -8,6 +8,7 @@ only by Transposes to NCHW, :func:`channels_last`) takes it as it is.
 """
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ class OnnxModel:
                 self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return self._session
 
-    @property
+    @cached_property
     def nhwc(self) -> bool:
         """Whether the model's input is NHWC (:func:`channels_last`)."""
         graph = self.proto.graph
