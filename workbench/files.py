@@ -138,7 +138,7 @@ def atomic_dir(path, force=False, repair=False):
     path = check_writable(path, folder=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     _recover(path)
-    _check_replaceable(path, force, repair)
+    check_replaceable(path, force, repair)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".partial",
                                     dir=path.parent))
     old = None
@@ -146,7 +146,7 @@ def atomic_dir(path, force=False, repair=False):
         os.chmod(staging, _mode_of(path, 0o777))  # mkdtemp creates 0700
         yield staging
         (staging / MARKER).write_text(_marker_text(_listing(staging), _folders(staging)))
-        _check_replaceable(path, force, repair)  # it may have appeared while we worked
+        check_replaceable(path, force, repair)  # it may have appeared while we worked
         if (path.exists() or path.is_symlink()) and _exchange(staging, path):
             old, staging = staging, None  # one atomic step: the old folder is now at staging
         elif path.exists() or path.is_symlink():
@@ -281,7 +281,7 @@ def foreign_entry(folder, names=None, repair=False) -> str | None:
     return None
 
 
-def _check_replaceable(path, force, repair=False):
+def check_replaceable(path, force, repair=False):
     """Raise :class:`FolderNotReplaceable` unless ``path`` may be replaced: absent, or a folder
     with no :func:`foreign_entry`."""
     if force or not (path.exists() or path.is_symlink()):

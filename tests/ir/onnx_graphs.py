@@ -141,3 +141,28 @@ def classifier(opset, head="gemm", flatten="flatten", pooling="global", act="cli
         x = b.mean_hw(x)
     x = b.linear(x, 16, 5, matmul=head == "matmul")
     return b.model(3, (16, 16), b.node("Softmax", [x], axis=1), "classifier", rank=2)
+
+
+def espcn(opset=10, size=16, seed=0, scale=3):
+    """The PyTorch super-resolution tutorial's ESPCN (x3 on luma), as ``torch.onnx.export``
+    writes it at opset 10: 5x5 conv 1 -> 64 + ReLU, 3x3 64 -> 64 + ReLU, 3x3 64 -> 32 + ReLU,
+    a linear 3x3 32 -> 9, nn.PixelShuffle(3) as Reshape (batch 1 fixed) - Transpose -
+    Reshape; the input's batch symbolic.  Weights seeded so that the output is the input's
+    nearest upsampling plus a trained net's kind of small corrections (mostly in [0, 1])."""
+    b = Builder(opset, seed)
+
+    def conv(x, cin, cout, k, noise, bias):
+        w = b.rng.normal(0, noise / np.sqrt(cin * k * k), (cout, cin, k, k))
+        w[slice(None) if cout == scale ** 2 else 0, 0, k // 2, k // 2] += 1.0  # the input on
+        return b.node("Conv", [x, b.const(w), b.const(b.rng.uniform(-bias, bias, cout))],
+                      kernel_shape=[k, k], strides=[1, 1], pads=[k // 2] * 4,
+                      dilations=[1, 1], group=1)
+
+    x = b.node("Relu", [conv("input", 1, 64, 5, 0.5, 0.05)])
+    x = b.node("Relu", [conv(x, 64, 64, 3, 0.05, 0.05)])
+    x = b.node("Relu", [conv(x, 64, 32, 3, 0.05, 0.05)])
+    y = conv(x, 32, scale ** 2, 3, 0.05, 0.02)
+    y = b.node("Reshape", [y, b.const([1, 1, scale, scale, size, size], np.int64)])
+    y = b.node("Transpose", [y], perm=[0, 1, 4, 2, 5, 3])
+    out = b.node("Reshape", [y, b.const([1, 1, scale * size, scale * size], np.int64)])
+    return b.model(1, (size, size), out, "espcn")

@@ -34,6 +34,12 @@ HEADROOM = 0.5  # a channel's stored range reaches this share of its measured sp
 #   steps)
 
 
+FLOOR = 1 / 256  # a channel's scale is at least this share of its tensor's widest: a nearly
+#   dead channel (a span of 0.001 of the others') would otherwise multiply its producer's
+#   weights, and a split producer's one partial-sum shift coarsens every channel's sums
+#   (LeNet-style hidden Gemm, seeded: top-1 = ONNX Runtime's 0 % -> 100 %)
+
+
 def unbounded(op) -> bool:
     """Whether ``op``'s activation leaves [0, 1] (an op without one keeps its input's)."""
     if op.activation is None:
@@ -42,19 +48,47 @@ def unbounded(op) -> bool:
     return low < 0 or high > 1
 
 
+def scaled(graph: ir.Graph) -> set[str]:
+    """The ops whose outputs calibration stores with a scale: those with an unbounded
+    activation."""
+    return {op.name for op in graph.ops if unbounded(op)}
+
+
+def images_clamped(graph: ir.Graph) -> ir.Graph:
+    """``graph`` where the net's output image (more than one pixel), and what reaches it
+    through depth-to-space alone (an ESPCN's last, linear conv), ends in ``clamp(x, 0, 1)``:
+    an image keeps [0, 1] as it is stored, whatever its activation (a copy where one
+    changes; the reference check reports the share of its values clipped)."""
+    image, readers = {graph.output}, graph.readers()
+    for op in reversed(graph.ops):
+        if (op.name in image and record(op).name == "DepthToSpace" and not op.anchor
+                and len(readers.get(op.input, [])) == 1):
+            image.add(op.input)
+    changed = [op for op in graph.ops if op.name in image and unbounded(op)]
+    h, w, _ = graph.shapes(graph.input_size or (64, 64))[graph.output]
+    if not changed or record(graph.op(graph.output)).stored is not None or h * w == 1:
+        return graph  # (logits, or a vector of features: not an image)
+    graph = deepcopy(graph)
+    for op in graph.ops:
+        if op.name in {c.name for c in changed}:
+            op.activation, op.activation_slope = "bounded_relu", None
+    return graph
+
+
 def needed(graph: ir.Graph) -> bool:
-    return any(unbounded(op) for op in graph.ops)
+    return bool(scaled(graph))
 
 
 def ranges(graph: ir.Graph, images) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per channel ``(minimum, maximum)`` over ``images`` (HxWxC in [0, 1]) of the output of
-    every op with an unbounded activation, as computed without storage (float32)."""
+    every op stored with a scale (:func:`scaled`), as computed without storage (float32)."""
     # up to the logits (not stored in 8 bits)
     head = list(takewhile(lambda op: record(op).stored is None, graph.ops))
+    which = scaled(graph)
     found = {}
     for image in images:
         values = tensors(graph, image, REAL, head)
-        for op in filter(unbounded, head):
+        for op in (op for op in head if op.name in which):
             v = values[op.name].reshape(-1, values[op.name].shape[-1])
             low, high = v.min(0), v.max(0)
             if op.name in found:
@@ -68,10 +102,11 @@ def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.n
     """``(scale, offset)`` per channel of each calibrated tensor (``found``: :func:`ranges`),
     so that ``(x - offset) / scale`` holds every calibration value in [0, 1]: the measured
     range with 0 in it, widened by ``headroom`` times its span past each end that is not 0
-    (offset its lower end, scale its span).  A channel that never leaves a constant ``c`` (a
-    dead ReLU: 0) is stored exactly, as 0 (offset ``c``), at the tensor's largest scale (so
-    its producer's weights are not amplified); the larger scale of the two where a conv's
-    residual ties a tensor to its output."""
+    (offset its lower end, scale its span, at least :data:`FLOOR` of the tensor's widest).
+    A channel that never leaves a constant ``c`` (a dead ReLU: 0) is stored exactly, as 0
+    (offset ``c``), at the tensor's widest scale (so its producer's weights are not
+    amplified); the larger scale of the two where a conv's residual ties a tensor to its
+    output."""
     if not headroom >= 0:
         raise ValueError(f"headroom: the share of a channel's span kept past its calibrated "
                          f"range, 0 or more, not {headroom!r}")
@@ -84,7 +119,7 @@ def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.n
         constant = high - low <= 1e-6 * np.maximum(1, np.maximum(np.abs(low), np.abs(high)))
         varying = (top - bottom)[~constant]
         widest = varying.max() if varying.size else max(float(np.abs(low).max()), 1.0)
-        scales[name] = np.where(constant, widest, top - bottom)
+        scales[name] = np.where(constant, widest, np.maximum(top - bottom, widest * FLOOR))
         offsets[name] = np.where(constant, low, bottom)
     tied = [(op.name, op.residual) for op in graph.ops
             if op.residual and (op.name in found or op.residual in found)]
@@ -104,17 +139,35 @@ def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.n
     return {name: (scales[name], offsets[name]) for name in scales}
 
 
-def calibrated(graph: ir.Graph, stored) -> ir.Graph:
-    """A copy of ``graph`` whose unbounded tensors are stored as ``(x - offset) / scale``
-    (``stored``: :func:`stored_as` of :func:`ranges` on calibration images), their readers'
-    weights carrying the scales (:meth:`workbench.ir.lowering.Scales.fold`); ``graph``
-    itself where nothing is unbounded."""
+def require_foldable(graph: ir.Graph):
+    """Refuse in one line, before any image is run, a graph whose scaled tensors no ranges
+    could fold (a depth-to-space, the net's output or a bounded sum reading one): a copy
+    folded with every scaled tensor stored as ``x + 1`` (an offset, which those refuse;
+    the scale 1 that a sum with a bounded tensor may keep)."""
+    shapes = graph.shapes(graph.input_size or (64, 64))
+    _folded(graph, lambda g: {name: (np.ones(shapes[name][2]), np.full(shapes[name][2], -1.0))
+                              for name in scaled(g)})
+
+
+def calibrated(graph: ir.Graph, images, headroom=HEADROOM) -> tuple[ir.Graph, dict]:
+    """``(graph, affine)``: a copy of ``graph`` whose unbounded tensors are stored as
+    ``(x - offset) / scale`` with ranges calibrated on ``images`` (:func:`ranges`,
+    :func:`stored_as`), their readers' weights carrying the scales
+    (:meth:`workbench.ir.lowering.Scales.fold`), and every tensor's ``(scale, offset)`` so
+    (a pooling's its input's); ``graph`` itself and ``{}`` where nothing is unbounded."""
     if not needed(graph):
-        return graph
+        return graph, {}
+    found = ranges(graph, images)
+    return _folded(graph, lambda g: stored_as(g, found, headroom))
+
+
+def _folded(graph: ir.Graph, stored_of) -> tuple[ir.Graph, dict]:
+    """A copy of ``graph`` with its unbounded sums as convs, its unbounded tensors stored as
+    ``stored_of(copy)`` says, folded; and every tensor's ``(scale, offset)``."""
     graph = deepcopy(graph)
-    sums_as_convs(graph, unbounded)
+    which = scaled(graph)
+    sums_as_convs(graph, lambda op: op.name in which)
     scales = Scales(1 if graph.input.rgb else graph.input.channels)  # (a luma net: its luma)
-    for name, (scale, offset) in stored.items():
+    for name, (scale, offset) in stored_of(graph).items():
         scales.store(graph.op(name), scale, offset)
-    scales.fold(graph)
-    return graph
+    return graph, scales.fold(graph)

@@ -47,6 +47,7 @@ from workbench.es2.record import record
 from workbench.es2.texels import (  # noqa: F401  (the emulator's names for them)
     DTYPES,
     F32,
+    FAST,
     LEVEL,
     REAL,
     dtype,
@@ -113,11 +114,17 @@ def run(graph: ir.Graph, image, keep=False, arithmetic="float32"):
     prediction for a GPU whose mediump is float16; see the module's docstring)."""
     values = tensors(graph, image, arithmetic)
     if not keep:
-        op = graph.op(graph.output)
-        if record(op).output:  # as the GPU's run decodes its output texture (a softmax too)
-            return record(op).output(op, record(op).stored(op, values[graph.output]))
-        return np.asarray(values[graph.output], np.float32)
+        return output(graph, values)
     return {name: _stored(graph, name, t) for name, t in values.items()}
+
+
+def output(graph: ir.Graph, values) -> np.ndarray:
+    """The net's output from the tensors of a run (:func:`tensors`), float32, as the GPU's run
+    decodes its output texture (a dense layer's logits, a softmax too)."""
+    op = graph.op(graph.output)
+    if record(op).output:
+        return record(op).output(op, record(op).stored(op, values[graph.output]))
+    return np.asarray(values[graph.output], np.float32)
 
 
 def _levels(graph, name) -> bool:

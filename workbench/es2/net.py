@@ -184,7 +184,8 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     [0, 1] pixels), prepended to the model (:func:`workbench.nets.normalise.normalised`).
     ``check``: run the net (the emulator) against the model's reference runtime on the
     calibration images (:mod:`workbench.es2.reference`; ``net.reference``); default where the
-    net was calibrated (the samples' warning then says so); below its bound the net is refused in one line unless ``force``.
+    net was calibrated (the samples' warning then says so) or its output image clamped to
+    [0, 1] (:func:`workbench.es2.calibrate.images_clamped`); below its bound the net is refused in one line unless ``force``.
     ``scaled_bits``: 16 stores such a tensor (a
     ReLU6's y / 6 too) in 16-bit fixed point, two RGBA8 textures a pack, where only
     convolutions read it and the shaders are highp (:func:`workbench.es2.ops.conv.wide_tensors`:
@@ -203,10 +204,16 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     target = _target(target)
     table = target.limits
     model = normalised(model, mean, std)
-    graph = source = ir.from_model(model, luma_input=luma_input)
+    graph = source = ir.from_model(model, luma_input=luma_input)  # (the float graph: the check's)
+    graph = calibrate.images_clamped(graph)
     calibrated = calibrate.needed(graph)
-    check = calibrated if check is None else check
+    check = (calibrated or graph is not source) if check is None else check
+    if graph.input_size and (calibrated or check):  # the images below run at that size
+        plan.require_memory(prepared(graph, table, {"dense": dense}), graph.input_size,
+                            "give a smaller --input-size", ("emulator", "reference"))
     stored, images, held, described = {}, [], 0, ""
+    if calibrated:
+        calibrate.require_foldable(graph)
     if calibrated or check:
         images, held, described = calibration_images(graph, calibration)
     if calibrated and calibration is None:
@@ -217,9 +224,8 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         described, held = f"none needed (checked on {described})", 0
     if calibrated:
         used = images[:len(images) - held]
-        stored = calibrate.stored_as(graph, calibrate.ranges(graph, used),
-                                     calibrate.HEADROOM if headroom is None else headroom)
-        graph = calibrate.calibrated(graph, stored)
+        graph, stored = calibrate.calibrated(
+            graph, used, calibrate.HEADROOM if headroom is None else headroom)
     if scaled_bits == 16 and target.precision == "highp":  # (float16 cannot hold its codes)
         graph = conv.widened(graph, conv.wide_tensors(graph, table))
     graph = prepared(graph, table, {"dense": dense})
@@ -314,19 +320,16 @@ def prepared(graph: ir.Graph, table, options=None) -> ir.Graph:
 
 def load_net(path, target: limits.Target | str | None = None, *, input_size=None, mean=None,
              std=None, **options):
-    """A compiled net from a ``.keras`` or ``.onnx`` model (compiled for ``target``, see
-    :func:`compile`, with its ``options``: ``calibration``, ``tune``, ``shared``, ...; always
-    checked against the model's reference runtime, ``net.reference``; ``input_size``
-    ``(height, width)`` fixes an ONNX model's dynamic size; ``mean``, ``std`` its input
-    normalisation, prepended to the model returned) or from a folder written by :meth:`Net.save` (as saved, checked against the limits of
-    ``target``, default its own: a program writing more render targets than they allow names
-    its layer).  An ONNX model's 8-bit storage is checked on sample images first
-    (:func:`workbench.es2.onnx_check.require`: refused, or a warning, where its values leave
-    [0, 1]).  Returns ``(net, model_or_None)`` (the model: Keras, or an
-    :class:`~workbench.nets.onnx_model.OnnxModel`).  A folder's shaders keep their
-    precision: a target of another precision is refused in one line."""
-    from workbench.es2 import onnx_check, samples
-
+    """A compiled net from a ``.keras`` or ``.onnx`` model, compiled for ``target`` with
+    :func:`compile`'s ``options`` (``calibration``, ``tune``, ``shared``, ...) and always
+    checked against the model's reference runtime (``net.reference``; refused below its
+    bound unless ``force``); ``input_size`` ``(height, width)`` fixes an ONNX model's dynamic
+    size; ``mean``, ``std`` its input normalisation, prepended to the model returned.  Or
+    from a folder written by :meth:`Net.save` (as saved, checked against the limits of
+    ``target``, default its own: a program writing more render targets than they allow
+    names its layer; it takes no compile option).  Returns ``(net, model_or_None)`` (the
+    model: Keras, or an :class:`~workbench.nets.onnx_model.OnnxModel`).  A folder's shaders
+    keep their precision: a target of another precision is refused in one line."""
     path = Path(path)
     if path.is_dir():
         given = sorted(k for k in ("mean", "std", *options) if k != "force" and
@@ -347,16 +350,10 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
         raise FileNotFoundError(f"model {path} not found (a .keras or .onnx file, or a saved "
                                 "shader folder)")
     from workbench.nets.model_files import load_model  # (Keras: only for a .keras file)
-
     from workbench.nets.normalise import normalised
 
     model = normalised(load_model(path, input_size), mean, std)
-    net = compile(model, target, **{"check": True, **options})
-    if net.graph.input_size:  # the checks below run it at that size
-        plan.require_memory(net.graph, net.graph.input_size, "give a smaller --input-size")
-    if ir.is_onnx(model):
-        onnx_check.require(model, net, [x for _, x in samples.test_images(net.graph)])
-    return net, model
+    return compile(model, target, **{"check": True, **options}), model
 
 
 def load(directory) -> Net:

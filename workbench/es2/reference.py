@@ -2,11 +2,13 @@
 bytes) against the reference runtime (TensorFlow for a Keras model, ONNX Runtime for an ONNX
 one) on images like the user's: the calibration images and a few held back from them.
 
-GPU = emulator cannot see a wrong deploy (both are wrong together); this can.  It measures:
+GPU = emulator cannot see a wrong deploy (both are wrong together); this can.  It runs the
+emulator in its :data:`~workbench.es2.texels.FAST` arithmetic (the GPU's bytes but for
+rounding ties, convolutions as matrix products) and measures:
 
 - the output: a classifier's top-1 agreement with the reference, an image net's PSNR against
-  the reference's output clipped to [0, 1] (what an 8-bit image keeps; a luma net's luma,
-  full-range BT.601), the worst image;
+  the reference's output (a luma net's luma, full-range BT.601; what it has outside [0, 1],
+  which an 8-bit image cannot keep, counts against it), the worst image;
 - per layer, the stored tensor against the float graph (no storage, float32) in the stored
   units (its range is [0, 1]): the first layer below :data:`LAYER_DB`, and the share of the
   float values that the storage clips (past half a level outside [0, 1]).
@@ -22,7 +24,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import emulate
-from workbench.es2.emulate import REAL
+from workbench.es2.emulate import FAST, REAL
 from workbench.es2.mediump import psnr
 from workbench.es2.record import record
 
@@ -74,11 +76,15 @@ class Check:
         layer = (f"first layer past {LAYER_DB:.0f} dB from the float graph: {self.layer!r} "
                  f"({self.layer_db:.1f} dB)" if self.layer else "no layer past "
                  f"{LAYER_DB:.0f} dB from the float graph")
-        clipped = max(self.clipped.items(), key=lambda kv: kv[1], default=None)
-        clips = f"; most clipped: {clipped[0]!r} {clipped[1]:.2f} %" if clipped else ""
         held = f" ({self.held_back} held back from calibration)" if self.held_back else ""
-        return (f"reference check: {self.measure()}{held}; {layer}{clips}; calibration: "
-                f"{self.calibration}")
+        return (f"reference check: {self.measure()}{held}; {layer}{self.clips()}; "
+                f"calibration: {self.calibration}")
+
+    def clips(self) -> str:
+        """``"; most clipped: 'layer' 4.95 %"``: the layer whose storage clips the largest
+        share of its values (nothing where none clips)."""
+        clipped = max(self.clipped.items(), key=lambda kv: kv[1], default=None)
+        return f"; most clipped: {clipped[0]!r} {clipped[1]:.2f} %" if clipped else ""
 
     def to_json(self) -> dict:
         return {**asdict(self), "passed": self.passed}
@@ -98,15 +104,15 @@ def reference_input(graph: ir.Graph, images) -> np.ndarray:
 def check(model, source: ir.Graph, net, images, held_back, calibration="",
           stored=None) -> Check:
     """Run ``net`` (compiled from ``model``; ``source`` the graph it was calibrated from,
-    ``stored`` the calibration's ``(scale, offset)`` per tensor) and ``model`` on
+    ``stored`` each tensor's ``(scale, offset)`` after calibration, as
+    :func:`workbench.es2.calibrate.calibrated` gives them) and ``model`` on
     ``images`` (of which the last ``held_back`` were not calibrated on) and measure
     (:class:`Check`)."""
     graph = net.graph
     runtime = "ONNX Runtime" if ir.is_onnx(model) else "TensorFlow"
     reference = np.asarray(model.predict(reference_input(graph, images), verbose=0),
                            np.float64)
-    outputs = np.stack([net.emulate(x) for x in images]).astype(np.float64)
-    layers = _layers(source, graph, images, stored or {})
+    outputs, layers = _run(source, graph, images, stored or {})
     kind = "classifier" if reference.ndim == 2 else "image"
     if kind == "classifier":
         agree = reference.argmax(1) == outputs.argmax(1)
@@ -115,7 +121,7 @@ def check(model, source: ir.Graph, net, images, held_back, calibration="",
         if outputs.shape[-1] == 3 and reference.shape[-1] == 1:  # a luma net: its luma
             outputs = outputs @ ir.LUMA.astype(np.float64)
             reference = reference[..., 0]
-        db = [psnr(np.clip(r, 0, 1), o) for r, o in zip(reference, outputs)]
+        db = [psnr(r, o) for r, o in zip(reference, outputs)]
         value, mean = float(np.min(db)), float(np.mean(db))
     departing = next((name for name, (db, _) in layers.items() if db < LAYER_DB), None)
     worst = min(layers, key=lambda name: layers[name][0], default=None)
@@ -125,20 +131,24 @@ def check(model, source: ir.Graph, net, images, held_back, calibration="",
                  {n: round(c, 3) for n, (_, c) in layers.items() if c >= 0.001})
 
 
-def _layers(source, graph, images, stored) -> dict[str, tuple[float, float]]:
-    """Per 8-bit layer of ``graph`` (the compiled net), in order: ``(PSNR of its stored
-    tensor against the float graph in stored units, % of the float values clipped)``; the
-    float values from ``source`` (before calibration), mapped through ``stored``."""
+def _run(source, graph, images, stored) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
+    """``(outputs, layers)``: the outputs of ``graph`` (the compiled net; the emulator's
+    :data:`~workbench.es2.texels.FAST` arithmetic: its bytes but for rounding ties) for
+    ``images``, and per 8-bit layer, in order, ``(PSNR of its stored tensor against the
+    float graph in stored units, % of the float values clipped)``; the float values from
+    ``source`` (before calibration), mapped through ``stored``."""
     names = [op.name for op in graph.ops if record(op).stored is None]
     head = [op for op in source.ops if record(op).stored is None]
     known = {op.name for op in head} & set(names)
     found = {name: ([], []) for name in names if name in known}
+    outputs = []
     for image in images:
         real = emulate.tensors(source, image, REAL, head)
-        kept = emulate.tensors(graph, image)
+        kept = emulate.tensors(graph, image, FAST)
+        outputs.append(emulate.output(graph, kept))
         for name, (floats, values) in found.items():
-            scale, offset = stored.get(name, (1.0, 0.0))
             c = min(real[name].shape[-1], kept[name].shape[-1])
+            scale, offset = (np.resize(v, c) for v in stored.get(name, (1.0, 0.0)))
             floats.append(((real[name][..., :c] - offset) / scale).ravel())
             values.append(kept[name][..., :c].ravel())
     out = {}
@@ -146,7 +156,7 @@ def _layers(source, graph, images, stored) -> dict[str, tuple[float, float]]:
         floats, values = np.concatenate(floats), np.concatenate(values)
         clipped = (floats < -HALF_STEP) | (floats > 1 + HALF_STEP)
         out[name] = (psnr(floats, values), 100 * float(clipped.mean()))
-    return out
+    return np.stack(outputs).astype(np.float64), out
 
 
 def require(result: Check, force=False) -> Check:
@@ -160,5 +170,5 @@ def require(result: Check, force=False) -> Check:
              f"{LAYER_DB:.0f} dB" + (f" (the worst: {result.layer_db:.1f} dB)"
                                      if result.layer_db is not None else ""))
     raise ReferenceCheckFailed(
-        f"the deployed net is not the model: {result.measure()}, below {bound}; {where}; "
-        f"calibration: {result.calibration}; {REMEDIES}")
+        f"the deployed net is not the model: {result.measure()}, below {bound}; {where}"
+        f"{result.clips()}; calibration: {result.calibration}; {REMEDIES}")

@@ -13,11 +13,15 @@ DTYPES = {"float32": np.float32, "float16": np.float16}
 # no storage at all: every tensor kept as computed, float32 (the calibration of unbounded
 # tensors' ranges, :mod:`workbench.es2.calibrate`); not a GPU's arithmetic
 REAL = "real"
+# the GPU's storage with float32 arithmetic in any order (a convolution as matrix products):
+# the emulator's bytes but for rounding ties, many times faster (the reference check of a
+# deploy, :mod:`workbench.es2.reference`); not a GPU's arithmetic either
+FAST = "fast"
 
 
 def dtype(arithmetic):
     """The numpy float type the emulator computes in for ``arithmetic``."""
-    if arithmetic == REAL:
+    if arithmetic in (REAL, FAST):
         return np.float32
     if arithmetic not in DTYPES:
         raise ValueError(f"arithmetic must be one of {tuple(DTYPES)}, not {arithmetic!r}")

@@ -143,7 +143,8 @@ class Scales:
     def fold(self, graph):
         """Fold every scale and offset into the readers in ``graph``'s ops (the ops change in
         place), or refuse naming the layer; a scaled tensor leaves ``graph.origin`` (it no
-        longer holds the source model's values)."""
+        longer holds the source model's values).  Returns each tensor's ``(scale, offset)``,
+        a value a channel: it stands for ``scale * stored + offset``."""
         shapes = graph.shapes(graph.input_size or (64, 64))
         affine = {graph.input.name: (self.scale, self.offset)}
 
@@ -199,6 +200,7 @@ class Scales:
         for name in scaled & set(graph.origin or ()):
             del graph.origin[name]
         graph.scaled = graph.scaled | scaled
+        return {t: read(t) for t in affine}
 
 
 def leaky_relu(slope, where) -> str:

@@ -32,7 +32,7 @@ class OnnxModel:
             import onnxruntime
 
             options = onnxruntime.SessionOptions()
-            options.log_severity_level = 3
+            options.log_severity_level = 4  # (its errors are raised; logged too, they would reach the terminal)
             self._session = onnxruntime.InferenceSession(
                 self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return self._session
@@ -68,7 +68,7 @@ class OnnxModel:
         proto.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
                                  for n in names)
         options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = 4
         session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
         values = _run(session, list(names), x, self.nhwc)
@@ -93,7 +93,12 @@ def _run(session, names, x, nhwc=False) -> list[np.ndarray]:
     x = np.ascontiguousarray(x if nhwc else np.transpose(x, (0, 3, 1, 2)))
     head = session.get_inputs()[0]
     step = head.shape[0] if isinstance(head.shape[0], int) and head.shape[0] > 0 else len(x)
-    runs = [session.run(names, {head.name: x[i:i + step]}) for i in range(0, len(x), step)]
+    try:
+        runs = [session.run(names, {head.name: x[i:i + step]}) for i in range(0, len(x), step)]
+    except Exception:  # a symbolic batch that a Reshape still fixes at 1 (PyTorch's exports)
+        if step == 1:
+            raise
+        runs = [session.run(names, {head.name: x[i:i + 1]}) for i in range(len(x))]
     return [np.concatenate(parts) for parts in zip(*runs)]
 
 

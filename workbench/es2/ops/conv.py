@@ -18,7 +18,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
-from workbench.es2.emulate import quantize
+from workbench.es2.emulate import FAST, REAL, quantize
 from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops import split
 from workbench.es2.ops.conv_emulator import emulate
@@ -394,7 +394,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
 def apply(op: ir.Conv, tensors, arithmetic):
     """The stored output, as the next op fetches it (8 or 16 bits)."""
     res = tensors[op.residual] if op.residual else None
-    out = emulate(op, tensors[op.input], res)
+    out = emulate(op, tensors[op.input], res, fast=arithmetic in (REAL, FAST))
     if fixed16.tensor_bits(op) == 16:
         return fixed16.stored_tensor(out, arithmetic)
     return quantize(out, arithmetic)

@@ -12,7 +12,7 @@ from workbench.es2.ops.orders import LAST, emulated_terms, order_of
 from workbench.nets import activations, storage
 
 
-def emulate(op: ir.Conv, x, residual=None):
+def emulate(op: ir.Conv, x, residual=None, fast=False):
     """Convolution + bias (+ residual) + activation of HxWxC ``x`` (float32, or float16 for
     mediump: the arithmetic follows ``x``'s type), companded by its ``storage`` law, before
     the 8-bit store.
@@ -22,7 +22,10 @@ def emulate(op: ir.Conv, x, residual=None):
     terms in channel order; a weight 0 where the channel is outside the output's group adds
     exactly 0); a tap in the padding reads zeros, as the shader's masks make it.  The
     residual is added after ``residual_after`` of the order's terms (0: to the bias first;
-    :data:`~workbench.es2.ops.orders.LAST`: last), as the program adds it.
+    :data:`~workbench.es2.ops.orders.LAST`: last), as the program adds it.  ``fast``: each
+    stage's sums as matrix products instead, in float32 (:func:`_fast_sums`: the same values
+    but for the last bits of the sums; a split conv's partial sums still stored in fixed
+    point).
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
     x = np.asarray(x, F)
@@ -38,6 +41,8 @@ def emulate(op: ir.Conv, x, residual=None):
     if op.pad_value is not None:  # what the shader's masked taps read (exactly)
         padded[:] = op.pad_value[:x.shape[2]].astype(F)
     padded[pt:pt + h, pl:pl + w] = x
+    if fast:
+        return _fast(op, padded, (oh, ow), residual)
     index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
     weight = weight.astype(F)
 
@@ -71,6 +76,65 @@ def emulate(op: ir.Conv, x, residual=None):
     if after is not None and (after == LAST or after > n):
         out += residual[..., :op.cout]
     return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
+
+
+def _fast(op: ir.Conv, padded, out_hw, residual):
+    """:func:`emulate` in float32 as matrix products: each stage's taps (a split op's partial
+    sums stored in fixed point as its programs store them), then the bias, the residual and
+    the activation."""
+    (oh, ow), k, s = out_hw, op.size, op.stride
+    kernel = _dense_kernel(op)  # (k, k, cin, cout)
+    *partials, last = split.stages(op)
+    out = np.tile(op.bias.astype(F32), (oh, ow, 1))
+    partial = None
+    for run, rows in partials:
+        sums = (np.zeros((oh, ow, op.cout), F32) if partial is None else partial) + \
+            _fast_sums(padded, kernel * _stage_mask(op, run, rows), (oh, ow), s)
+        partial = split.stored(op, sums, F32)
+    if partial is not None:
+        out += partial
+    out += _fast_sums(padded, kernel * _stage_mask(op, *last), (oh, ow), s)
+    if residual is not None:
+        out += residual[..., :op.cout]
+    return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F32)
+
+
+def _fast_sums(padded, kernel, out_hw, stride):
+    """``sum over taps of window @ kernel[dy, dx]``, float32 (taps of zeros skipped)."""
+    (oh, ow), k = out_hw, kernel.shape[0]
+    sums = np.zeros((oh, ow, kernel.shape[3]), F32)
+    for dy in range(k):
+        for dx in range(k):
+            if np.any(kernel[dy, dx]):
+                window = padded[dy:dy + (oh - 1) * stride + 1:stride,
+                                dx:dx + (ow - 1) * stride + 1:stride]
+                sums += window @ kernel[dy, dx]
+    return sums
+
+
+def _dense_kernel(op: ir.Conv) -> np.ndarray:
+    """``op``'s kernel over all its input channels, ``(k, k, cin, cout)``, 0 outside each
+    output's group."""
+    kernel = np.zeros((op.size, op.size, op.cin, op.cout), F32)
+    cin_g = op.kernel.shape[2]
+    for o in range(op.cout):
+        group = op.in_group(o)
+        kernel[:, :, group.start:group.start + cin_g, o] = op.kernel[:, :, :, o]
+    return kernel
+
+
+def _stage_mask(op: ir.Conv, positions, rows) -> np.ndarray:
+    """``(k, 1, cin, cout)``: 1 where a stage of ``positions`` (of each output pack's input
+    packs) and kernel ``rows`` multiplies input channel ``c`` into output ``o``."""
+    mask = np.zeros((op.size, 1, op.cin, op.cout), F32)
+    for p in range(op.out_packs()):
+        logical = [0] if op.luma_input else op.logical_packs(p)
+        outs = slice(p * ir.PACK, min(p * ir.PACK + ir.PACK, op.cout))
+        for j in positions:
+            if j < len(logical):
+                first = ir.PACK * logical[j]
+                mask[list(rows), 0, first:first + ir.PACK, outs] = 1
+    return mask
 
 
 def _gathers(op: ir.Conv):
