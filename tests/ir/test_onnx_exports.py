@@ -6,7 +6,9 @@ emulator, which the GPU matches byte for byte), or is refused in one line naming
 import numpy as np
 import onnx
 import pytest
+from PIL import Image
 
+from tests.ir import onnx_graphs
 from tests.ir.onnx_graphs import Builder
 from workbench import es2, ir
 from workbench.es2 import mediump
@@ -219,6 +221,23 @@ def test_mnist_one_gemm_over_the_map():
     assert np.abs(ours - theirs).max() <= 0.02  # probabilities
 
 
+def test_a_one_channel_classifier_is_a_grey_image_and_bundles(tmp_path):
+    """One input channel: a grey image for a classifier (logits out), the luma of an RGB
+    image only for an image net; the bundle command deploys the MNIST net as it is."""
+    from workbench.run.cli import main
+
+    assert not ir.from_onnx(OnnxModel(mnist())).input.rgb
+    assert ir.from_onnx(OnnxModel(onnx_graphs.sr_net(17))).input.rgb
+    onnx.save(mnist(), tmp_path / "mnist.onnx")
+    pictures = tmp_path / "digits"
+    pictures.mkdir()
+    for i, x in enumerate(images(10, 28, 1, seed=3)):
+        Image.fromarray((x[..., 0] * 255).round().astype(np.uint8)).save(pictures / f"{i}.png")
+    assert main(["bundle", "--model", str(tmp_path / "mnist.onnx"), "--out",
+                 str(tmp_path / "b"), "--calibration", str(pictures)]) == 0
+    assert (tmp_path / "b" / "run.py").is_file()
+
+
 @pytest.mark.parametrize("softmax", [True, False])
 def test_squeezenet_pooled_output_without_gemm(softmax):
     model = OnnxModel(squeezenet(softmax=softmax))
@@ -322,3 +341,18 @@ def test_what_is_refused_is_named(monkeypatch):
     b = Builder(17)
     out = b.node("Transpose", [b.conv("input", 3, 4, 3)], perm=[0, 2, 1, 3], layer="t")
     assert "/t/Transpose" in refusal(b.model(3, (8, 8), out, "t"))
+
+
+def test_tanh_is_stored_as_its_half_and_read_back():
+    """Conv + Tanh (values in [-1, 1]) stored as sigmoid(2 z) = (tanh z + 1) / 2, its reader
+    (a padded 3x3 conv: its padding the stored value of a real 0, 0.5) folding 2 x - 1 back:
+    the output within two 8-bit levels of ONNX Runtime's on every image."""
+    b = Builder(17, 12)
+    x = b.node("Tanh", [conv_of(b, "input", 3, 8, (3, 3), (1, 1, 1, 1))])
+    out = b.node("Sigmoid", [conv_of(b, x, 8, 3, (3, 3), (1, 1, 1, 1))])
+    model = OnnxModel(b.model(3, (16, 16), out, "tanh"))
+    assert_lowered_exactly(model, 16)
+    net = es2.compile(model)
+    assert net.graph.ops[1].pad_value is not None
+    for x in images(4, 16, seed=4):
+        assert np.abs(net.emulate(x) - model(x[None])[0]).max() <= 2 / 255

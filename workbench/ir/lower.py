@@ -283,7 +283,8 @@ def from_keras(model, luma_input=None) -> Graph:
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise LoweringError(f"model {model.name!r}: one input and one output are supported")
     channels = model.inputs[0].shape[-1]
-    low = _Lowering(model, channels == 1 if luma_input is None else luma_input)
+    image_out = len(model.outputs[0].shape) == 4  # (one channel in: an SR net's luma)
+    low = _Lowering(model, channels == 1 and image_out if luma_input is None else luma_input)
     for layer in model.layers:
         tensor = LAYERS.of(layer)(low, layer, _inputs(layer))
         if tensor is not None:

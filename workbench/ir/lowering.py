@@ -99,8 +99,13 @@ class Scales:
     and the input's normalisation, ``real = scale * image + offset``."""
 
     def __init__(self, channels):
-        self.stored = {}
+        self.stored, self.read = {}, {}
         self.scale, self.offset = np.ones(channels), np.zeros(channels)
+
+    def read_as(self, op, scale, offset):
+        """``op``'s own weights and activation already store ``(y - offset) / scale`` (a
+        Tanh as ``sigmoid(2 z)``): its readers read ``scale * stored + offset``."""
+        self.read[op.name] = (scale, offset)
 
     def store(self, op, scale, offset=0.0):
         """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1]; a
@@ -189,7 +194,7 @@ class Scales:
                       "before it (Clip(0, 1))")
             else:  # Add
                 plain(op, op.input, op.other, scale=m, why=_SUM.format(m=_describe(m, 0)))
-            affine[op.name] = out
+            affine[op.name] = self.read.get(op.name, out)
         scaled = {t for t in affine if t != graph.input.name and
                   (np.any(read(t)[0] != 1) or np.any(read(t)[1] != 0))}
         if graph.output in scaled:

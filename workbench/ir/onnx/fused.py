@@ -37,7 +37,7 @@ def _add(low, op, node, attrs, previous):
 
 
 def _activation(low, op, node, attrs, previous):
-    """Relu, LeakyRelu, PRelu, Clip(0, m), Sigmoid, HardSigmoid of a Conv or Add."""
+    """Relu, LeakyRelu, PRelu, Clip(0, m), Sigmoid, HardSigmoid, Tanh of a Conv or Add."""
     kind = node.op_type
     if kind == "Clip":  # min and max: inputs from opset 11, attributes before
         lo, hi = (low.constant(node, i, what) if i < len(node.input) else attrs.get(what)
@@ -53,6 +53,13 @@ def _activation(low, op, node, attrs, previous):
         if op.residual:
             refuse(node, "HardSigmoid after a residual sum")
         op.activation = "bounded_relu"
+    elif kind == "Tanh":  # (tanh(z) + 1) / 2 = sigmoid(2 z): stored so, read as 2 x - 1
+        if not isinstance(op, Conv) or op.residual:
+            refuse(node, "Tanh folds into a Conv's weights (stored as sigmoid(2 z), its "
+                   "(y + 1) / 2); it follows an Add or a residual sum")
+        op.kernel, op.bias = (op.kernel * 2).astype(np.float32), (op.bias * 2).astype(np.float32)
+        op.activation = "sigmoid"
+        low.found.read_as(op, 2.0, -1.0)
     elif kind == "LeakyRelu":
         op.activation = leaky_relu(attrs.get("alpha", 0.01), where(node))
     elif kind == "PRelu":

@@ -16,7 +16,8 @@ from workbench.ir.ops import Add, Concat, Conv, Dense, Pool, Upsample
 SUPPORTED = ("Conv (group, pads, strides, any kernel shape and dilation)",
              "Pad (zeros, before a Conv)", "BatchNormalization (after a Conv)",
              "Relu / LeakyRelu / PRelu (slope (C, 1, 1)) / Clip(0, m) / Sigmoid / HardSigmoid "
-             "(after a Conv or Add; Clip(0, m) stored as y / m)",
+             "(after a Conv or Add; Clip(0, m) stored as y / m) / Tanh (after a Conv, stored "
+             "as (y + 1) / 2)",
              "Mul / Div / Sub / Add of constants on the input (folded into the convs)",
              "Add (two tensors; a constant into the Conv or Gemm before it)",
              "Concat (channels)", "MaxPool / AveragePool (2x2, 3x3; ceil_mode)",

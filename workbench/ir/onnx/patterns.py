@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 # A luma net's anchor residual, clamp(up(luma) + s * (depth_to_space(q) - 0.5), 0, 1)
 ANCHOR = "clamp(up(input) + s * (pixel_shuffle(q) - 0.5), 0, 1) after the last DepthToSpace"
-ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "LeakyRelu", "PRelu")
+ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "LeakyRelu", "PRelu")
 # PixelShuffle's Transpose of (N, C, b, b, H, W) (CRD) or (N, b, b, C, H, W) (DCR): its mode
 # and the axis of the first block size in the first Reshape's shape
 SHUFFLES = {(0, 1, 4, 2, 5, 3): ("CRD", 2), (0, 3, 4, 1, 5, 2): ("DCR", 1)}
@@ -193,7 +193,7 @@ class _Finder:
         else:
             self.fuse(node, ("Conv", "Add", "Gemm", "MatMul"))
 
-    Relu = Clip = Sigmoid = HardSigmoid = LeakyRelu = PRelu = activation
+    Relu = Clip = Sigmoid = HardSigmoid = Tanh = LeakyRelu = PRelu = activation
 
     def arithmetic(self, node):
         """Sub, Mul, Div (and Add) of a constant: the input's normalisation, or a step of

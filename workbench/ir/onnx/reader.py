@@ -134,7 +134,11 @@ class Model:
         self.size = tuple(input_size) if input_size else (
             None if None in dims[2:] else tuple(dims[2:]))
         self.input_name, self.channels = inputs[0].name, dims[1]
-        self.luma = dims[1] == 1 if luma_input is None else luma_input
+        out = graph.output[0].type.tensor_type
+        image_out = len(out.shape.dim) == 4 if out.HasField("shape") else any(
+            n.op_type in ("DepthToSpace", "Resize", "Upsample") for n in graph.node)
+        # one channel: the luma of an RGB image for an image net (SR), else a grey image
+        self.luma = dims[1] == 1 and image_out if luma_input is None else luma_input
         props = {p.key: p.value for p in proto.metadata_props}
         self.anchor_storage = props.get(ANCHOR_STORAGE, "linear")  # an 8-bit storage law
         storage.check(self.anchor_storage, f"model {graph.name!r}: metadata {ANCHOR_STORAGE}")
