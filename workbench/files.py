@@ -281,6 +281,14 @@ def foreign_entry(folder, names=None, repair=False) -> str | None:
     return None
 
 
+def check_folder(path, force=False) -> Path:
+    """``path`` as :func:`atomic_dir` will write it, checked before any work: a folder name
+    that can be written (:func:`check_writable`) and replaced (:func:`check_replaceable`)."""
+    path = check_writable(path, folder=True)
+    check_replaceable(path, force)
+    return path
+
+
 def check_replaceable(path, force, repair=False):
     """Raise :class:`FolderNotReplaceable` unless ``path`` may be replaced: absent, or a folder
     with no :func:`foreign_entry`."""

@@ -85,7 +85,7 @@ def test_add_and_concat():
     untimed = net.run(image, keep=True, timed=False)  # drawn back to back: the same bytes
     assert net.timings == {} and all(np.array_equal(untimed[k], gpu[k]) for k in gpu)
     unbounded = keras.Model(inputs, keras.layers.Add(name="raw")([a, b]))
-    with pytest.raises(ValueError, match="the deployed net is not the model: .* dB from "
+    with pytest.raises(ValueError, match="the deployed net is not the model, .* dB from "
                        "TensorFlow.*most clipped: 'raw'"):
         es2.compile(unbounded)  # a linear sum in [0, 2], the output image: clamped at 1
 

@@ -208,7 +208,8 @@ def test_a_tensor_stays_8_bit_where_its_readers_split_would_undo_16_bits(gain):
     for layer, scale in ((model.get_layer("linear"), 1.0), (model.get_layer("reader"), gain)):
         kernel, bias = layer.get_weights()
         layer.set_weights([(rng.normal(0, 0.3, kernel.shape) * scale).astype("f4"), bias])
-    net = es2.compile(model, calibration=images(4))
+    # (force: at gain 300 the 8-bit linear tensor leaves the net 33 dB from TF; the check says so)
+    net = es2.compile(model, calibration=images(4), force=True)
     reader = net.graph.op("reader")
     assert (split.shift(reader) < 0) == (gain > 1)
     assert "linear" in conv.wide_tensors(net.graph)  # a candidate either way

@@ -210,7 +210,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     check = (calibrated or graph is not source) if check is None else check
     if graph.input_size and (calibrated or check):  # the images below run at that size
         plan.require_memory(prepared(graph, table, {"dense": dense}), graph.input_size,
-                            "give a smaller --input-size", ("emulator", "reference"))
+                            "give a smaller --input-size")
     stored, images, held, described = {}, [], 0, ""
     if calibrated:
         calibrate.require_foldable(graph)

@@ -7,11 +7,13 @@ emulator in its :data:`~workbench.es2.texels.FAST` arithmetic (the GPU's bytes b
 rounding ties, convolutions as matrix products) and measures:
 
 - the output: a classifier's top-1 agreement with the reference, an image net's PSNR against
-  the reference's output (a luma net's luma, full-range BT.601; what it has outside [0, 1],
-  which an 8-bit image cannot keep, counts against it), the worst image;
+  the reference's output (what it has outside [0, 1], which an 8-bit image cannot keep,
+  counts against it; a luma net's RGB image made of the reference's luma and the input's
+  chroma, :func:`with_chroma`), the worst image;
 - per layer, the stored tensor against the float graph (no storage, float32) in the stored
-  units (its range is [0, 1]): the first layer below :data:`LAYER_DB`, and the share of the
-  float values that the storage clips (past half a level outside [0, 1]).
+  units, clipped to [0, 1]: the first layer below :data:`LAYER_DB` (its steps and the
+  errors it inherits); and the share of the float values that the storage clips (past half
+  a level outside [0, 1]): a range calibrated on unlike images.
 
 A net below :data:`AGREEMENT` (a classifier) or :data:`IMAGE_DB` (an image net) is refused by
 :func:`require` in one line naming that layer and the remedies, unless forced.
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from workbench import ir
+from workbench.data.images import rgb_to_ycbcr, ycbcr_to_rgb
 from workbench.es2 import emulate
 from workbench.es2.emulate import FAST, REAL
 from workbench.es2.mediump import psnr
@@ -49,7 +52,7 @@ class Check:
     reference's name; ``calibration`` where the calibration images came from; ``layer`` the
     first layer whose stored tensor is below :data:`LAYER_DB` from the float graph (None:
     none), ``layer_db`` its PSNR (else the worst layer's); ``clipped`` per layer whose
-    storage clips any value, the share clipped (%)."""
+    storage clips any value, the share clipped (%); ``output`` the net's output tensor."""
     kind: str
     value: float
     mean: float
@@ -60,6 +63,7 @@ class Check:
     layer: str | None
     layer_db: float | None
     clipped: dict = field(default_factory=dict)
+    output: str = ""
 
     @property
     def passed(self) -> bool:
@@ -101,6 +105,16 @@ def reference_input(graph: ir.Graph, images) -> np.ndarray:
     return (x[..., :3] @ ir.LUMA)[..., None] if graph.input.rgb else x
 
 
+def with_chroma(image, luma) -> np.ndarray:
+    """The RGB image a luma net's last layer makes of its luma output ``luma`` (HxWx1, a
+    whole factor larger than ``image``) and ``image``'s chroma (full-range BT.601, upsampled
+    bilinearly as its shader does), clipped to [0, 1] as an image keeps it."""
+    block = luma.shape[0] // image.shape[0]
+    chroma = emulate.bilinear(rgb_to_ycbcr(image, "full")[..., 1:], block).astype(np.float32)
+    rgb = ycbcr_to_rgb(np.concatenate([np.asarray(luma, np.float32), chroma], -1), "full")
+    return np.clip(rgb, 0, 1).astype(np.float64)
+
+
 def check(model, source: ir.Graph, net, images, held_back, calibration="",
           stored=None) -> Check:
     """Run ``net`` (compiled from ``model``; ``source`` the graph it was calibrated from,
@@ -110,6 +124,9 @@ def check(model, source: ir.Graph, net, images, held_back, calibration="",
     (:class:`Check`)."""
     graph = net.graph
     runtime = "ONNX Runtime" if ir.is_onnx(model) else "TensorFlow"
+    if not hasattr(model, "predict"):  # an onnx.ModelProto: ONNX Runtime runs it
+        from workbench.nets.onnx_model import OnnxModel
+        model = OnnxModel(model)
     reference = np.asarray(model.predict(reference_input(graph, images), verbose=0),
                            np.float64)
     outputs, layers = _run(source, graph, images, stored or {})
@@ -118,9 +135,8 @@ def check(model, source: ir.Graph, net, images, held_back, calibration="",
         agree = reference.argmax(1) == outputs.argmax(1)
         value = mean = float(np.mean(agree))
     else:
-        if outputs.shape[-1] == 3 and reference.shape[-1] == 1:  # a luma net: its luma
-            outputs = outputs @ ir.LUMA.astype(np.float64)
-            reference = reference[..., 0]
+        if outputs.shape[-1] == 3 and reference.shape[-1] == 1:  # a luma net, RGB out
+            reference = np.stack([with_chroma(x, r) for x, r in zip(images, reference)])
         db = [psnr(r, o) for r, o in zip(reference, outputs)]
         value, mean = float(np.min(db)), float(np.mean(db))
     departing = next((name for name, (db, _) in layers.items() if db < LAYER_DB), None)
@@ -128,15 +144,17 @@ def check(model, source: ir.Graph, net, images, held_back, calibration="",
     name = departing or worst
     return Check(kind, value, mean, len(images), held_back, runtime, calibration,
                  departing, layers[name][0] if name else None,
-                 {n: round(c, 3) for n, (_, c) in layers.items() if c >= 0.001})
+                 {n: round(c, 3) for n, (_, c) in layers.items() if c >= 0.001}, graph.output)
 
 
 def _run(source, graph, images, stored) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
     """``(outputs, layers)``: the outputs of ``graph`` (the compiled net; the emulator's
     :data:`~workbench.es2.texels.FAST` arithmetic: its bytes but for rounding ties) for
     ``images``, and per 8-bit layer, in order, ``(PSNR of its stored tensor against the
-    float graph in stored units, % of the float values clipped)``; the float values from
-    ``source`` (before calibration), mapped through ``stored``."""
+    float graph's values in stored units, clipped to [0, 1], % of those values clipped)``;
+    the float values from ``source`` (before calibration), mapped through ``stored``; an
+    RGB image composed of a luma net's output counts no clipping (its reference's is
+    clipped too)."""
     names = [op.name for op in graph.ops if record(op).stored is None]
     head = [op for op in source.ops if record(op).stored is None]
     known = {op.name for op in head} & set(names)
@@ -152,10 +170,12 @@ def _run(source, graph, images, stored) -> tuple[np.ndarray, dict[str, tuple[flo
             floats.append(((real[name][..., :c] - offset) / scale).ravel())
             values.append(kept[name][..., :c].ravel())
     out = {}
+    composed = {op.name for op in graph.ops if op.rgb_output}  # an RGB image: clipped as such
     for name, (floats, values) in found.items():
         floats, values = np.concatenate(floats), np.concatenate(values)
         clipped = (floats < -HALF_STEP) | (floats > 1 + HALF_STEP)
-        out[name] = (psnr(floats, values), 100 * float(clipped.mean()))
+        out[name] = (psnr(np.clip(floats, 0, 1), values),
+                     0.0 if name in composed else 100 * float(clipped.mean()))
     return np.stack(outputs).astype(np.float64), out
 
 
@@ -165,10 +185,13 @@ def require(result: Check, force=False) -> Check:
     if result.passed or force:
         return result
     bound = (f"{100 * AGREEMENT:.0f} %" if result.kind == "classifier" else f"{IMAGE_DB:.0f} dB")
-    where = (f"layer {result.layer!r} departs first from the float graph ({result.layer_db:.1f} dB)"
-             if result.layer else "no single layer departs past "
-             f"{LAYER_DB:.0f} dB" + (f" (the worst: {result.layer_db:.1f} dB)"
-                                     if result.layer_db is not None else ""))
+    clipped = max(result.clipped.items(), key=lambda kv: kv[1], default=(None, 0))
+    if result.layer:
+        where = f"layer {result.layer!r} departs first from the float graph ({result.layer_db:.1f} dB)"
+    elif clipped[1] >= 0.1:
+        where = f"layer {clipped[0]!r} clips {clipped[1]:.2f} % of its values"
+    else:
+        where = f"output {result.output!r}: no single layer departs past {LAYER_DB:.0f} dB"
     raise ReferenceCheckFailed(
-        f"the deployed net is not the model: {result.measure()}, below {bound}; {where}"
+        f"{where}: the deployed net is not the model, {result.measure()}, below {bound}"
         f"{result.clips()}; calibration: {result.calibration}; {REMEDIES}")

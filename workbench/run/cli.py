@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from workbench.files import FolderNotReplaceable, check_replaceable
+from workbench.files import FolderNotReplaceable, check_folder
 
 # OSError: permissions, a full disk, a name too long; the GL errors: a driver's or the GL
 # worker's refusal (its first line; --debug shows the worker's traceback)
@@ -133,7 +133,7 @@ def _export_web(args):
                   if path.is_file() else [s.strip() for s in labels.split(",")])
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
-    check_replaceable(Path(args.out), args.force)  # before the work
+    check_folder(args.out, args.force)  # before the work
     net, model = es2.load_net(model_path, _target(args), input_size=args.input_size,
                               **_compile_options(args))
     _deployed(net)
@@ -175,7 +175,7 @@ def _bundle(args):
     from workbench import es2
     from workbench.es2 import bundle
     from workbench.nets.models import reference_sr
-    check_replaceable(Path(args.out), args.force)  # before the work
+    check_folder(args.out, args.force)  # before the work
     net, model = es2.load_net(args.model or reference_sr(), _target(args),
                               input_size=args.input_size, **_compile_options(args))
     _deployed(net)
