@@ -116,7 +116,7 @@ class CollapsibleConv(keras.layers.Layer):
 
 def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,
                  anchor_storage="linear", widths=SR_WIDTHS, kernels=SR_KERNELS,
-                 groups=SR_GROUPS, scale=2):
+                 groups=SR_GROUPS, scale=2, activation="bounded_relu"):
     """The training-time x2 SR net.  With no option it is :func:`models.sr_x2`; layer
     names ``L1``..``L5`` (+ ``_act``, ``_q8``) match it.  See the module docstring."""
     if init not in ("he", "identity"):
@@ -141,7 +141,7 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
                 kern[..., list(outs)] = 0.0
                 kern *= 0.0 if zero else 1.0
                 conv.kernel.assign(kern + identity_kernel(k, kern.shape[2], w, g, outs))
-        x = Act("bounded_relu", name=f"L{i}_act")(x)
+        x = Act(activation, name=f"L{i}_act")(x)
         if qat:
             x = Quantize8(anchor_storage if last and anchor else "linear", name=f"L{i}_q8")(x)
     if anchor:
@@ -160,20 +160,26 @@ def anchor_of(model):
 
 def collapse(model, quantize=False):
     """A recipe model -> the deployable net: :func:`models.sr_x2` (or, with an anchor, the
-    same layers + :class:`AnchorResidual`) with each CollapsibleConv's collapsed kernel.
+    same layers + :class:`AnchorResidual`) of the model's widths, kernel sizes, groups and
+    activation, with each CollapsibleConv's collapsed kernel.
     ``quantize=True`` keeps a :class:`Quantize8` after every activation (8-bit storage)."""
     specs = [model.get_layer(f"L{i}") for i in range(1, 6)]
     widths = tuple(l.filters for l in specs[:4])
     kernels = tuple(l.kernel_size for l in specs[:4])
     groups = tuple(l.groups for l in specs[:4])
-    anchor = anchor_of(model)
+    found = {model.get_layer(f"L{i}_act").activation for i in range(1, 6)}
+    if len(found) > 1:
+        raise ValueError(f"model {model.name!r}: layers L1..L5 end in different activations "
+                         f"({', '.join(sorted(found))}); the sr_x2 layout has one")
+    activation, anchor = found.pop(), anchor_of(model)
     if not quantize and anchor is None:
-        plain = sr_x2(widths, kernels, groups)
+        plain = sr_x2(widths, kernels, groups, activation=activation)
     else:
         plain = sr_x2_recipe(qat=quantize, widths=widths, kernels=kernels, groups=groups,
                              anchor=anchor.mode if anchor else None,
                              anchor_scale=anchor.scale if anchor else 0.5,
-                             anchor_storage=anchor.storage if anchor else "linear")
+                             anchor_storage=anchor.storage if anchor else "linear",
+                             activation=activation)
     for layer in specs:
         kern = layer.kernel() if isinstance(layer, CollapsibleConv) else layer.kernel
         plain.get_layer(layer.name).set_weights([np.asarray(kern), np.asarray(layer.bias)])
