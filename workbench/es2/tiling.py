@@ -4,8 +4,11 @@ Every tile's textures fit ``max_size``; neighbouring tiles overlap by the net's 
 field (:func:`receptive_field`), and only the part of each tile whose outputs read no pixel
 outside the tile (or read past the image's own edge, as the untiled run does) is kept.  So the
 stitched image equals the untiled run byte for byte: the same shaders read the same texels and
-compute in the same order; only the tile's origin differs.  Nets whose tensors share the input's
-pixel grid (stride-1 'same' convolutions and depth-to-space) can be tiled.
+compute in the same order; only the tile's origin differs (but for an x3 SR net's bilinear
+chroma, whose weights ``(n + 0.5) / 3`` round differently in float32 at another offset: one
+level in a rare value).  Nets whose tensors share the input's
+pixel grid (stride-1 'same' convolutions and depth-to-space) can be tiled.  A net that takes
+one input size (an ONNX export's) runs on a larger image in tiles of that size the same way.
 """
 from __future__ import annotations
 
@@ -80,6 +83,8 @@ def run_tiled(net, image, max_size: int, run=None) -> Tiled:
     ``net.run`` (``net.emulate`` gives the emulator's tiled result)."""
     run = run or net.run
     graph = net.graph
+    if graph.input_size:  # a net of one size: tiles of that size
+        return _fixed_tiles(net, image, run)
     image = graph.input_image(image)
     h, w = image.shape[:2]
     side = largest_tile(graph, max_size)
@@ -96,23 +101,47 @@ def run_tiled(net, image, max_size: int, run=None) -> Tiled:
                                 .values()) > (free - out_bytes) // 2:
             side = side * 3 // 4
 
-    def gpu_seconds():
-        return sum(net.timings.values()) if run == net.run else 0.0
-
     if h <= side and w <= side:
-        return Tiled(run(image), 1, gpu_seconds())
+        return Tiled(run(image), 1, _seconds(net, run))
     margin = receptive_field(graph)
     if side - 2 * margin < 1:
         raise ValueError(f"a {w}x{h} image needs textures over {max_size} pixels, and tiles "
                          f"that fit ({side} pixels) cannot hold the net's receptive field of "
                          f"{margin} pixels each side; use a smaller image")
-    rows, cols = tiles(h, side, margin), tiles(w, side, margin)
-    th, tw = min(side, h), min(side, w)
+    return _stitched(net, image, run, (min(side, h), min(side, w)), margin)
+
+
+def _seconds(net, run) -> float:
+    """The GPU seconds of the last ``run`` (its passes; 0 for the emulator)."""
+    return sum(net.timings.values()) if run == net.run else 0.0
+
+
+def _fixed_tiles(net, image, run) -> Tiled:
+    """A net that takes one input size (an ONNX export's 224x224) on a larger image: in
+    tiles of that size overlapping by its receptive field, as :func:`run_tiled`."""
+    graph = net.graph
+    th, tw = graph.input_size
+    h, w = np.shape(image)[:2]
+    if (h, w) == (th, tw) or h < th or w < tw:  # (a smaller one: the net's own refusal)
+        return Tiled(run(image), 1, _seconds(net, run))
+    margin = receptive_field(graph)
+    if min(th, tw) - 2 * margin < 1:
+        raise ValueError(f"net {graph.name!r} takes {tw}x{th} and reads {margin} pixels each "
+                         f"side: it cannot run on a {w}x{h} image in tiles of its size")
+    return _stitched(net, image, run, (th, tw), margin)
+
+
+def _stitched(net, image, run, tile, margin) -> Tiled:
+    """``run`` over tiles of ``tile = (height, width)`` of ``image`` overlapping by
+    ``margin``, each keeping what reads no pixel outside it; the outputs stitched."""
+    h, w = np.shape(image)[:2]
+    th, tw = tile
+    rows, cols = tiles(h, th, margin), tiles(w, tw, margin)
     out, seconds = None, 0.0
     for y0, ky0, ky1 in rows:
         for x0, kx0, kx1 in cols:
             part = run(image[y0:y0 + th, x0:x0 + tw])
-            seconds += gpu_seconds()
+            seconds += _seconds(net, run)
             if out is None:
                 s = part.shape[0] // th  # the net's scale (1 for a same-size output)
                 out = np.empty((h * s, w * s, part.shape[2]), part.dtype)
