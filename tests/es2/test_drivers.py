@@ -483,3 +483,18 @@ def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
                 assert gpu.argmax() == emulated.argmax()
             else:
                 assert np.mean(np.round(gpu * 255) == np.round(emulated * 255)) >= 0.999
+
+
+@needs_build
+def test_a_bundle_from_the_command_line_carries_the_tuned_plan(tmp_path, capsys):
+    """``bundle --device videocore4 --tune``: the bundle's programs are the vc4-tuned plan's
+    (es2.compile(..., tune=True)), not the untuned one's, and its check is printed."""
+    model = load_model(reference_sr())
+    tuned = es2.compile(model, "videocore4", tune=True)
+    plain = es2.compile(model, "videocore4")
+    assert main(["bundle", "--model", str(reference_sr()), "--out", str(tmp_path / "b"),
+                 "--device", "videocore4", "--tune"]) == 0
+    assert "reference check: " in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    sources = [(tmp_path / "b" / p["shader"]).read_text() for p in manifest["passes"]]
+    assert sources == [p.source for p in tuned.passes] != [p.source for p in plain.passes]
