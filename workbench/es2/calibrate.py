@@ -6,10 +6,12 @@ activation leaves it (a ReLU's output, a linear add or projection) is stored as
 :data:`~workbench.es2.emulate.REAL` arithmetic) and takes each channel's minimum and maximum;
 :func:`stored_as` widens them by :data:`HEADROOM` and turns them into ``(scale, offset)``
 per tensor: offset 0 where a channel never goes below 0 (a ReLU), else its widened minimum;
-scale its widened span; a channel constant on every image (a dead ReLU) stored exactly.  A sum adds stored values, so a conv's residual is stored at the scale of the conv's output (tied, the larger span of the two
-wins; the offsets differ freely, the conv's bias absorbs them); a two-input add becomes a
-depthwise 1x1 conv of one input with the other as its residual, so that its weights carry the
-first's scale.  The front ends' fold (:meth:`workbench.ir.lowering.Scales.fold`) then moves
+scale its widened span; a channel constant on every image (a dead ReLU) stored exactly.  A
+sum adds stored values, so a conv's calibrated residual is stored at the scale of the conv's
+output (tied, the larger span of the two wins; the offsets differ freely, the conv's bias
+absorbs them; a residual stored otherwise is re-scaled where it is read); a two-input add
+becomes a depthwise 1x1 conv of one input with the other as its residual, so that its weights
+carry the first's scale.  The front ends' fold (:meth:`workbench.ir.lowering.Scales.fold`) then moves
 each scale into the readers' weights, exactly; a value outside the calibrated range is clipped
 by the store, as any value outside [0, 1].
 """
@@ -105,8 +107,9 @@ def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.n
     (offset its lower end, scale its span, at least :data:`FLOOR` of the tensor's widest).
     A channel that never leaves a constant ``c`` (a dead ReLU: 0) is stored exactly, as 0
     (offset ``c``), at the tensor's widest scale (so its producer's weights are not
-    amplified); the larger scale of the two where a conv's residual ties a tensor to its
-    output."""
+    amplified); the larger scale of the two where a conv's residual ties two calibrated
+    tensors (a residual stored otherwise, a bounded one, is re-scaled where it is read:
+    ``Conv.residual_scale``)."""
     if not headroom >= 0:
         raise ValueError(f"headroom: the share of a channel's span kept past its calibrated "
                          f"range, 0 or more, not {headroom!r}")
@@ -122,20 +125,10 @@ def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.n
         scales[name] = np.where(constant, widest, np.maximum(top - bottom, widest * FLOOR))
         offsets[name] = np.where(constant, low, bottom)
     tied = [(op.name, op.residual) for op in graph.ops
-            if op.residual and (op.name in found or op.residual in found)]
+            if op.residual and op.name in found and op.residual in found]
     for _ in range(len(tied)):  # until every tie agrees (a chain of residual blocks)
         for a, b in tied:
-            both = np.maximum(scales.get(a, 1.0), scales.get(b, 1.0))
-            fixed = [name for name in (a, b) if name not in found]  # bounded: stored as is
-            if fixed and np.any(both > 1):
-                raise ValueError(
-                    f"layer {a!r}: its sum with {b!r} reaches {float(both.max()):.3g} on the "
-                    f"calibration images, but {fixed[0]!r} is stored as it is (a bounded "
-                    "activation), so the sum must stay in [0, 1]; end that layer in a ReLU "
-                    "(calibrated) or keep the sum bounded")
-            for name in (a, b):
-                if name in found:
-                    scales[name] = both
+            scales[a] = scales[b] = np.maximum(scales[a], scales[b])
     return {name: (scales[name], offsets[name]) for name in scales}
 
 

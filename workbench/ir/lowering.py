@@ -75,9 +75,11 @@ def check_demux_size(op, shapes):
 # stored value of a real 0, ``Conv.pad_value``), a Dense into its weight rows and bias; max
 # and average pooling and upsampling keep it (they commute with a positive affine map), a
 # Concat concatenates the channels'.  A sum (an Add, a Conv's residual) adds stored values: its
-# parts must be stored at the scale of its own output (a residual's offset goes into the Conv's
-# bias; an Add has none).  A depth-to-space and the net's output
-# must be stored as they are (scale 1, offset 0); anything else is refused in one line.
+# parts must be stored at the scale of its own output (an Add's; a residual's offset goes into
+# the Conv's bias, and a residual stored at another scale than the sum is re-scaled where the
+# program reads it: ``Conv.residual_scale``, its scale over the sum's, per channel).  A
+# depth-to-space and the net's output must be stored as they are (scale 1, offset 0);
+# anything else is refused in one line.
 
 
 def channel_vector(value, channels, axis, where) -> np.ndarray:
@@ -182,10 +184,11 @@ class Scales:
                     op.activation_zero = np.broadcast_to(-offset / m, op.cout).astype(np.float32)
                     offset = 0.0
                 bias = op.bias.astype(np.float64) - offset
-                if op.residual:
-                    plain(op, op.residual, scale=m, offset=False,
-                          why=_SUM.format(m=_describe(m, 0)))
-                    bias = bias + read(op.residual)[1]
+                if op.residual:  # stored at another scale than the sum: re-scaled as read
+                    s, o = read(op.residual)
+                    if np.any(s != m):
+                        op.residual_scale = np.broadcast_to(s / m, op.cout).astype(np.float32)
+                    bias = bias + o
                 op.kernel = (op.kernel / m).astype(np.float32)
                 op.bias = (bias / m).astype(np.float32)
             elif isinstance(op, DepthToSpace):  # the demux's chroma is the picture itself

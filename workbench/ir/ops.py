@@ -83,6 +83,8 @@ class Conv(Op):
     activation_slope: np.ndarray | None = None  # "prelu": its slope below 0, per output channel
     activation_zero: np.ndarray | None = None  # "bounded_prelu" (ES 2.0's calibrated storage):
     #   what a real 0 stores as, per output channel, added after the PRelu (nets.activations)
+    residual_scale: np.ndarray | None = None  # the residual read times this, per output
+    #   channel: its stored scale over the sum's (ir.lowering.Scales); None: added as stored
 
     @property
     def size(self):
@@ -107,6 +109,14 @@ class Conv(Op):
 
     def out_packs(self):
         return packs(self.cout)
+
+    def residual_as_stored(self, consumer: str):
+        """Raise a ValueError naming the layer where its residual is re-scaled
+        (``residual_scale``), which ``consumer`` (a back end adding it as stored) cannot do."""
+        if self.residual_scale is not None:
+            raise ValueError(f"layer {self.name!r}: its residual {self.residual!r} is stored at "
+                             f"another scale than the sum and re-scaled where it is added; "
+                             f"{consumer} adds it as stored")
 
     def zero_padded(self, consumer: str):
         """Raise a ValueError naming the layer where its padding holds a ``pad_value`` that

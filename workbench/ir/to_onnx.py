@@ -121,6 +121,7 @@ class _Writer:
 @WRITERS.add(Conv)
 def _conv(w, op, x):
     op.zero_padded("ONNX's Conv")
+    op.residual_as_stored("the ONNX writer")
     if op.input_order is not None:  # x[:, index]: channel i reads channel index[i]
         index = [4 * p + c for p in op.input_order for c in range(4)]
         x = w.node("Gather", [x, w.const(f"{op.name}.shuffle", index, np.int64)], op.name,

@@ -109,6 +109,7 @@ def _conv(op: ir.Conv, channels, array) -> dict:
     """A conv's TF.js entry; ``channels`` of its input, ``gather`` the channel order it reads
     (a shuffle's binding order, or the first ``cin`` channels)."""
     op.zero_padded("the TF.js peer")
+    op.residual_as_stored("the TF.js peer")
     gather = None
     if op.input_order is not None:
         gather = [c for p in op.input_order

@@ -214,6 +214,9 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     body = coordinates(op.size, padded, inline_masks, rows)
     fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
                                else "") for fetch in residual_fetches]
+    if op.residual_scale is not None:  # its stored scale over the sum's
+        fetched = [f"({f}) * {constants.vec4(_kept(op.residual_scale[o], kept))}"
+                   for f, o in zip(fetched, outs)]
     starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]

@@ -29,6 +29,8 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
     x = np.asarray(x, F)
+    if residual is not None and op.residual_scale is not None:  # (the shader's fetch * scale)
+        residual = np.asarray(residual[..., :op.cout], F) * op.residual_scale.astype(F)
     if op.luma_input:
         x = luma(x[..., :3])[..., None]
     if op.input_order is not None:  # physical pack order -> logical channel order

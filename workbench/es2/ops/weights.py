@@ -86,5 +86,5 @@ def uniform_rows(op: ir.Conv) -> int:
 def uniforms_fit(op: ir.Conv, limits) -> bool:
     """Whether a program with its weights as uniforms fits the fragment uniform vectors (its
     vec2 uniforms too) and, where literals share that file, the constant budget."""
-    rows = uniform_rows(op) + 2 + bool(op.residual)
+    rows = uniform_rows(op) + 2 + bool(op.residual) + (op.residual_scale is not None)
     return rows <= min(limits.fragment_uniform_vectors, limits.constant_vectors or rows)

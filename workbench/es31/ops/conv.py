@@ -97,6 +97,7 @@ def kernel(op: ir.Conv, opts: Options) -> Kernel:
     """The conv's one program (:class:`Plan`): each invocation one output pixel of ``B``
     output packs, from the shared tile (``tiled``) or straight from the image."""
     op.zero_padded("the ES 3.1 back end")
+    op.residual_as_stored("the ES 3.1 back end")
     plan = Plan.of(op, opts)
     lx, ly = opts.local_size
     k, s, b, nin = plan.k, plan.stride, plan.block, plan.nin
