@@ -56,9 +56,9 @@ def _add_device_options(p):
                    "browser lacks the extension)")
 
 
-def _add_compile_options(p):
-    """The options of :func:`workbench.es2.compile` on a command that deploys a model;
-    :func:`_compile_options` reads them."""
+def _add_compile_options(p, tune=True):
+    """The options of :func:`workbench.es2.compile` on a command that deploys a model
+    (``tune``: with ``--tune``); :func:`_compile_options` reads them."""
     from workbench.es2.calibrate import HEADROOM
     from workbench.es2.drivers import COUNTS
 
@@ -74,9 +74,11 @@ def _add_compile_options(p):
     p.add_argument("--std", metavar="R,G,B", help="see --mean (e.g. 0.2470,0.2435,0.2616)")
     p.add_argument("--force-deploy", action="store_true", help="deploy even where the "
                    "reference check finds the net departs from its reference runtime")
-    p.add_argument("--tune", nargs="?", const=True, default=False, choices=(True, *COUNTS),
-                   metavar="COUNT", help="keep each layer's fastest form by the device's own "
-                   "compiler (needs --device with a driver); COUNT: " + ", ".join(COUNTS))
+    if tune:
+        p.add_argument("--tune", nargs="?", const=True, default=False,
+                       choices=(True, *COUNTS), metavar="COUNT", help="keep each layer's "
+                       "fastest form by the device's own compiler (needs --device with a "
+                       "driver); COUNT: " + ", ".join(COUNTS))
     p.add_argument("--shared", action="store_true", help="weights as uniform arrays, so that "
                    "one program serves every layer of its shape (fewer programs, same bytes)")
     p.add_argument("--scaled-bits", type=int, choices=(8, 16), help="bits a tensor stored "
@@ -91,7 +93,7 @@ def _compile_options(args) -> dict:
     options = {"calibration": args.calibration, "headroom": args.headroom,
                "mean": parse(args.mean, "--mean") if args.mean else None,
                "std": parse(args.std, "--std") if args.std else None,
-               "force": args.force_deploy or None, "tune": args.tune or None,
+               "force": args.force_deploy or None, "tune": getattr(args, "tune", None) or None,
                "shared": args.shared or None, "scaled_bits": args.scaled_bits}
     return {k: v for k, v in options.items() if v is not None}
 
@@ -205,9 +207,10 @@ def _report(args):
 
 
 def _drivers(args):
-    from workbench import es2
+    from workbench import es2, ir
     from workbench.gl.drivers import driver
     from workbench.nets.models import is_name, load_model, load_named, named
+    from workbench.nets.normalise import normalised
     from workbench.studies import compilers
 
     names = _names(args.driver)
@@ -215,17 +218,23 @@ def _drivers(args):
         raise ValueError(f"--driver {args.driver!r} names no driver; e.g. --driver vc4,gc2000")
     for name in names:
         driver(name)  # an unknown name: one line before any work
+    options = _compile_options(args)
     with _owned_out(args, [compilers.TABLE, compilers.RESULT, *_figure(compilers.FIGURE)]):
-        models = {}
+        models, sizes = {}, {}
         for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
             if is_name(name):
                 entry = named(name)
                 models[name] = (load_named(entry), {"target": es2.Target.of(
                     draw_buffers=entry.draw_buffers)} if entry.draw_buffers else {})
-            else:
-                models[Path(name).stem] = (load_model(name), {})
-        compilers.run(models, names, args.out,
-                      {n: size for n, size in compilers.PI_SIZES.items() if n in models})
+            else:  # a user's net: the Pi's time at its own size (256x256 where it has none)
+                model = normalised(load_model(name), options.pop("mean", None),
+                                   options.pop("std", None))
+                models[Path(name).stem] = (model, options)
+                h, w = ir.from_model(model).input_size or (256, 256)
+                if h == w:
+                    sizes[Path(name).stem] = ("model", h)
+        sizes.update({n: s for n, s in compilers.PI_SIZES.items() if n in models})
+        compilers.run(models, names, args.out, sizes)
     return 0
 
 
@@ -516,6 +525,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for drivers.md, drivers.json and the figure (default: "
                    "the figures folder)")
     _add_force(p)
+    _add_compile_options(p, tune=False)  # (its table has each profile's tuned row already)
     p.set_defaults(func=_drivers)
 
     p = commands.add_parser("report", help="gather a profile's results into figures/<profile>/"
