@@ -226,6 +226,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         used = images[:len(images) - held]
         graph, stored = calibrate.calibrated(
             graph, used, calibrate.HEADROOM if headroom is None else headroom)
+        graph = conv.measured(graph, used)
     if scaled_bits == 16 and target.precision == "highp":  # (float16 cannot hold its codes)
         graph = conv.widened(graph, conv.wide_tensors(graph, table))
     graph = prepared(graph, table, {"dense": dense})

@@ -21,7 +21,7 @@ from workbench.es2 import fixed16
 from workbench.es2.emulate import FAST, REAL, quantize
 from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops import split
-from workbench.es2.ops.conv_emulator import emulate
+from workbench.es2.ops.conv_emulator import emulate, partial_bound
 from workbench.es2.ops.orders import (LAST, ORDERS, chain, chained, grouped, order_of,
                                       places_residual)
 from workbench.es2.ops.padding import (border_offered, border_passes, border_tensor,
@@ -60,7 +60,9 @@ class ConvForm(ir.Conv):
     (:func:`~workbench.es2.ops.padding.bordered`; a field, for its textures), its producer's
     own (``input_bordered``) or a copy; ``border_out``: ``(left, top, right, bottom)``, its
     output drawn with that border of zeros for its reader
-    (:func:`~workbench.es2.ops.padding.producer_borders`).  (How a program holds its weights
+    (:func:`~workbench.es2.ops.padding.producer_borders`).  ``partial_bound``: the largest
+    magnitude its partial sums reach on calibration images, with headroom (:func:`measured`;
+    :func:`~workbench.es2.ops.split.shift`).  (How a program holds its weights
     changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
     order: str = "chain"
     residual_after: int = LAST
@@ -72,6 +74,7 @@ class ConvForm(ir.Conv):
     zero_border: bool = False
     input_bordered: bool = False
     border_out: tuple | None = None
+    partial_bound: float | None = None  # a bound of its partial sums measured on images
 
 
 FORM = ("order", "residual_after", "row_split", "zero_border", "input_bordered",
@@ -84,6 +87,32 @@ def formed(op: ir.Conv, **form) -> ConvForm:
     ``split``)."""
     fields = {k: v for k, v in vars(op).items() if k not in form}
     return ConvForm(**fields, **form)
+
+
+PARTIAL_HEADROOM = 4  # the partial sums' measured bound times this (2 bits) for unseen images
+
+
+def measured(graph: ir.Graph, images) -> ir.Graph:
+    """``graph`` with each convolution of more than one input pack or kernel row formed with
+    ``partial_bound``: :data:`PARTIAL_HEADROOM` times the bound of its partial sums
+    (:func:`~workbench.es2.ops.conv_emulator.partial_bound`) on ``images`` (as stored:
+    the emulator's FAST arithmetic), where it is below its weights' bound; a wide layer's
+    split then keeps finer steps (a 9216 -> 128 Gemm as a conv: its weights' bound is far
+    above what its sums reach)."""
+    from workbench.es2 import emulate
+
+    convs = [op for op in graph.ops if isinstance(op, ir.Conv) and (op.cin > ir.PACK
+                                                                    or op.size > 1)]
+    found = dict.fromkeys((op.name for op in convs), 0.0)
+    head = graph.ops[:max((graph.ops.index(op) for op in convs), default=-1) + 1]
+    for image in images:
+        values = emulate.tensors(graph, image, emulate.FAST, head)
+        for op in convs:
+            found[op.name] = max(found[op.name], partial_bound(op, values[op.input]))
+    bounds = {name: PARTIAL_HEADROOM * b for name, b in found.items()
+              if PARTIAL_HEADROOM * b < split.weight_bound(graph.op(name))}
+    return replace(graph, ops=[formed(op, partial_bound=bounds[op.name]) if op.name in bounds
+                               else op for op in graph.ops])
 
 
 def wide_tensors(graph: ir.Graph, limits=None) -> set[str]:

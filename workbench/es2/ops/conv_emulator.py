@@ -28,21 +28,10 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     point).
     """
     F = np.float16 if np.asarray(x).dtype == np.float16 else F32
-    x = np.asarray(x, F)
     if residual is not None and op.residual_scale is not None:  # (the shader's fetch * scale)
         residual = np.asarray(residual[..., :op.cout], F) * op.residual_scale.astype(F)
-    if op.luma_input:
-        x = luma(x[..., :3])[..., None]
-    if op.input_order is not None:  # physical pack order -> logical channel order
-        x = np.concatenate([x[..., 4 * p:4 * p + 4] for p in op.input_order], axis=-1)
-    x = x[..., :op.cin]
-    h, w = x.shape[:2]
-    (oh, ow), (pt, pl), k, s = op.out_hw((h, w)), op.pads((h, w)), op.size, op.stride
-    padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
-                       x.shape[2]), F)
-    if op.pad_value is not None:  # what the shader's masked taps read (exactly)
-        padded[:] = op.pad_value[:x.shape[2]].astype(F)
-    padded[pt:pt + h, pl:pl + w] = x
+    padded, (oh, ow) = _padded(op, x)
+    k, s = op.size, op.stride
     if fast:
         return _fast(op, padded, (oh, ow), residual)
     index, weight = _gathers(op)  # [j, i, o]: input channel, [dy, dx, j, i, o]: its weight
@@ -80,6 +69,42 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
 
 
+def _padded(op: ir.Conv, x):
+    """``(padded input, output (height, width))``: ``x`` (HxWxC, its float type kept) in the
+    op's logical channel order (a luma input's luma), in its padding (zeros, or the stored
+    value of a real 0 where the op has a ``pad_value``: what the shader's masked taps read)."""
+    F = np.float16 if np.asarray(x).dtype == np.float16 else F32
+    x = np.asarray(x, F)
+    if op.luma_input:
+        x = luma(x[..., :3])[..., None]
+    if op.input_order is not None:  # physical pack order -> logical channel order
+        x = np.concatenate([x[..., 4 * p:4 * p + 4] for p in op.input_order], axis=-1)
+    x = x[..., :op.cin]
+    h, w = x.shape[:2]
+    (oh, ow), (pt, pl), k, s = op.out_hw((h, w)), op.pads((h, w)), op.size, op.stride
+    padded = np.zeros((max(h + 2 * pt, (oh - 1) * s + k), max(w + 2 * pl, (ow - 1) * s + k),
+                       x.shape[2]), F)
+    if op.pad_value is not None:
+        padded[:] = op.pad_value[:x.shape[2]].astype(F)
+    padded[pt:pt + h, pl:pl + w] = x
+    return padded, (oh, ow)
+
+
+def partial_bound(op: ir.Conv, x) -> float:
+    """The largest sum of magnitudes, over an output's input packs and kernel rows, of their
+    products on the input ``x``: a bound of every partial sum any split of ``op`` into stages
+    stores (:func:`workbench.es2.ops.split.shift`), measured."""
+    padded, (oh, ow) = _padded(op, np.asarray(x, F32))
+    kernel, k, s = _dense_kernel(op), op.size, op.stride
+    total = np.zeros((oh, ow, op.cout), F32)
+    for first in range(0, op.cin, ir.PACK):
+        for dy in range(k):
+            rows = kernel[dy:dy + 1, :, first:first + ir.PACK]
+            window = padded[dy:, :, first:first + ir.PACK]
+            total += np.abs(_fast_sums(window, rows, (oh, ow), s))
+    return float(total.max())
+
+
 def _fast(op: ir.Conv, padded, out_hw, residual):
     """:func:`emulate` in float32 as matrix products: each stage's taps (a split op's partial
     sums stored in fixed point as its programs store them), then the bias, the residual and
@@ -103,10 +128,10 @@ def _fast(op: ir.Conv, padded, out_hw, residual):
 
 def _fast_sums(padded, kernel, out_hw, stride):
     """``sum over taps of window @ kernel[dy, dx]``, float32 (taps of zeros skipped)."""
-    (oh, ow), k = out_hw, kernel.shape[0]
+    (oh, ow), (kh, kw) = out_hw, kernel.shape[:2]
     sums = np.zeros((oh, ow, kernel.shape[3]), F32)
-    for dy in range(k):
-        for dx in range(k):
+    for dy in range(kh):
+        for dx in range(kw):
             if np.any(kernel[dy, dx]):
                 window = padded[dy:dy + (oh - 1) * stride + 1:stride,
                                 dx:dx + (ow - 1) * stride + 1:stride]

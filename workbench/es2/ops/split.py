@@ -137,13 +137,18 @@ def _extra_inputs(stage: Stage, op) -> int:
 
 
 def shift(op) -> int:
-    """The power of 2 the partial sums are stored times: the largest that keeps every
-    output's bound (inputs in [0, 1]: the sum of its positive, or of its negative, weights
-    over all taps and inputs) under 127, at most 15."""
+    """The power of 2 the partial sums are stored times: the largest that keeps their bound
+    under 127, at most 15: :func:`weight_bound`, or where a calibration measured a lower one
+    (``partial_bound``, :func:`workbench.es2.ops.conv.measured`), that."""
+    bound = min(weight_bound(op), getattr(op, "partial_bound", None) or np.inf)
+    return int(min(15, np.floor(np.log2(127.0 / max(bound, 2.0 ** -15)))))
+
+
+def weight_bound(op) -> float:
+    """A bound of every partial sum whatever the input (in [0, 1]): an output's sum of its
+    positive, or of its negative, weights over all taps and inputs, the larger."""
     w = op.kernel.reshape(-1, op.cout).astype(np.float64)
-    bound = max(float(np.maximum(w, 0).sum(0).max()), float(np.maximum(-w, 0).sum(0).max()),
-                2.0 ** -15)
-    return int(min(15, np.floor(np.log2(127.0 / bound))))
+    return max(float(np.maximum(w, 0).sum(0).max()), float(np.maximum(-w, 0).sum(0).max()))
 
 
 def start_glsl(op, stage: Stage, bias: str, texel: str) -> str:
