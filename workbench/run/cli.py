@@ -116,12 +116,26 @@ def _target(args):
 
 def _upscale(args):
     from workbench.nets.named import reference_sr
-    from workbench.studies.upscale import upscale_file
+    from workbench.studies.upscale import upscale_files
+    if len(args.paths) < 2:
+        raise ValueError("upscale: give an input and an output (upscale in.png out.png), or "
+                         "inputs and a folder (upscale a.png photos/ 'more/*.jpg' out/)")
+    *inputs, output = args.paths
     model = args.model or reference_sr()
-    shape, seconds, tiles = upscale_file(args.input, args.output, model, _target(args),
-                                         args.quality, **_compile_options(args))
-    print(f"{args.output}: {shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms on the GPU"
-          + (f" ({tiles} tiles)" if tiles > 1 else ""))
+    done = upscale_files(inputs, output, model, _target(args), args.quality,
+                         reference=args.reference, **_compile_options(args))
+    for k, (shape, seconds, tiles, db) in enumerate(done):
+        when = "first run, with the programs' compile" if k == 0 else "steady state"
+        print(f"{shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms of GPU passes ({when})"
+              + (f", {tiles} tiles" if tiles > 1 else "")
+              + (f", {db:.2f} dB (Y601, studio range)" if db is not None else ""))
+    if len(done) > 1:
+        import numpy as np
+        times = [1000 * s for _, s, _, _ in done[1:]]
+        print(f"{len(done)} images into {output}; steady state: median {np.median(times):.1f} "
+              f"ms ({min(times):.1f}-{max(times):.1f})" + (
+                  f"; mean PSNR {np.mean([d for *_, d in done]):.2f} dB"
+                  if done[0][3] is not None else ""))
     return 0
 
 
@@ -475,10 +489,14 @@ def parser() -> argparse.ArgumentParser:
                        "scheduler at ADDRESS (e.g. tcp://host:8786; needs the cluster extra)")
     p.set_defaults(func=_sweep)
 
-    p = commands.add_parser("upscale", help="x2 upscale an image with the SR shaders on the GPU")
-    p.add_argument("input")
-    p.add_argument("output", help="image file to write: .png, or .jpg / .jpeg (see --quality); "
-                   "never the input")
+    p = commands.add_parser("upscale", help="upscale images with the SR shaders on the GPU "
+                            "(one start-up for them all)")
+    p.add_argument("paths", nargs="+", metavar="INPUT... OUTPUT", help="the image files, "
+                   "folders or globs to upscale, then the image file to write (.png, or .jpg / "
+                   ".jpeg, see --quality; never an input) or, for several, a folder "
+                   "(<name>.png each)")
+    p.add_argument("--reference", metavar="HR", help="the ground truth (a folder of them by "
+                   "the inputs' names, for several): each output's PSNR, Y601 studio range")
     p.add_argument("--model", help=".keras or .onnx model, or saved shader folder (default: "
                    "the SR reference checkpoint, models/sr_x2_reference.keras)")
     _add_device_options(p)

@@ -1,36 +1,109 @@
-"""``python -m workbench upscale``: one image file x2 with the shaders, tiled where it exceeds
-the GPU's texture size; no TensorFlow for an ONNX model or a saved shader folder."""
+"""``python -m workbench upscale``: image files upscaled with the shaders (one start-up for
+them all), tiled where one exceeds the GPU's texture size, their PSNR against ground truths
+given; no TensorFlow for an ONNX model or a saved shader folder."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from workbench import es2
-from workbench.data import images
+from workbench.data import images, metrics
 from workbench.es2 import tiling
 from workbench.es2.record import record
 
 
 def upscale_file(source, output, model_path, target=None, quality=95, **options):
-    """Upscale one image file x2 with the shaders; greyscale/RGBA/16-bit load as RGB.  The
-    output's format follows its extension (PNG, or JPEG at ``quality``); an output path that
-    is the input, or that cannot be saved, is refused before anything runs.  ``target``: what
-    the net is compiled for (as :func:`workbench.es2.load_net` takes it: default plain ES 2.0,
-    or a saved folder's own), with :func:`~workbench.es2.compile`'s ``options`` (its reference
-    check printed).  An image whose textures would exceed this GPU's
-    GL_MAX_TEXTURE_SIZE (or the net's ``max_texture_size`` if smaller) runs in overlapping
-    tiles, with the same bytes
-    (:mod:`workbench.es2.tiling`).  Returns ``(output shape, GPU seconds, tiles)``."""
-    images.check_save_path(output, quality, inputs=[source])  # check_output_path and more
+    """Upscale one image file with the shaders (:func:`upscale_files` of one); returns
+    ``(output shape, GPU seconds, tiles)``."""
+    (shape, seconds, tiles, _), = upscale_files([source], output, model_path, target, quality,
+                                                **options)
+    return shape, seconds, tiles
+
+
+def upscale_files(sources, output, model_path, target=None, quality=95, reference=None,
+                  **options):
+    """Upscale image files with the shaders, the net loaded and its programs compiled once;
+    greyscale/RGBA/16-bit load as RGB.  ``sources``: files, folders (their images) and globs;
+    ``output``: the file to write for one image (PNG, or JPEG at ``quality``, by its
+    extension), else (or where it ends in ``/``) a folder (``<stem>.png`` each); a path that is an input, or that cannot
+    be saved, is refused before anything runs.  ``target``: what the net is compiled for (as
+    :func:`workbench.es2.load_net` takes it: default plain ES 2.0, or a saved folder's own),
+    with :func:`~workbench.es2.compile`'s ``options`` (its reference check printed).  An image
+    whose textures would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the net's
+    ``max_texture_size`` if smaller), or larger than a net of one size takes, runs in
+    overlapping tiles (:mod:`workbench.es2.tiling`).  ``reference``: the ground-truth image,
+    or a folder of them by the inputs' stems: each output's PSNR on studio-range luma (Y601,
+    the SR papers' convention, ``scale`` pixels of border cropped).  Returns per image
+    ``(output shape, GPU seconds, tiles, PSNR or None)``."""
+    from workbench.data.datasets import IMAGE_SUFFIXES
+
+    files = _expanded(sources, IMAGE_SUFFIXES)
+    many = len(files) > 1 or str(output).endswith("/")  # (one image into a folder: "out/")
+    outputs = [Path(output) / f"{Path(f).stem}.png" for f in files] if many else [Path(output)]
+    for out in outputs:
+        images.check_save_path(out, quality, inputs=files)  # check_output_path and more
+    truths = [_reference_of(reference, f, many) for f in files] if reference else [None] * len(files)
     net, _ = es2.load_net(model_path, target, **options)
     if net.reference is not None:
         print(net.reference.line())
-    out = net.graph.op(net.graph.output)
+    last = net.graph.op(net.graph.output)
     if not net.graph.rgb_output:
         raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
-                         f"layer is a {record(out).name}); upscale takes one whose last layer "
+                         f"layer is a {record(last).name}); upscale takes one whose last layer "
                          "puts the sub-pixels and the chroma back together, as "
                          "models/sr_x2_reference.keras")
-    image = images.load_image(source)
     max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
     max_size = min(max_size, net.target.limits.max_texture_size or max_size)
-    out, tiles, seconds = tiling.run_tiled(net, image, max_size)
-    images.save_image(output, out, quality, inputs=[source])
-    return out.shape, seconds, tiles
+    done = []
+    for source, out_path, truth in zip(files, outputs, truths):
+        image = images.load_image(source)
+        out, tiles, seconds = tiling.run_tiled(net, image, max_size)
+        images.save_image(out_path, out, quality, inputs=files)
+        db = _psnr(truth, out, out.shape[0] // image.shape[0]) if truth else None
+        done.append((out.shape, seconds, tiles, db))
+    return done
+
+
+def _expanded(sources, suffixes) -> list[Path]:
+    """The image files ``sources`` name: files as given, a folder's images, a glob's matches
+    (in name order); none is one line naming the source."""
+    import glob
+
+    files = []
+    for source in map(str, sources):
+        path = Path(source)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes)
+        elif glob.has_magic(source):
+            found = sorted(Path(p) for p in glob.glob(source) if Path(p).suffix.lower() in suffixes)
+        else:
+            found = [path]
+        if not found:
+            raise ValueError(f"{source}: no images ({', '.join(suffixes)})")
+        files += found
+    return files
+
+
+def _psnr(truth, out, scale) -> float:
+    """PSNR of ``out`` against the ground truth file ``truth`` (cut to a multiple of
+    ``scale``), studio-range luma, ``scale`` pixels of border cropped."""
+    hr = images.modcrop(images.load_image(truth), scale)
+    if hr.shape != out.shape:
+        raise ValueError(f"--reference {truth}: {hr.shape[1]}x{hr.shape[0]} (cut to a multiple "
+                         f"of {scale}), the output {out.shape[1]}x{out.shape[0]}")
+    return metrics.psnr(hr, out, scale, "studio")
+
+
+def _reference_of(reference, source, many) -> Path:
+    """The ground truth of ``source``: ``reference`` itself for one image, else the image of
+    ``source``'s stem in the folder ``reference``."""
+    reference = Path(reference)
+    if not reference.is_dir():
+        if many:
+            raise ValueError(f"--reference {reference}: several images need a folder of "
+                             "ground truths (by the inputs' names)")
+        return reference
+    found = [p for p in reference.iterdir() if p.stem == Path(source).stem]
+    if not found:
+        raise ValueError(f"--reference {reference}: no image named {Path(source).stem}.* "
+                         f"for {source}")
+    return found[0]
