@@ -287,3 +287,33 @@ def test_validation_data_takes_val_limit_else_limit(tmp_path):
     assert count(recipe) == 12
     assert count(recipe.replace(val_limit=2)) == 6
     assert count(recipe.replace(limit=None)) == 15
+
+
+def test_your_own_classifier_trains_as_built(tmp_path):
+    """``init_model``: a Keras classifier of one's own (ReLU6, its own widths) trains as it is
+    built, the exported model.keras is the trained checkpoint, and config.json names it and
+    round-trips into the same recipe."""
+    make_folder(tmp_path / "data", "train", n=6)
+    make_folder(tmp_path / "data", "test", n=3, seed=1)
+    keras.utils.set_random_seed(2)
+    x = inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(12, 3, padding="same", activation="relu6", name="mine")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x)).save(tmp_path / "m.keras")
+    recipe = classify.ClassifierRecipe(preset="tiny", data=str(tmp_path / "data"), epochs=1,
+                                       batch=6, init_model=str(tmp_path / "m.keras"))
+    model, _ = classify.train(tmp_path / "run", recipe, verbose=0)
+    assert model.get_layer("mine").filters == 12
+    assert model.get_layer("mine").get_config()["activation"] == "relu6"
+    classify.finish(tmp_path / "run", export="last")
+    exported = keras.models.load_model(tmp_path / "run" / "model.keras")
+    images = np.random.default_rng(5).random((2, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_allclose(exported(images), model(images), atol=1e-6)
+    ran = classify.ClassifierRecipe.of_run(tmp_path / "run")
+    assert ran.init_model == str(tmp_path / "m.keras") and ran == classify.ClassifierRecipe(
+        **{**recipe.to_dict(), "classes": ran.classes, "input_size": 16,
+           "steps_per_epoch": ran.steps_per_epoch})
+    with pytest.raises(ValueError, match="init_model .*: takes .* the data is 16x16x3 images"):
+        keras.Model(inputs, keras.layers.Dense(5)(x)).save(tmp_path / "five.keras")
+        classify.train(tmp_path / "run5", recipe.replace(init_model=str(tmp_path / "five.keras")),
+                       verbose=0)

@@ -142,8 +142,11 @@ class ClassifierRecipe(training.Recipe):
     random flips and crops.  The optimisation: ``epochs`` of ``steps_per_epoch`` (default one
     pass over the training images) batches of ``batch``, ``optimizer`` (:data:`OPTIMIZERS`) at
     ``learning_rate`` on the ``schedule`` of :func:`lr_schedule`; the ``keep_best`` best
-    checkpoints by validation top-1 are kept.  A run's recipe (:func:`train`) has ``data``,
-    ``classes``, ``input_size`` and ``steps_per_epoch`` resolved.
+    checkpoints by validation top-1 are kept.  ``init_model``: the path of a ``.keras``
+    classifier of one's own to train instead (as it is: its layers, activations, widths; the
+    preset's net fields then unused), its input size and classes the data's.  A run's recipe
+    (:func:`train`) has ``data``, ``classes``, ``input_size`` and ``steps_per_epoch``
+    resolved.
     """
     preset: str = "cifar10"
     net: str = "dogs"
@@ -166,6 +169,7 @@ class ClassifierRecipe(training.Recipe):
     decay_every: int | None = None
     keep_best: int = 3
     seed: int = 0
+    init_model: str | None = None
 
     RENAMED = {"class_names": "classes"}  # runs before recipes named their resolved classes so
 
@@ -184,6 +188,8 @@ class ClassifierRecipe(training.Recipe):
         self._flag("quantize", "augment")
         if not isinstance(self.data, (str, type(None))):
             self._refuse("data", "want an image-folder dataset's path, or None")
+        if not isinstance(self.init_model, (str, type(None))):
+            self._refuse("init_model", "want a .keras model's path, or None")
         if not (self.classes in (None, "imagenet120") or isinstance(self.classes, tuple)
                 and all(isinstance(c, str) for c in self.classes)):
             self._refuse("classes", "want None, 'imagenet120' or a list of class folder names")
@@ -215,11 +221,14 @@ def train(run_dir, recipe: ClassifierRecipe, verbose=2):
     val_ds = validation_data(recipe)
 
     def build():
-        builder = {"dogs": functools.partial(dogs_classifier, recipe.preset),
-                   "plain": plain_classifier}[recipe.net]
-        model = builder(input_size=recipe.input_size, classes=len(names),
-                        activation=recipe.activation, bn_momentum=recipe.bn_momentum,
-                        quantize=recipe.quantize)
+        if recipe.init_model:
+            model = _own_model(recipe.init_model, recipe.input_size, len(names))
+        else:
+            builder = {"dogs": functools.partial(dogs_classifier, recipe.preset),
+                       "plain": plain_classifier}[recipe.net]
+            model = builder(input_size=recipe.input_size, classes=len(names),
+                            activation=recipe.activation, bn_momentum=recipe.bn_momentum,
+                            quantize=recipe.quantize)
         rate = lr_schedule(recipe.schedule, recipe.learning_rate, recipe.epochs,
                            recipe.steps_per_epoch, recipe.decay_start, recipe.decay_every)
         return compile_classifier(model, recipe.optimizer, rate)
@@ -227,6 +236,20 @@ def train(run_dir, recipe: ClassifierRecipe, verbose=2):
     return training.fit(build, train_ds, run_dir, recipe.epochs, recipe.steps_per_epoch, verbose,
                         config=recipe.to_dict(), read_config=ClassifierRecipe.read_config,
                         validation_data=val_ds, callbacks=[KeepBest(run_dir, recipe.keep_best)])
+
+
+def _own_model(path, input_size, classes):
+    """The classifier of ``path`` (a ``.keras`` file), checked against the data: an input of
+    ``input_size`` x ``input_size`` x 3 and ``classes`` outputs, else one line naming it."""
+    from workbench.nets.model_files import load_model
+
+    model = load_model(path)
+    shape, out = tuple(model.input_shape[1:]), model.output_shape[-1]
+    if shape[:2] not in ((input_size, input_size), (None, None)) or shape[2] != 3 \
+            or out != classes:
+        raise ValueError(f"init_model {path}: takes {shape} and gives {out} outputs; the data "
+                         f"is {input_size}x{input_size}x3 images of {classes} classes")
+    return model
 
 
 class KeepBest(keras.callbacks.Callback):
