@@ -1,4 +1,6 @@
 """SR training recipes: collapsed nets against the expanded ones and against plain TF ops."""
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -244,12 +246,17 @@ def test_your_own_net_is_written_as_it_was_trained(tmp_path):
     mine.save(tmp_path / "mine.keras")
     rng = np.random.default_rng(4)
     photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
-    superres.train(photos, tmp_path / "run", SRRecipe(steps=2, batch=2, patch=12,
-                                                       init_model=str(tmp_path / "mine.keras")),
-                   verbose=0)
+    recipe = SRRecipe(steps=2, batch=2, patch=12, init_model=str(tmp_path / "mine.keras"))
+    superres.train(photos, tmp_path / "run", recipe, verbose=0)
     trained = load_model(tmp_path / "run" / training.CHECKPOINT)
     written = load_model(tmp_path / "run" / "model.keras")
     x = rng.random((2, 13, 17, 1)).astype(np.float32)
     np.testing.assert_allclose(written(x), trained(x), atol=1e-6)
     assert {layer.activation for layer in written.layers if hasattr(layer, "activation")} \
         == {"relu6_scaled"}
+    # config.json: the net that was trained (not the recipe's unused defaults), round-trips
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["net"] == {"widths": [32, 32, 24, 16], "kernels": [5, 3, 3, 3],
+                             "groups": [1, 2, 2, 1], "activation": "relu6_scaled",
+                             "parameters": mine.count_params()}
+    assert SRRecipe.of_run(tmp_path / "run") == recipe.replace(steps_per_epoch=2)

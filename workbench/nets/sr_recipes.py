@@ -153,6 +153,18 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
     return model
 
 
+def layout(model) -> dict:
+    """What an sr_x2-layout model is: ``widths``, ``kernels``, ``groups`` of L1..L4, the
+    ``activation`` and ``parameters`` (a run's ``config.json`` records it: the net trained,
+    made by the recipe or given as ``init_model``)."""
+    layers = [model.get_layer(f"L{i}") for i in range(1, 5)]
+    return {"widths": [l.filters for l in layers],
+            "kernels": [int(np.ravel(l.kernel_size)[0]) for l in layers],
+            "groups": [l.groups for l in layers],
+            "activation": model.get_layer("L1_act").activation,
+            "parameters": int(model.count_params())}
+
+
 def anchor_of(model):
     """The recipe model's :class:`AnchorResidual` layer (named ``anchor``), or None."""
     return next((layer for layer in model.layers if layer.name == "anchor"), None)
@@ -284,7 +296,7 @@ class SRRecipe(training.Recipe):
     teacher: str | None = None
     teacher_weight: float = 0.5
 
-    RUN_ENTRIES = ("train_images",)
+    RUN_ENTRIES = ("train_images", "net")
 
     def _check(self):
         self._whole("steps", "steps_per_epoch", "batch", "patch")

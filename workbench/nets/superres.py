@@ -61,8 +61,11 @@ def train(train_images, run_dir, recipe: SRRecipe, verbose=2):
         model = load_model(recipe.init_model) if recipe.init_model else recipe.net(SCALE)
         return compile_sr(model, recipe.learning_rate, epochs * steps_per_epoch, recipe.loss)
 
+    net = sr_recipes.layout(load_model(recipe.init_model) if recipe.init_model else
+                            recipe.net(SCALE))  # what is trained, whatever made it
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
-                                  config={**recipe.to_dict(), "train_images": pairs.sources},
+                                  config={**recipe.to_dict(), "train_images": pairs.sources,
+                                          "net": net},
                                   read_config=SRRecipe.read_config)
     model = sr_recipes.collapse(model)
     training.save_model(model, Path(run_dir) / "model.keras")
