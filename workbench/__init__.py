@@ -27,8 +27,11 @@ quiet_tensorflow_import()
 __version__ = "0.1.0"
 
 
-def load_model(path):
-    """Load a ``.keras`` model the workbench saved, its custom layers registered (TensorFlow is
-    imported here, on first use); see :func:`workbench.nets.models.load_model`."""
+def load_model(path, mean=None, std=None):
+    """Load a model file (``.keras``, its custom layers registered, TensorFlow imported here on
+    first use; ``.onnx``, run by ONNX Runtime); see :func:`workbench.nets.models.load_model`.
+    ``mean``, ``std``: the exporter's input normalisation on [0, 1] pixels, prepended
+    (:func:`workbench.nets.normalise.normalised`), so that the model takes [0, 1] images."""
     from workbench.nets.models import load_model
-    return load_model(path)
+    from workbench.nets.normalise import normalised
+    return normalised(load_model(path), mean, std)

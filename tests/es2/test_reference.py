@@ -158,3 +158,15 @@ def test_a_net_of_one_size_runs_on_a_larger_image_in_tiles_of_its_size():
     whole = emulate.run(replace(net.graph, input_size=None), image)
     apart = np.abs(tiled.output - whole) * 255
     assert apart.max() <= 1 + 1e-4 and np.mean(apart > 0.5) < 1e-3
+
+
+def test_load_model_takes_the_normalisation_too(tmp_path):
+    import onnx
+
+    import workbench
+
+    onnx.save(onnx_graphs.classifier(17, act="relu", seed=2), tmp_path / "c.onnx")
+    plain = workbench.load_model(tmp_path / "c.onnx")
+    model = workbench.load_model(tmp_path / "c.onnx", mean=0.5, std=0.25)
+    np.testing.assert_allclose(model.predict(IMAGES[:2]), plain.predict((IMAGES[:2] - 0.5) / 0.25),
+                               rtol=1e-5, atol=1e-6)
