@@ -170,3 +170,12 @@ def test_load_model_takes_the_normalisation_too(tmp_path):
     model = workbench.load_model(tmp_path / "c.onnx", mean=0.5, std=0.25)
     np.testing.assert_allclose(model.predict(IMAGES[:2]), plain.predict((IMAGES[:2] - 0.5) / 0.25),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_a_saved_folder_takes_no_compile_option(tmp_path):
+    es2.compile(image_net(), calibration=list(IMAGES[:4])).save(tmp_path / "net")
+    with pytest.raises(ValueError, match="a saved shader folder is compiled already; "
+                                         "mean, calibration apply to a .keras or .onnx model"):
+        es2.load_net(tmp_path / "net", calibration="cifar10:10", mean=0.5)
+    net, model = es2.load_net(tmp_path / "net", force=True)
+    assert model is None and net.reference.kind == "image"

@@ -185,8 +185,8 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     ``check``: run the net (the emulator) against the model's reference runtime on the
     calibration images (:mod:`workbench.es2.reference`; ``net.reference``); default where the
     net was calibrated (the samples' warning then says so) or its output image clamped to
-    [0, 1] (:func:`workbench.es2.calibrate.images_clamped`); below its bound the net is refused in one line unless ``force``.
-    ``scaled_bits``: 16 stores such a tensor (a
+    [0, 1] (:func:`workbench.es2.calibrate.images_clamped`); below its bound the net is
+    refused in one line unless ``force``.  ``scaled_bits``: 16 stores such a tensor (a
     ReLU6's y / 6 too) in 16-bit fixed point, two RGBA8 textures a pack, where only
     convolutions read it and the shaders are highp (:func:`workbench.es2.ops.conv.wide_tensors`:
     twice the fetches and draws of those layers; the MobileNetV2-style net's GPU top-1 =
@@ -211,18 +211,18 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     if graph.input_size and (calibrated or check):  # the images below run at that size
         plan.require_memory(prepared(graph, table, {"dense": dense}), graph.input_size,
                             "give a smaller --input-size")
-    stored, images, held, described = {}, [], 0, ""
     if calibrated:
-        calibrate.require_foldable(graph)
-    if calibrated or check:
-        images, held, described = calibration_images(graph, calibration)
-    if calibrated and calibration is None:
-        warnings.warn(f"calibrated on {described}, not on images like the net's own data: "
-                      "give some (--calibration cifar10:100, a folder or a glob)",
-                      CalibrationWarning, stacklevel=2)
+        calibrate.require_foldable(graph)  # (before any image runs)
+    images, held, described = calibration_images(graph, calibration) if calibrated or check \
+        else ([], 0, "")
+    stored = {}
     if not calibrated:
         described, held = f"none needed (checked on {described})", 0
-    if calibrated:
+    else:
+        if calibration is None:
+            warnings.warn(f"calibrated on {described}, not on images like the net's own data: "
+                          "give some (--calibration cifar10:100, a folder or a glob)",
+                          CalibrationWarning, stacklevel=2)
         used = images[:len(images) - held]
         graph, stored = calibrate.calibrated(
             graph, used, calibrate.HEADROOM if headroom is None else headroom)
@@ -333,8 +333,8 @@ def load_net(path, target: limits.Target | str | None = None, *, input_size=None
     keep their precision: a target of another precision is refused in one line."""
     path = Path(path)
     if path.is_dir():
-        given = sorted(k for k in ("mean", "std", *options) if k != "force" and
-                       {"mean": mean, "std": std, **options}[k] is not None)
+        given = [k for k, v in {"mean": mean, "std": std, **options}.items()
+                 if v is not None and k != "force"]
         if given:
             raise ValueError(f"{path}: a saved shader folder is compiled already; "
                              f"{', '.join(given)} apply to a .keras or .onnx model")
