@@ -112,7 +112,9 @@ def test_an_sr_run_saved_before_recipes_resumes(tmp_path, monkeypatch):
     def train():
         return superres.train(photos, run, recipe, verbose=0)
     _interrupted_after_the_first_epoch(monkeypatch, train)
-    assert _resumes(run, OLD_SR_CONFIG, train) == {**recipe.to_dict(), "train_images": 2}
+    resumed = _resumes(run, OLD_SR_CONFIG, train)  # (the old config named no net: the recipe's)
+    assert resumed == {**recipe.to_dict(), "train_images": 2, "net": resumed["net"]}
+    assert resumed["net"]["widths"] == [48, 32, 24, 16]  # the reference layout
     assert SRRecipe.from_dict(OLD_SR_CONFIG) == recipe
     # another recipe does not resume it
     superres.train(photos, run, recipe.replace(anchor_storage="sqrt"), verbose=0)

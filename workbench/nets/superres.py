@@ -63,10 +63,13 @@ def train(train_images, run_dir, recipe: SRRecipe, verbose=2):
 
     net = sr_recipes.layout(load_model(recipe.init_model) if recipe.init_model else
                             recipe.net(SCALE))  # what is trained, whatever made it
+    def read_config(saved):  # (a run from before configs named the net: the recipe's makes it)
+        return {"net": net, **SRRecipe.read_config(saved)}
+
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
                                   config={**recipe.to_dict(), "train_images": pairs.sources,
                                           "net": net},
-                                  read_config=SRRecipe.read_config)
+                                  read_config=read_config)
     model = sr_recipes.collapse(model)
     training.save_model(model, Path(run_dir) / "model.keras")
     return model, history
