@@ -503,7 +503,8 @@ def test_a_bundle_from_the_command_line_carries_the_tuned_plan(tmp_path, capsys)
 @needs_build
 def test_drivers_predicts_the_pi_for_a_users_net(tmp_path, capsys):
     """``drivers --model net.onnx``: a user's net gets the Pi rows the built-in nets get (at
-    256x256 for a net of any size), each vc4 row's time from its own estimated cycles."""
+    256x256 for a net of any size), each vc4 row's time from its own estimated cycles, and
+    its deploy's reference check is printed."""
     import onnx
 
     from tests.ir import onnx_graphs
@@ -511,6 +512,7 @@ def test_drivers_predicts_the_pi_for_a_users_net(tmp_path, capsys):
     onnx.save(onnx_graphs.sr_net(17), tmp_path / "mine.onnx")
     assert main(["drivers", "--model", str(tmp_path / "mine.onnx"), "--driver", "vc4",
                  "--out", str(tmp_path / "d")]) == 0
+    assert "mine: reference check: " in capsys.readouterr().out  # (its ReLU: calibrated)
     pi = json.loads((tmp_path / "d" / compilers.RESULT).read_text())["pi"]
     assert {(r["net"], r["input"]) for r in pi} == {("mine", "256x256")}
     assert len(pi) == 4 and all(r["predicted ms"] > 0 for r in pi)

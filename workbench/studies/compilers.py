@@ -308,7 +308,11 @@ def run(models: dict, driver_names=DEFAULT_DRIVERS, out=None, pi_sizes=None) -> 
     if why:
         raise drivers.DriversUnavailable(why)
     out = Path(out) if out else figures_dir()
-    saved = save_results(out, compile_nets(models, driver_names), pi_sizes)
+    results = compile_nets(models, driver_names)
+    for label, result in results.items():  # (a net calibrated or clamped: its deploy's check)
+        if result["net"].reference is not None:
+            print(f"{label}: {result['net'].reference.line()}")
+    saved = save_results(out, results, pi_sizes)
     print(section(saved))
     print(f"\nwritten: {out / TABLE}, {out / RESULT}, {out / FIGURE}.png/.svg")
     return saved
