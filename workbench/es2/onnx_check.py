@@ -7,6 +7,8 @@ the emulator on sample images and reports, per layer, the ONNX tensor the layer 
 (:attr:`workbench.ir.Graph.origin`), its range, the share of its values the storage clips,
 and the PSNR of the stored values against ONNX Runtime's; :func:`require` refuses a net whose
 values leave [0, 1] by more than the storage carries, naming the layer and the two fixes.
+(A deploy is judged by the reference check instead, :mod:`workbench.es2.reference`: these
+serve the onnx_deploy study's table.)
 """
 from __future__ import annotations
 
