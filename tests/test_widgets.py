@@ -85,7 +85,8 @@ def test_sr_viewer():
     image, text = _shown(box)
     assert image.startswith(b"\x89PNG") and "GPU vs net" in text and "inf" in text
     psnr = widgets.crop_psnr(_sr_images()["a"], (0, 0, 16))
-    assert psnr[1]["PSNR image"] == pytest.approx(20.0, abs=0.1)  # bicubic: +0.1 -> 20 dB
+    # bicubic: +0.1 on R, G, B -> +0.1 * 219 / 255 on studio-range luma: 21.32 dB
+    assert psnr[1]["PSNR image"] == pytest.approx(20 - 20 * np.log10(219 / 255), abs=0.1)
     assert psnr[2]["PSNR image"] > psnr[1]["PSNR image"]
     box.controls["x"].value = 0
     assert _shown(box)[0] != image

@@ -283,14 +283,15 @@ def load_sr_model(path=None):
 
 
 def crop_psnr(images: dict, box, reference="ground truth") -> list[dict]:
-    """PSNR (dB, full-range RGB, peak 1) of each image against ``reference``, on the crop
+    """PSNR (dB) of each image against ``reference`` on studio-range luma (Y601, as the SR
+    papers and the workbench's tables measure it; no border cropped), on the crop
     ``box = (y, x, size)`` and on the whole image; ``GPU`` also against ``net``."""
     from workbench.data import metrics
 
     y, x, size = box
 
     def psnr(a, b):
-        return metrics.psnr(np.clip(a, 0, 1), np.clip(b, 0, 1))
+        return metrics.psnr(np.clip(a, 0, 1), np.clip(b, 0, 1), 0, "studio")
 
     rows = []
     for method, img in images.items():
