@@ -9,7 +9,7 @@ from PIL import Image
 from tests.ir import onnx_graphs
 from workbench import es2
 from workbench.data import calibration
-from workbench.es2 import reference
+from workbench.es2 import onnx_check, reference
 from workbench.nets import superres
 from workbench.nets.normalise import normalised
 from workbench.nets.onnx_model import OnnxModel
@@ -135,7 +135,7 @@ def test_an_espcn_as_exported_deploys_within_40_db_of_onnx_runtime(tmp_path):
     with pytest.warns(UserWarning, match="converted from opset 10"):
         net, model = es2.load_net(tmp_path / "espcn.onnx", calibration=photos)
     assert net.graph.input.rgb and net.reference.kind == "image"  # an SR net: on luma
-    luma = reference.reference_input(net.graph, photos)
+    luma = onnx_check.onnx_input(net.graph, np.stack(photos))
     theirs = [superres.with_chroma(x, y, 3, rounded=False)  # (TF's bilinear chroma)
               for x, y in zip(photos, model.predict(luma))]
     worst = min(reference.psnr(t, net.emulate(x)) for t, x in zip(theirs, photos))

@@ -56,29 +56,23 @@ def images(source, size=None, channels=3, root=None) -> tuple[list[np.ndarray], 
 def _paths(name, count, root) -> tuple[list[Path], str]:
     """The image files ``name`` stands for (at most ``count``) and how to call them."""
     path = Path(name).expanduser()
-    if path.is_dir():
-        return _images_in(sorted(path.iterdir()))[:count], str(path)
-    if glob.has_magic(name):
-        return _images_in(map(Path, sorted(glob.glob(str(path)))))[:count], name
+    if path.is_dir() or glob.has_magic(name):
+        return datasets.image_files(name)[:count], str(path) if path.is_dir() else name
     base = datasets.data_root(root)
     for folder, split in ((base / "cls" / name / "train", "train") if base else (None, None),
                           (base / "cls" / name, None) if base else (None, None)):
         if folder is not None and folder.is_dir() and any(p.is_dir() for p in folder.iterdir()):
             return _round_robin(folder, count), name + (f" ({split})" if split else "")
     if base is not None and (base / "sr" / name).is_dir():
-        return _images_in(sorted((base / "sr" / name).iterdir()))[:count], name
+        return datasets.image_files(base / "sr" / name)[:count], name
     raise ValueError(f"calibration {name!r}: no such folder, glob or data set (a data set is "
                      f"a folder of {base / 'cls' if base else 'the data folder (WORKBENCH_DATA)'}"
                      ", e.g. cifar10:100)")
 
 
-def _images_in(paths) -> list[Path]:
-    return [p for p in paths if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
-
-
 def _round_robin(folder: Path, count) -> list[Path]:
     """The first ``count`` images of the class folders of ``folder``, one class at a time."""
-    classes = [_images_in(sorted(c.iterdir())) for c in sorted(folder.iterdir()) if c.is_dir()]
+    classes = [datasets.image_files(c) for c in sorted(folder.iterdir()) if c.is_dir()]
     out = [p for k in range(max(map(len, classes), default=0)) for c in classes if k < len(c)
            for p in [c[k]]]
     return out[:count]

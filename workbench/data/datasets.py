@@ -222,6 +222,17 @@ def imagenet120():
     return json.loads((Path(__file__).parent / "imagenet120.json").read_text())["classes"]
 
 
+def image_files(source) -> list[Path]:
+    """The image files (:data:`IMAGE_SUFFIXES`) a user's ``source`` names, in name order: a
+    folder's, or a glob's matches; [] for anything else."""
+    import glob
+
+    path = Path(source).expanduser()
+    found = sorted(path.iterdir()) if path.is_dir() else \
+        sorted(map(Path, glob.glob(str(path)))) if glob.has_magic(str(source)) else []
+    return [p for p in found if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+
+
 def image_folder_files(root, split, classes=None, limit=None):
     """``(paths, labels, class_names)`` of ``<root>/<split>/<class>/*`` (images only).
 

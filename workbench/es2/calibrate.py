@@ -66,13 +66,13 @@ def images_clamped(graph: ir.Graph) -> ir.Graph:
         if (op.name in image and record(op).name == "DepthToSpace" and not op.anchor
                 and len(readers.get(op.input, [])) == 1):
             image.add(op.input)
-    changed = [op for op in graph.ops if op.name in image and unbounded(op)]
+    changed = {op.name for op in graph.ops if op.name in image and unbounded(op)}
     h, w, _ = graph.shapes(graph.input_size or (64, 64))[graph.output]
     if not changed or record(graph.op(graph.output)).stored is not None or h * w == 1:
         return graph  # (logits, or a vector of features: not an image)
     graph = deepcopy(graph)
     for op in graph.ops:
-        if op.name in {c.name for c in changed}:
+        if op.name in changed:
             op.activation, op.activation_slope = "bounded_relu", None
     return graph
 

@@ -33,8 +33,9 @@ class ClippingWarning(UserWarning):
 
 
 def onnx_input(graph: ir.Graph, image) -> np.ndarray:
-    """What the ONNX model takes for an RGB or C-channel image (HxWxC float [0, 1]): a luma
-    net its full-range luma (HxWx1)."""
+    """What the model (ONNX, or the Keras one the reference check runs) takes for an RGB or
+    C-channel image (HxWxC float [0, 1], or a batch of them): a luma net its full-range luma
+    (HxWx1)."""
     image = np.asarray(image, np.float32)
     return (image[..., :3] @ ir.LUMA)[..., None] if graph.input.rgb else image
 

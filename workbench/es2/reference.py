@@ -29,6 +29,7 @@ from workbench.data.images import rgb_to_ycbcr, ycbcr_to_rgb
 from workbench.es2 import emulate
 from workbench.es2.emulate import FAST, REAL
 from workbench.es2.mediump import psnr
+from workbench.es2.onnx_check import onnx_input
 from workbench.es2.record import record
 
 AGREEMENT = 0.98   # a classifier's least top-1 agreement with the reference runtime
@@ -105,13 +106,6 @@ class Check:
         return cls(**{k: v for k, v in data.items() if k != "passed"})
 
 
-def reference_input(graph: ir.Graph, images) -> np.ndarray:
-    """What the reference model takes for RGB or C-channel images (NHWC float [0, 1]): a
-    luma net its full-range luma (NHWx1)."""
-    x = np.asarray(images, np.float32)
-    return (x[..., :3] @ ir.LUMA)[..., None] if graph.input.rgb else x
-
-
 def with_chroma(image, luma) -> np.ndarray:
     """The RGB image a luma net's last layer makes of its luma output ``luma`` (HxWx1, a
     whole factor larger than ``image``) and ``image``'s chroma (full-range BT.601, upsampled
@@ -134,7 +128,7 @@ def check(model, source: ir.Graph, net, images, held_back, calibration="",
     if not hasattr(model, "predict"):  # an onnx.ModelProto: ONNX Runtime runs it
         from workbench.nets.onnx_model import OnnxModel
         model = OnnxModel(model)
-    reference = np.asarray(model.predict(reference_input(graph, images), verbose=0),
+    reference = np.asarray(model.predict(onnx_input(graph, images), verbose=0),
                            np.float64)
     outputs, layers = _run(source, graph, images, stored or {})
     kind = "classifier" if reference.ndim == 2 else "image"
@@ -164,10 +158,9 @@ def _run(source, graph, images, stored) -> tuple[np.ndarray, dict[str, tuple[flo
     the float values from ``source`` (before calibration), mapped through ``stored``; an
     RGB image composed of a luma net's output counts no clipping (its reference's is
     clipped too)."""
-    names = [op.name for op in graph.ops if record(op).stored is None]
     head = [op for op in source.ops if record(op).stored is None]
-    known = {op.name for op in head} & set(names)
-    found = {name: ([], []) for name in names if name in known}
+    found = {op.name: ([], []) for op in graph.ops
+             if record(op).stored is None and op.name in {o.name for o in head}}
     outputs = []
     for image in images:
         real = emulate.tensors(source, image, REAL, head)

@@ -3,10 +3,11 @@ them all), tiled where one exceeds the GPU's texture size, their PSNR against gr
 given; no TensorFlow for an ONNX model or a saved shader folder."""
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 from workbench import es2
-from workbench.data import images, metrics
+from workbench.data import datasets, images, metrics
 from workbench.es2 import tiling
 from workbench.es2.record import record
 
@@ -34,9 +35,7 @@ def upscale_files(sources, output, model_path, target=None, quality=95, referenc
     or a folder of them by the inputs' stems: each output's PSNR on studio-range luma (Y601,
     the SR papers' convention, ``scale`` pixels of border cropped).  Returns per image
     ``(output shape, GPU seconds, tiles, PSNR or None)``."""
-    from workbench.data.datasets import IMAGE_SUFFIXES
-
-    files = _expanded(sources, IMAGE_SUFFIXES)
+    files = _expanded(sources)
     many = len(files) > 1 or str(output).endswith("/")  # (one image into a folder: "out/")
     outputs = [Path(output) / f"{Path(f).stem}.png" for f in files] if many else [Path(output)]
     for out in outputs:
@@ -63,22 +62,15 @@ def upscale_files(sources, output, model_path, target=None, quality=95, referenc
     return done
 
 
-def _expanded(sources, suffixes) -> list[Path]:
+def _expanded(sources) -> list[Path]:
     """The image files ``sources`` name: files as given, a folder's images, a glob's matches
-    (in name order); none is one line naming the source."""
-    import glob
-
+    (:func:`workbench.data.datasets.image_files`); none is one line naming the source."""
     files = []
     for source in map(str, sources):
-        path = Path(source)
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes)
-        elif glob.has_magic(source):
-            found = sorted(Path(p) for p in glob.glob(source) if Path(p).suffix.lower() in suffixes)
-        else:
-            found = [path]
+        found = datasets.image_files(source) or ([] if glob.has_magic(source) or
+                                                 Path(source).is_dir() else [Path(source)])
         if not found:
-            raise ValueError(f"{source}: no images ({', '.join(suffixes)})")
+            raise ValueError(f"{source}: no images ({', '.join(datasets.IMAGE_SUFFIXES)})")
         files += found
     return files
 
