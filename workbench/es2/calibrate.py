@@ -11,8 +11,8 @@ sum adds stored values, so a conv's calibrated residual is stored at the scale o
 output (tied, the larger span of the two wins; the offsets differ freely, the conv's bias
 absorbs them; a residual stored otherwise is re-scaled where it is read); a two-input add
 becomes a depthwise 1x1 conv of one input with the other as its residual, so that its weights
-carry the first's scale.  The front ends' fold (:meth:`workbench.ir.lowering.Scales.fold`) then moves
-each scale into the readers' weights, exactly; a value outside the calibrated range is clipped
+carry the first's scale.  The front ends' fold (:meth:`workbench.ir.lowering.Scales.fold`)
+then moves each scale into the readers' weights, exactly; a value outside the calibrated range is clipped
 by the store, as any value outside [0, 1].
 """
 from __future__ import annotations
@@ -100,7 +100,8 @@ def ranges(graph: ir.Graph, images) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return found
 
 
-def stored_as(graph: ir.Graph, found, headroom=HEADROOM) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def stored_as(graph: ir.Graph, found,
+              headroom=HEADROOM) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``(scale, offset)`` per channel of each calibrated tensor (``found``: :func:`ranges`),
     so that ``(x - offset) / scale`` holds every calibration value in [0, 1]: the measured
     range with 0 in it, widened by ``headroom`` times its span past each end that is not 0

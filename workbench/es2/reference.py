@@ -189,7 +189,8 @@ def require(result: Check, force=False) -> Check:
     bound = (f"{100 * AGREEMENT:.0f} %" if result.kind == "classifier" else f"{IMAGE_DB:.0f} dB")
     clipped = max(result.clipped.items(), key=lambda kv: kv[1], default=(None, 0))
     if result.layer:
-        where = f"layer {result.layer!r} departs first from the float graph ({result.layer_db:.1f} dB)"
+        where = (f"layer {result.layer!r} departs first from the float graph "
+                 f"({result.layer_db:.1f} dB)")
     elif clipped[1] >= 0.1:
         where = f"layer {clipped[0]!r} clips {clipped[1]:.2f} % of its values"
     else:

@@ -32,7 +32,7 @@ class OnnxModel:
             import onnxruntime
 
             options = onnxruntime.SessionOptions()
-            options.log_severity_level = 4  # (its errors are raised; logged too, they would reach the terminal)
+            options.log_severity_level = 4  # (its errors are raised; logged, they would show)
             self._session = onnxruntime.InferenceSession(
                 self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return self._session

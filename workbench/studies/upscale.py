@@ -25,8 +25,8 @@ def upscale_files(sources, output, model_path, target=None, quality=95, referenc
     """Upscale image files with the shaders, the net loaded and its programs compiled once;
     greyscale/RGBA/16-bit load as RGB.  ``sources``: files, folders (their images) and globs;
     ``output``: the file to write for one image (PNG, or JPEG at ``quality``, by its
-    extension), else (or where it ends in ``/``) a folder (``<stem>.png`` each); a path that is an input, or that cannot
-    be saved, is refused before anything runs.  ``target``: what the net is compiled for (as
+    extension), else (or where it ends in ``/``) a folder (``<stem>.png`` each); a path that
+    is an input, or that cannot be saved, is refused before anything runs.  ``target``: what the net is compiled for (as
     :func:`workbench.es2.load_net` takes it: default plain ES 2.0, or a saved folder's own),
     with :func:`~workbench.es2.compile`'s ``options`` (its reference check printed).  An image
     whose textures would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the net's
@@ -40,7 +40,7 @@ def upscale_files(sources, output, model_path, target=None, quality=95, referenc
     outputs = [Path(output) / f"{Path(f).stem}.png" for f in files] if many else [Path(output)]
     for out in outputs:
         images.check_save_path(out, quality, inputs=files)  # check_output_path and more
-    truths = [_reference_of(reference, f, many) for f in files] if reference else [None] * len(files)
+    truths = [_reference_of(reference, f, many) if reference else None for f in files]
     net, _ = es2.load_net(model_path, target, **options)
     if net.reference is not None:
         print(net.reference.line())

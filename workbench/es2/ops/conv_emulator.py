@@ -109,7 +109,7 @@ def _fast(op: ir.Conv, padded, out_hw, residual):
     """:func:`emulate` in float32 as matrix products: each stage's taps (a split op's partial
     sums stored in fixed point as its programs store them), then the bias, the residual and
     the activation."""
-    (oh, ow), k, s = out_hw, op.size, op.stride
+    (oh, ow), s = out_hw, op.stride
     kernel = _dense_kernel(op)  # (k, k, cin, cout)
     *partials, last = split.stages(op)
     out = np.tile(op.bias.astype(F32), (oh, ow, 1))
