@@ -48,6 +48,31 @@ def test_activation_numbers():
         widgets.activation_gradient("sigmoid", x, "finite")
 
 
+def test_activation_explorer_draws_what_the_net_computes():
+    """The value panel is each activation's TF form; the stored panel, read back (level / 255
+    times the scale, plus the offset), is the same within half a level: ReLU is not clipped
+    at 1 (ES 2.0 stores it calibrated, docs/design.md)."""
+    import tensorflow as tf
+
+    names = ["relu", "bounded_relu", "relu6_scaled", "sigmoid_like", "sigmoid", "linear"]
+    curves = widgets.activation_samples(names, -8, 8, 801)
+    value, _, stored = widgets.activation_figure(curves).axes
+    drawn = {line.get_label(): line.get_ydata() for line in value.lines}
+    levels = {line.get_label(): line.get_ydata() for line in stored.lines}
+    assert set(drawn) == set(levels) == set(names)
+    for name in names:
+        x, c = curves[name]["x"], curves[name]
+        truth = activations.get(name).tf_fn(tf.constant(x)).numpy()
+        np.testing.assert_allclose(drawn[name], truth, atol=1e-6, err_msg=name)
+        back = levels[name] / 255 * c["scale"] + c["offset"]
+        assert np.abs(back - truth).max() <= c["scale"] / 510 + 1e-6, name
+    relu = curves["relu"]
+    assert drawn["relu"].max() == 8 and relu["offset"] == 0 and relu["scale"] == 12  # HEADROOM
+    assert levels["relu"][-1] == round(8 / 12 * 255)
+    row = widgets.activation_rows({"relu": relu}, 3.0)[0]
+    assert row["stored as"] == "y / 12" and abs(row["storage error"]) <= 12 / 510
+
+
 def test_shuffle_visualiser():
     box = widgets.shuffle_visualiser()
     image, text = _shown(box)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import io
+from types import SimpleNamespace
 
 import ipywidgets as w
 import numpy as np
@@ -51,12 +52,28 @@ def _observe(controls: dict, update):
 
 # --- activation explorer ------------------------------------------------------------------
 
-def stored_levels(name, x) -> np.ndarray:
-    """The 8-bit level (0..255) an RGBA8 texture stores for act(x) (``emulate.quantize``)."""
+def storage(name, y) -> tuple[float, float]:
+    """``(scale, offset)`` ES 2.0 stores the values ``y`` of activation ``name`` with, as
+    ``(y - offset) / scale``: ``(1, 0)`` for one bounded to [0, 1]; for an unbounded one (a
+    ReLU, a leaky ReLU, linear) the scale :mod:`workbench.es2.calibrate` gives when ``y`` are
+    the calibration values (its ``HEADROOM`` past the top).  ES 3.1 stores those in float."""
+    from workbench.es2 import calibrate
+
+    low, high = activations.get(name).output_range or (-np.inf, np.inf)
+    if low >= 0 and high <= 1:
+        return 1.0, 0.0
+    no_ties = SimpleNamespace(ops=())  # one tensor alone: no conv's residual ties its scale
+    scale, offset = calibrate.stored_as(no_ties, {"y": (np.min(y), np.max(y))})["y"]
+    return float(scale), float(offset)
+
+
+def stored_levels(name, x, scale=1.0, offset=0.0) -> np.ndarray:
+    """The 8-bit level (0..255) an RGBA8 texture stores for ``(act(x) - offset) / scale``
+    (``emulate.quantize``; :func:`storage` gives an unbounded activation's scale)."""
     from workbench.es2.emulate import quantize
 
     y = activations.get(name).np_fn(np.asarray(x, np.float32)).astype(np.float64)
-    return np.round(quantize(y) * 255).astype(np.uint8)
+    return np.round(quantize((y - offset) / scale) * 255).astype(np.uint8)
 
 
 def activation_gradient(name, x, source="numpy") -> np.ndarray:
@@ -76,22 +93,32 @@ def activation_gradient(name, x, source="numpy") -> np.ndarray:
 
 
 def activation_samples(names, lo=-8.0, hi=8.0, points=801, gradient="numpy") -> dict:
-    """``{name: {"x", "y", "dy", "level"}}`` over ``points`` inputs in [lo, hi]."""
+    """``{name: {"x", "y", "dy", "level", "scale", "offset"}}`` over ``points`` inputs in
+    [lo, hi]: ``y`` what the net computes, ``level`` what ES 2.0 stores, ``(y - offset) /
+    scale`` in 8 bits (:func:`storage`, calibrated on these inputs)."""
     x = np.linspace(lo, hi, points, dtype=np.float32)
-    return {name: {"x": x, "y": activations.get(name).np_fn(x),
-                   "dy": activation_gradient(name, x, gradient),
-                   "level": stored_levels(name, x)} for name in names}
+    curves = {}
+    for name in names:
+        y = activations.get(name).np_fn(x)
+        scale, offset = storage(name, y)
+        curves[name] = {"x": x, "y": y, "dy": activation_gradient(name, x, gradient),
+                        "level": stored_levels(name, x, scale, offset),
+                        "scale": scale, "offset": offset}
+    return curves
 
 
 def activation_figure(curves: dict, probe=None) -> Figure:
-    """Three panels: value, gradient, 8-bit level stored; a dashed line at ``probe``."""
+    """Three panels: the value the net computes, its gradient, the 8-bit level ES 2.0 stores
+    (an unbounded activation's with a calibrated scale); a dashed line at ``probe``."""
     fig = Figure(figsize=(10.5, 3.0))
     axes = fig.subplots(1, 3)
     for name, c in curves.items():
         axes[0].plot(c["x"], c["y"], label=name)
         axes[1].plot(c["x"], c["dy"], label=name)
         axes[2].step(c["x"], c["level"], where="mid", label=name)
-    for ax, title in zip(axes, ("value", "gradient", "8-bit level stored (0..255)")):
+    titles = ("value (what the net computes)", "gradient",
+              "stored: 8-bit level, ES 2.0 (0..255)\nunbounded: (y - offset) / scale")
+    for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("x", fontsize=8)
         ax.grid(alpha=0.3)
@@ -104,17 +131,27 @@ def activation_figure(curves: dict, probe=None) -> Figure:
     return fig
 
 
+def _stored_as(scale, offset) -> str:
+    if (scale, offset) == (1.0, 0.0):
+        return "y"
+    shifted = "y" if offset == 0 else f"(y {'+' if offset < 0 else '-'} {abs(offset):.3g})"
+    return f"{shifted} / {scale:.3g}"
+
+
 def activation_rows(curves: dict, probe: float, gradient="numpy") -> list[dict]:
-    """Per activation: value, gradient and 8-bit level at ``probe``, the storage error there,
-    and how many distinct 8-bit levels the plotted input range uses."""
+    """Per activation: value, gradient, how ES 2.0 stores it and the 8-bit level at ``probe``,
+    the storage error there (the level read back, times the scale, plus the offset, minus the
+    value), and how many distinct 8-bit levels the plotted input range uses."""
     rows = []
     for name, c in curves.items():
         p = np.float32(probe)
         y = float(activations.get(name).np_fn(np.array([p]))[0])
-        level = int(stored_levels(name, np.array([p]))[0])
+        scale, offset = c["scale"], c["offset"]
+        level = int(stored_levels(name, np.array([p]), scale, offset)[0])
         rows.append({"activation": name, "x": float(p), "value": y,
                      "gradient": float(activation_gradient(name, np.array([p]), gradient)[0]),
-                     "level": level, "storage error": level / 255 - y,
+                     "stored as": _stored_as(scale, offset), "level": level,
+                     "storage error": level / 255 * scale + offset - y,
                      "levels used": int(len(np.unique(c["level"])))})
     return rows
 
@@ -133,9 +170,11 @@ def _html_table(rows, digits=4) -> str:
 
 
 def activation_explorer(names=None, x_range=(-8.0, 8.0), probe=1.0, points=801) -> w.VBox:
-    """Choose activations from the registry, slide the input range and a probe point; see their
-    values, gradients and the 8-bit levels an RGBA8 texture stores (plots), and the numbers at
-    the probe (table).  Gradients by central difference of the numpy form, or by TF autodiff."""
+    """Choose activations from the registry, slide the input range and a probe point; see the
+    values the net computes, their gradients and the 8-bit levels an ES 2.0 RGBA8 texture
+    stores (an unbounded one's calibrated on the plotted inputs: :func:`storage`) (plots), and
+    the numbers at the probe (table).  Gradients by central difference of the numpy form, or
+    by TF autodiff."""
     options = activations.names()
     chosen = [n for n in (names or [n for n in options if n != "linear"]) if n in options]
     controls = {
