@@ -30,7 +30,6 @@ import numpy as np
 
 from workbench import references, tables, timings
 from workbench.data import datasets, images, metrics
-from workbench.es2.drivers import two_thread_cycles
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import beatmup, drivers
 from workbench.nets import beatmup_model
@@ -228,7 +227,7 @@ def classifier_timing(net, paths, step) -> dict:
 
 # --- both implementations through the targets' compilers ----------------------------------
 
-def implementations(model_path, nets=("x2", "classifier")) -> dict:
+def implementations(model_path, nets=("x2", "classifier"), ours=True) -> dict:
     """``{net: {implementation: (check, draws, programs)}}`` for x2 (a 256x256 photo) and the
     classifier (one photo): ``check(driver)`` compiles that side's programs through the
     Mesa driver once (a report each; asked again, the same reports), ``draws``
@@ -236,7 +235,8 @@ def implementations(model_path, nets=("x2", "classifier")) -> dict:
     to GL; ours is the reference checkpoint as compiled by default and for
     ``"videocore4", tune=True``, and the imported classifier by default and with
     weights as uniforms, tuned (``shared=True, tune=True``); ``programs``: distinct programs
-    (passes of one shape share one).  ``nets``: which of the two to compile."""
+    (passes of one shape share one).  ``nets``: which of the two to compile; ``ours=False``:
+    Beatmup's side alone (``model_path`` unused)."""
     from workbench import es2
     from workbench.es2 import drivers as es2_drivers
     from workbench.nets.models import load_model, reference_sr
@@ -253,7 +253,7 @@ def implementations(model_path, nets=("x2", "classifier")) -> dict:
 
     picture = images.to_uint8(datasets.photos(SIZE, 1)[0])
     ours = {name: build() for name, build in (("x2", x2), ("classifier", classifier))
-            if name in nets}
+            if name in nets and ours}
     found = {}
     for name, app, hw in (("x2", "X2", (SIZE, SIZE)), ("classifier", "Classify", None)):
         if name not in nets:
@@ -262,11 +262,11 @@ def implementations(model_path, nets=("x2", "classifier")) -> dict:
         found[name] = {"Beatmup": (cache(lambda t, c=captured: beatmup.compile_captured(t, c)),
                                    [(i, w * h) for i, w, h in captured.draws],
                                    len(captured.programs))}
-        for side, net in ours[name].items():
+        for side, net in ours.get(name, {}).items():
             found[name][side] = (cache(lambda t, n=net: es2_drivers.check(n, t)),
                                  compilers.draws(net, hw or net.graph.input_size),
                                  len({p.source for p in net.passes}))
-    if "x2" in nets:
+    if "x2" in ours:
         found["x2 layers"] = ours["x2"]
     return found
 
@@ -325,9 +325,9 @@ def compile_all(found, driver_names=DRIVERS) -> list[dict]:
                            reports, draw_list, "instructions") / 1e9 if ok else None}
                 if driver == "vc4" and ok:
                     row["estimated cycles"] = sum(s["estimated_cycles"] for s in stats)
-                    row["cycle-fragments (G)"] = compilers.weighted(reports, draw_list) / 1e9
-                    row["two-thread cycle-fragments (G)"] = compilers.weighted(
-                        reports, draw_list, two_thread_cycles) / 1e9
+                    for count in ("cycles", "two threads"):
+                        row[PI_COUNTS[count]] = compilers.weighted(
+                            reports, draw_list, compilers.FIT_STATS[count]) / 1e9
                     row["fewest threads"] = min(s["threads"] for s in stats)
                 spills = [s.get("spills", s.get("spill", 0)) for s in stats]
                 row["most spills"] = max(spills) if spills else 0
@@ -342,37 +342,96 @@ def pi_model(rows) -> list[dict]:
     documented V3D clock, every estimated cycle paid) and calibrated: per board and clock
     assumption, ``ms = a * clocks / MHz + d * draws`` with ``a`` (clocks paid per clock
     counted) and ``d`` (ms a draw) solved from the article's two programs (x2, classifier)
-    and its two measured times on that board; ours then predicted from the same fit.  A fit
-    a count (:data:`PI_COUNTS`): vc4's estimated cycles (its scheduler's waits on texture
-    results all paid), its instructions (those waits all hidden by the QPU's second thread)
-    and, between them, its threads interleaved (:func:`~workbench.es2.drivers.
-    two_thread_cycles`); the article's two times fit each exactly, so only a board says
-    which a Pi follows."""
-    vc4 = {(r["net"], r["implementation"]): r for r in rows
-           if r["target"] == "vc4" and r.get("cycle-fragments (G)") is not None}
+    and its two measured times on that board (:func:`calibrate_pi`); ours then predicted
+    from the same fit.  A fit a count (:data:`PI_COUNTS`): vc4's estimated cycles (its
+    scheduler's waits on texture results all paid), its instructions (those waits all hidden
+    by the QPU's second thread) and, between them, its threads interleaved
+    (:func:`~workbench.es2.drivers.two_thread_cycles`); the article's two times fit each
+    exactly, so only a board says which a Pi follows."""
+    vc4 = _vc4(rows)
+    fits = {(f["board"], f["clock from"], f["count"]): f for f in calibrate_pi(rows)}
     out = []
-    for board, documented in compilers.BOARDS_MHZ.items():
-        for clocks_from, mhz in (("documented", documented), ("article", ARTICLE_MHZ[board])):
-            fits = {count: _calibrate(vc4, board, mhz, key) for count, key in PI_COUNTS.items()}
-            for (net, side), r in vc4.items():
-                row = {"board": board, "V3D MHz": mhz, "clock from": clocks_from, "net": net,
-                       "implementation": side,
-                       "model ms": _clocks(r, PI_COUNTS["cycles"]) / (mhz * 1e3)}
-                for count, fit in fits.items():
-                    row[f"calibrated ms ({count})"] = (
-                        fit[0] * _clocks(r, PI_COUNTS[count]) / (mhz * 1e3) + fit[1] * r["draws"]
-                        if fit else None)
-                row["measured ms (article)"] = MEASURED_MS.get((net, board)) \
-                    if side == "Beatmup" else None
-                if fits["cycles"]:
-                    row["a (cycles paid / estimated)"], row["d (ms a draw)"] = fits["cycles"]
-                out.append(row)
+    for board, clocks_from, mhz in _clock_assumptions():
+        for (net, side), r in vc4.items():
+            row = {"board": board, "V3D MHz": mhz, "clock from": clocks_from, "net": net,
+                   "implementation": side,
+                   "model ms": _clocks(r, PI_COUNTS["cycles"]) / (mhz * 1e3)}
+            for count, key in PI_COUNTS.items():
+                fit = fits.get((board, clocks_from, count))
+                row[f"calibrated ms ({count})"] = (
+                    compilers.calibrated_ms(fit, _clocks(r, key), r["draws"]) if fit else None)
+            row["measured ms (article)"] = MEASURED_MS.get((net, board)) \
+                if side == "Beatmup" else None
+            cycles = fits.get((board, clocks_from, "cycles"))
+            if cycles:
+                row["a (cycles paid / estimated)"], row["d (ms a draw)"] = cycles["a"], cycles["d"]
+            out.append(row)
     return out
 
 
-# what the calibrated Pi model counts: a vc4 row's column of fragment-weighted counts
+# what the calibrated Pi model counts: a vc4 row's column of fragment-weighted counts (of each
+# program's :data:`compilers.FIT_STATS` of the same name)
 PI_COUNTS = {"cycles": "cycle-fragments (G)", "instructions": "instruction-fragments (G)",
              "two threads": "two-thread cycle-fragments (G)"}
+
+
+def calibrate_pi(rows) -> list[dict]:
+    """The calibrated Pi model's fits from :func:`compile_all`'s rows (those of the article's
+    two nets through vc4): one per board, clock assumption ("documented": the board's V3D
+    clock, :data:`compilers.BOARDS_MHZ`; "article": :data:`ARTICLE_MHZ`) and count
+    (:data:`PI_COUNTS`): ``{"board", "clock from", "V3D MHz", "count", "a", "d"}`` (none
+    where a row is missing).  The clock assumed scales ``a`` alone: the times it predicts are
+    the same."""
+    vc4 = _vc4(rows)
+    return [{"board": board, "clock from": clocks_from, "V3D MHz": mhz, "count": count,
+             "a": fit[0], "d": fit[1]}
+            for board, clocks_from, mhz in _clock_assumptions()
+            for count, key in PI_COUNTS.items()
+            if (fit := _calibrate(vc4, board, mhz, key))]
+
+
+def article_rows(model_path=None) -> list[dict]:
+    """:func:`compile_all`'s vc4 rows of the article's own programs alone (Beatmup's apps
+    captured, no net of ours compiled: seconds, where :func:`run` takes minutes): what
+    :func:`calibrate_pi` solves from."""
+    return compile_all(implementations(model_path, ours=False), ("vc4",))
+
+
+FIT_DIGITS = 6  # decimals of a and d stored in compilers.PI_FITS
+REFRESH = ("python -m workbench bench beatmup, or python -c 'from workbench.studies import "
+           "beatmup; beatmup.write_pi_fits(beatmup.article_rows())'")
+
+
+def write_pi_fits(rows, path=None) -> Path:
+    """Store :func:`calibrate_pi` of ``rows`` (:func:`compile_all`'s) in ``path`` (default
+    :data:`compilers.PI_FITS`, which ``drivers`` predicts any net's Pi times from), ``a`` and
+    ``d`` to :data:`FIT_DIGITS` decimals, with what they were solved from: the article's
+    programs' vc4 counts and its measured times, Mesa's version, Beatmup's commit."""
+    path = Path(path) if path else compilers.PI_FITS
+    article = [{k: r[k] for k in ("net", "draws", *PI_COUNTS.values())}
+               for r in _vc4(rows).values() if r["implementation"] == "Beatmup"]
+    write_json(path, {
+        "what": "the calibrated Raspberry Pi model, ms = a * clocks / (V3D MHz * 1e3) + d * "
+                "draws, clocks = fragment-weighted count / 16 * 4 / 12 (workbench.studies."
+                "beatmup.calibrate_pi)",
+        "made by": REFRESH, "mesa": drivers.MESA_VERSION, "beatmup": beatmup.COMMIT,
+        "measured ms": [{"net": n, "board": b, "ms": ms} for (n, b), ms in MEASURED_MS.items()],
+        "article's programs (vc4)": article, "digits": FIT_DIGITS,
+        "fits": [{**f, "a": round(f["a"], FIT_DIGITS), "d": round(f["d"], FIT_DIGITS)}
+                 for f in calibrate_pi(rows)]})
+    return path
+
+
+def _vc4(rows) -> dict:
+    """``{(net, implementation): row}`` of the vc4 rows of :func:`compile_all` it took whole."""
+    return {(r["net"], r["implementation"]): r for r in rows
+            if r["target"] == "vc4" and r.get("cycle-fragments (G)") is not None}
+
+
+def _clock_assumptions():
+    """``(board, clock from, V3D MHz)``: each board's documented clock and the article's."""
+    return [(board, clocks_from, mhz) for board, documented in compilers.BOARDS_MHZ.items()
+            for clocks_from, mhz in (("documented", documented), ("article", ARTICLE_MHZ[board]))]
 
 
 def _clocks(row, key) -> float:
@@ -418,6 +477,8 @@ def run(model_path=None, which="val", rounds=5, runs=3, driver_names=DRIVERS, ou
         rows = compile_all(found, driver_names)
         saved["compilers"] = {"mesa": drivers.MESA_VERSION, "rows": rows, "pi": pi_model(rows),
                               "x2 layers": layer_budget(found)}
+        if calibrate_pi(rows):
+            print(f"written: {write_pi_fits(rows)} (the fits `drivers` predicts the Pi from)")
     else:
         saved["compilers"] = {"skipped": drivers.available()}
     out = Path(out) if out else figures_dir()

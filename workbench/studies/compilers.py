@@ -17,6 +17,14 @@ documentation, config.txt "Overclocking options", default values: ``v3d_freq`` 4
 the Pi 3 B and 3 B+, 300 on the Pi Zero W).  It leaves out: the texture units' throughput
 and cache misses, memory bandwidth, binning and per-tile costs, the CPU's draw calls
 and what the latency-hiding of 2-thread programs saves beyond the estimate.
+
+Calibrated (:func:`calibrated_pi`): ``ms = a * clocks / MHz + d * draws``, ``a`` and ``d``
+solved per board from the article's two nets (Beatmup's programs through the same vc4) and
+their two measured times (:func:`workbench.studies.beatmup.calibrate_pi`, stored in
+:data:`PI_FITS`), the clocks counted three ways (vc4's estimated cycles, its instructions, its
+two threads interleaved): any net's Pi time is the range of the three.  Multiply-adds per
+second are the net's (:meth:`~workbench.es2.net.Net.cost`) over that time, beside the QPUs'
+peak (:func:`qpu_peak_gmacs`).
 """
 from __future__ import annotations
 
@@ -31,7 +39,8 @@ from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import drivers
 
 RESULT, TABLE, FIGURE = "drivers.json", "drivers.md", "drivers_instructions"  # of the SR nets;
-# a notebook that writes another table beside them names it (classifier_deploy: "drivers_classifier")
+# a notebook that writes another table beside them names it (classifier_deploy:
+# "drivers_classifier")
 NAMES = ("drivers", "drivers_classifier")
 DEFAULT_DRIVERS = drivers.TABLE_DRIVERS
 QPUS, FRAGMENTS_PER_INSTRUCTION, CLOCKS_PER_INSTRUCTION = 12, 16, 4
@@ -40,6 +49,12 @@ BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
 # input side they are predicted at (a classifier preset's random weights have a trained one's
 # programs)
 PI_SIZES = {"sr": ("sr", 256), "sr-mrt4": ("sr", 256), "dogs120": ("dogs120", 385)}
+# The calibrated Pi model's fits (written by workbench.studies.beatmup.write_pi_fits)
+PI_FITS = Path(__file__).with_name("pi_fits.json")
+# What a fit counts of a vc4 program, by the fit's name: a key of its statistics or a function
+# of them (fragment-weighted: :func:`weighted`)
+FIT_STATS = {"cycles": "estimated_cycles", "instructions": "instructions",
+             "two threads": es2_drivers.two_thread_cycles}
 
 
 def profile_for(driver) -> str | None:
@@ -171,23 +186,86 @@ def predict_pi(net, reports, hw) -> dict:
     return {"clocks": clocks, "ms": {b: total / (mhz * 1e3) for b, mhz in BOARDS_MHZ.items()}}
 
 
-def pi_rows(results, sizes) -> list[dict]:
+def stored_fits(clock_from="documented", path=PI_FITS) -> dict:
+    """``{board: {count: fit}}`` of :data:`PI_FITS` (a fit: ``{"a", "d", "V3D MHz", ...}``) for
+    the clock assumed: "documented" (:data:`BOARDS_MHZ`) or "article" (the classifier
+    article's; the same times, another ``a``)."""
+    fits = {}
+    for fit in read_json(path)["fits"]:
+        if fit["clock from"] == clock_from:
+            fits.setdefault(fit["board"], {})[fit["count"]] = fit
+    return fits
+
+
+def calibrated_ms(fit, clocks, draws) -> float:
+    """``a * clocks / MHz + d * draws``: a fit's ms for ``clocks`` V3D clocks in ``draws``
+    draws."""
+    return fit["a"] * clocks / (fit["V3D MHz"] * 1e3) + fit["d"] * draws
+
+
+def calibrated_pi(net, reports, hw, fits) -> dict:
+    """``{count: ms}`` of ``net`` at ``hw = (height, width)`` under each fit of ``fits``
+    (``{count: fit}``, one board's: :func:`stored_fits`), its clocks from vc4's ``reports``."""
+    draw_list = draws(net, hw)
+    return {count: calibrated_ms(fit, v3d_clocks(weighted(reports, draw_list,
+                                                          FIT_STATS[count])), len(draw_list))
+            for count, fit in fits.items()}
+
+
+def qpu_peak_gmacs(mhz) -> float:
+    """VideoCore IV's peak, G multiply-adds a second at ``mhz``: 12 QPUs x 4 lanes (16
+    fragments an instruction in 4 clocks) x 1 multiply-add a lane a clock (the QPU issues a
+    multiply and an add together; one multiply-add, not two operations): 19.2 at 400 MHz."""
+    return QPUS * FRAGMENTS_PER_INSTRUCTION / CLOCKS_PER_INSTRUCTION * mhz / 1e3
+
+
+def pi_rows(results, sizes, fits=None) -> list[dict]:
     """Predicted Pi times: ``sizes`` = ``{net label: (kind, side)}``; each vc4 row of the
-    table at a ``side`` x ``side`` input.  A prediction, uncalibrated: set beside the
-    article's own programs under the same model (``bench beatmup``), not beside its measured
-    times."""
+    table at a ``side`` x ``side`` input, per board: the uncalibrated model ("predicted ms"),
+    the three calibrated fits (``fits``: ``{board: {count: fit}}``, default
+    :func:`stored_fits`) and their range, the net's multiply-adds an image, G a second at the
+    range's ends and their share of :func:`qpu_peak_gmacs` at the board's clock."""
+    fits = fits or stored_fits()
     rows = []
     for label, (_, side) in sizes.items():
         for key in ("vc4", "vc4 (tuned)"):
             row = results[label]["targets"].get(key)
             if not row or not all(r["ok"] for r in row["reports"]):
                 continue
-            predicted = predict_pi(row["net"], row["reports"], (side, side))["ms"]
-            for board, ms in predicted.items():
+            net, reports, hw = row["net"], row["reports"], (side, side)
+            predicted = predict_pi(net, reports, hw)["ms"]
+            gmac = sum(c.multiply_adds for c in net.cost(hw).values()) / 1e9
+            for board, mhz in BOARDS_MHZ.items():
+                ms = calibrated_pi(net, reports, hw, fits[board])
+                fast, slow = min(ms.values()), max(ms.values())
+                rate = {"min": gmac / slow * 1e3, "max": gmac / fast * 1e3}
                 rows.append({"net": label, "compiled for": row["compiled_for"],
-                             "input": f"{side}x{side}", "board": board,
-                             "V3D MHz": BOARDS_MHZ[board], "predicted ms": round(ms, 1)})
+                             "input": f"{side}x{side}", "board": board, "V3D MHz": mhz,
+                             "predicted ms": round(predicted[board], 1),
+                             **{f"calibrated ms ({count})": v for count, v in ms.items()},
+                             "calibrated ms min": fast, "calibrated ms max": slow,
+                             "GMAC an image": gmac,
+                             **{f"GMAC/s {end}": v for end, v in rate.items()},
+                             **{f"% of QPU peak {end}": 100 * v / qpu_peak_gmacs(mhz)
+                                for end, v in rate.items()}})
     return rows
+
+
+def _pi_table(rows) -> list[dict]:
+    """:func:`pi_rows` as shown: each range ``min-max`` (rows saved before the calibrated
+    columns: as they are)."""
+    if "calibrated ms min" not in rows[0]:
+        return rows
+
+    def span(r, name, digits):
+        return f"{r[f'{name} min']:.{digits}f}-{r[f'{name} max']:.{digits}f}"
+
+    return [{**{k: r[k] for k in ("net", "compiled for", "input", "board", "V3D MHz")},
+             "model ms (uncalibrated)": r["predicted ms"],
+             "calibrated ms": span(r, "calibrated ms", 1),
+             "GMAC an image": f"{r['GMAC an image']:.3f}", "GMAC/s": span(r, "GMAC/s", 2),
+             "% of QPU peak": span(r, "% of QPU peak", 1)}
+            for r in rows]
 
 
 def layer_rows(results, sizes=None) -> list[dict]:
@@ -289,10 +367,15 @@ def section(saved) -> str:
                  "multiply and an add together, 1/4 where an instruction is a vec4 one, as "
                  "Mali-400's:\n\n" + tables.markdown(saved["layers"]))
     if saved["pi"]:
-        text += ("\n\nPredicted from vc4's estimated cycles (12 QPUs, 16 fragments per "
-                 "instruction in 4 clocks, the board's default V3D clock; uncalibrated: "
-                 "`python -m workbench bench beatmup` sets the article's own programs beside "
-                 "ours under the same model):\n\n" + tables.markdown(saved["pi"]))
+        text += ("\n\nThe Raspberry Pi predicted from vc4's counts (12 QPUs, 16 fragments an "
+                 "instruction in 4 clocks, the board's default V3D clock): the model from its "
+                 "estimated cycles, uncalibrated; calibrated, `ms = a clocks / MHz + d draws` "
+                 "with a and d solved per board from the article's two nets and their measured "
+                 "times (`bench beatmup`), the clocks from vc4's estimated cycles, its "
+                 "instructions or its two threads interleaved: the range of the three; the "
+                 "net's multiply-adds an image, a second at the range's ends and their share "
+                 "of the QPUs' peak (12 QPUs x 4 lanes x 1 multiply-add a clock: 19.2 G/s at "
+                 "400 MHz):\n\n" + tables.markdown(_pi_table(saved["pi"]), digits=1))
     return text
 
 
