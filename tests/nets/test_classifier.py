@@ -313,6 +313,18 @@ def test_your_own_classifier_trains_as_built(tmp_path):
     assert ran.init_model == str(tmp_path / "m.keras") and ran == classify.ClassifierRecipe(
         **{**recipe.to_dict(), "classes": ran.classes, "input_size": 16,
            "steps_per_epoch": ran.steps_per_epoch})
+    # the same net given as a Keras model (a builder's output): trained as it is, named in
+    # config.json by its architecture
+    keras.utils.set_random_seed(2)
+    given = keras.models.load_model(tmp_path / "m.keras")
+    model, _ = classify.train(tmp_path / "given", recipe.replace(init_model=None), verbose=0,
+                              model=given)
+    assert model.get_layer("mine").get_config()["activation"] == "relu6"
+    config = json.loads((tmp_path / "given" / "config.json").read_text())
+    assert config["model"]["parameters"] == given.count_params() and config["init_model"] is None
+    with pytest.raises(ValueError, match=r"^model 'small': takes \(16, 16, 3\) and gives 5 "):
+        classify.train(tmp_path / "run6", recipe.replace(init_model=None), verbose=0,
+                       model=keras.Model(inputs, keras.layers.Dense(5)(x), name="small"))
     with pytest.raises(ValueError, match="init_model .*: takes .* the data is 16x16x3 images"):
         keras.Model(inputs, keras.layers.Dense(5)(x)).save(tmp_path / "five.keras")
         classify.train(tmp_path / "run5", recipe.replace(init_model=str(tmp_path / "five.keras")),

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from workbench.nets import storage
-from workbench.nets.layers import AnchorResidual, Quantize8, anchor_subpixels
+from workbench.nets.layers import AnchorResidual, DepthToSpace, Quantize8, anchor_subpixels
 from workbench.nets.models import sr_x2
 from workbench.nets.sr_recipes import (CollapsibleConv, SRRecipe, charbonnier, collapse,
                                        sr_x2_recipe, with_anchor)
@@ -260,3 +260,54 @@ def test_your_own_net_is_written_as_it_was_trained(tmp_path):
                              "groups": [1, 2, 2, 1], "activation": "relu6_scaled",
                              "parameters": mine.count_params()}
     assert SRRecipe.of_run(tmp_path / "run") == recipe.replace(steps_per_epoch=2)
+
+
+def _espcn(activation="relu6"):
+    """An ESPCN-style x2 net (not the sr_x2 layout): 5x5, 3x3, then 3x3 to 4 sub-pixels."""
+    x = inputs = keras.Input((None, None, 1))
+    x = keras.layers.Conv2D(16, 5, padding="same", activation=activation)(x)
+    x = keras.layers.Conv2D(8, 3, padding="same", activation=activation)(x)
+    x = keras.layers.Conv2D(4, 3, padding="same")(x)
+    return keras.Model(inputs, DepthToSpace(2)(x), name="espcn")
+
+
+@pytest.mark.parametrize("builder", [
+    lambda: sr_x2(widths=(24, 16, 16, 8), kernels=(3, 5, 3, 1), groups=(1, 1, 2, 1),
+                  activation="relu6_scaled"),
+    _espcn], ids=["sr_x2-layout", "espcn"])
+def test_a_builders_model_trains_as_built_and_is_written_as_trained(tmp_path, builder):
+    """``superres.train(..., model=)``: a builder's net (the sr_x2 layout with its own options,
+    or another layout) trains as it is; model.keras equals the trained checkpoint;
+    config.json names that net: the same call finds the run done, another net replaces it."""
+    from workbench.nets import superres, training
+    from workbench.nets.models import load_model
+
+    keras.utils.set_random_seed(5)
+    rng = np.random.default_rng(6)
+    photos = [rng.random((40, 48, 3)).astype(np.float32) for _ in range(2)]
+    recipe = SRRecipe(steps=2, steps_per_epoch=1, batch=2, patch=12)
+    mine = builder()
+    superres.train(photos, tmp_path / "run", recipe, verbose=0, model=mine)
+    trained = load_model(tmp_path / "run" / training.CHECKPOINT)
+    written = load_model(tmp_path / "run" / "model.keras")
+    x = rng.random((2, 13, 17, 1)).astype(np.float32)
+    np.testing.assert_allclose(written(x), trained(x), atol=1e-6)
+    assert trained.count_params() == mine.count_params()
+    config = json.loads((tmp_path / "run" / training.CONFIG).read_text())
+    assert config["net"]["parameters"] == mine.count_params()
+    assert SRRecipe.of_run(tmp_path / "run") == recipe
+    superres.train(photos, tmp_path / "run", recipe, verbose=0, model=builder())
+    assert not list(tmp_path.glob("run.replaced-*"))
+    other = sr_x2(widths=(8, 8, 8, 8), activation="relu6_scaled")
+    superres.train(photos, tmp_path / "run", recipe, verbose=0, model=other)
+    assert len(list(tmp_path.glob("run.replaced-*"))) == 1
+
+
+def test_a_model_that_is_no_x2_net_is_refused_in_one_line(tmp_path):
+    from workbench.nets import superres
+
+    x = inputs = keras.Input((None, None, 1))
+    same = keras.Model(inputs, keras.layers.Conv2D(1, 3, padding="same")(x), name="same")
+    with pytest.raises(ValueError, match=r"^model: a 8x8x1 LR luma gives \(1, 8, 8, 1\); an x2"):
+        superres.train([np.zeros((40, 48, 3), np.float32)], tmp_path / "run",
+                       SRRecipe(steps=1, batch=1, patch=12), verbose=0, model=same)

@@ -172,6 +172,7 @@ class ClassifierRecipe(training.Recipe):
     init_model: str | None = None
 
     RENAMED = {"class_names": "classes"}  # runs before recipes named their resolved classes so
+    RUN_ENTRIES = ("model",)  # a model given to train(): training.described
 
     def _check(self):
         self._choice("preset", tuple(CLASSIFIER_PRESETS))
@@ -199,12 +200,17 @@ class ClassifierRecipe(training.Recipe):
             self._refuse("activation", f"want a registered activation ({err})")
 
 
-def train(run_dir, recipe: ClassifierRecipe, verbose=2):
-    """Train the net of ``recipe`` (:class:`ClassifierRecipe`) on its data; resumable.
+def train(run_dir, recipe: ClassifierRecipe, verbose=2, model=None):
+    """Train the net of ``recipe`` (:class:`ClassifierRecipe`) on its data, or ``model``, a
+    Keras classifier of one's own (a builder's output, trained as it is; ``config.json``
+    names it: :func:`training.described`); resumable.
     Validation after every epoch (``val`` split, else ``test``); the ``keep_best`` best
     checkpoints by validation top-1 are kept.  Returns ``(model, history)``: the last model and
     ``history[metric]`` per epoch (``loss``, ``accuracy``, ``val_loss``, ``val_accuracy``;
     training metrics are on augmented batches)."""
+    if model is not None and recipe.init_model:
+        raise ValueError(f"classify.train: give model or the recipe's init_model "
+                         f"({recipe.init_model}), not both")
     run_dir = Path(run_dir)
     root = Path(recipe.data) if recipe.data else datasets.classification_root("cifar10")
     paths, _, names = datasets.image_folder_files(root, "train", class_list(recipe.classes),
@@ -220,34 +226,42 @@ def train(run_dir, recipe: ClassifierRecipe, verbose=2):
                                         seed=recipe.seed)
     val_ds = validation_data(recipe)
 
+    given = model if model is not None else recipe.init_model
+    if given is not None:
+        given = _own_model(given, recipe.input_size, len(names))
+
     def build():
-        if recipe.init_model:
-            model = _own_model(recipe.init_model, recipe.input_size, len(names))
+        if given is not None:
+            net = given
         else:
             builder = {"dogs": functools.partial(dogs_classifier, recipe.preset),
                        "plain": plain_classifier}[recipe.net]
-            model = builder(input_size=recipe.input_size, classes=len(names),
-                            activation=recipe.activation, bn_momentum=recipe.bn_momentum,
-                            quantize=recipe.quantize)
+            net = builder(input_size=recipe.input_size, classes=len(names),
+                          activation=recipe.activation, bn_momentum=recipe.bn_momentum,
+                          quantize=recipe.quantize)
         rate = lr_schedule(recipe.schedule, recipe.learning_rate, recipe.epochs,
                            recipe.steps_per_epoch, recipe.decay_start, recipe.decay_every)
-        return compile_classifier(model, recipe.optimizer, rate)
+        return compile_classifier(net, recipe.optimizer, rate)
 
+    config = {**recipe.to_dict(),
+              **({"model": training.described(model)} if model is not None else {})}
     return training.fit(build, train_ds, run_dir, recipe.epochs, recipe.steps_per_epoch, verbose,
-                        config=recipe.to_dict(), read_config=ClassifierRecipe.read_config,
+                        config=config, read_config=ClassifierRecipe.read_config,
                         validation_data=val_ds, callbacks=[KeepBest(run_dir, recipe.keep_best)])
 
 
-def _own_model(path, input_size, classes):
-    """The classifier of ``path`` (a ``.keras`` file), checked against the data: an input of
-    ``input_size`` x ``input_size`` x 3 and ``classes`` outputs, else one line naming it."""
+def _own_model(given, input_size, classes):
+    """The classifier ``given`` (a Keras model, or a ``.keras`` file's path), checked against
+    the data: an input of ``input_size`` x ``input_size`` x 3 and ``classes`` outputs, else
+    one line naming it."""
     from workbench.nets.model_files import load_model
 
-    model = load_model(path)
+    model = given if isinstance(given, keras.Model) else load_model(given)
     shape, out = tuple(model.input_shape[1:]), model.output_shape[-1]
+    name = f"model {model.name!r}" if given is model else f"init_model {given}"
     if shape[:2] not in ((input_size, input_size), (None, None)) or shape[2] != 3 \
             or out != classes:
-        raise ValueError(f"init_model {path}: takes {shape} and gives {out} outputs; the data "
+        raise ValueError(f"{name}: takes {shape} and gives {out} outputs; the data "
                          f"is {input_size}x{input_size}x3 images of {classes} classes")
     return model
 

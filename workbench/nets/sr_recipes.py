@@ -154,15 +154,29 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
 
 
 def layout(model) -> dict:
-    """What an sr_x2-layout model is: ``widths``, ``kernels``, ``groups`` of L1..L4, the
-    ``activation`` and ``parameters`` (a run's ``config.json`` records it: the net trained,
-    made by the recipe or given as ``init_model``)."""
+    """What the net a run trains is (its ``config.json`` records it): an sr_x2-layout model's
+    ``widths``, ``kernels``, ``groups`` of L1..L4, ``activation`` and ``parameters``; any
+    other model's :func:`training.described`."""
+    if not is_sr_layout(model):
+        return training.described(model)
     layers = [model.get_layer(f"L{i}") for i in range(1, 5)]
     return {"widths": [l.filters for l in layers],
             "kernels": [int(np.ravel(l.kernel_size)[0]) for l in layers],
             "groups": [l.groups for l in layers],
             "activation": model.get_layer("L1_act").activation,
             "parameters": int(model.count_params())}
+
+
+def is_sr_layout(model) -> bool:
+    """``model`` has the sr_x2 layout's layers (L1..L5, each with its ``L<i>_act``)."""
+    names = {layer.name for layer in model.layers}
+    return all({f"L{i}", f"L{i}_act"} <= names for i in range(1, 6))
+
+
+def deployable(model):
+    """The net to deploy of a trained model: an sr_x2-layout model through :func:`collapse` (its
+    CollapsibleConvs to plain convs, every layer option kept), any other model as it is."""
+    return collapse(model) if is_sr_layout(model) else model
 
 
 def anchor_of(model):
@@ -268,8 +282,9 @@ class SRRecipe(training.Recipe):
     :func:`sr_x2_recipe` (``init``, ``expand``, ``qat``, ``anchor``, ``anchor_scale``,
     ``anchor_storage``: the module docstring; ``widths``: the channels of L1..L4, default the
     reference net's, :data:`models.SR_WIDTHS`; a member of the family, as ``(32, 16, 16, 12)``),
-    or ``init_model``, the path of a ``.keras`` model to fine-tune.  The data: ``kernels``, the
-    degradations LR patches are made with (one at random a patch); ``flips``, each patch one of
+    or ``init_model``, the path of a ``.keras`` model to train as it is (a net of one's own, or
+    one to fine-tune).  The data: ``degradations``, the kernels LR patches are made with (one
+    at random a patch); ``flips``, each patch one of
     the 8 flips / 90-degree rotations; ``scales``, each image also shrunk by these factors
     (FSRCNN's scale augmentation, :data:`workbench.data.datasets.FSRCNN_SCALES`); ``teacher``,
     the path of a trained x2 SR ``.keras`` model to distil (the target is ``(1 -
@@ -290,13 +305,14 @@ class SRRecipe(training.Recipe):
     anchor_storage: str = "linear"
     widths: tuple[int, ...] | None = None
     init_model: str | None = None
-    kernels: tuple[str, ...] = ("bicubic_aa",)
+    degradations: tuple[str, ...] = ("bicubic_aa",)
     flips: bool = True
     scales: tuple[float, ...] = (1.0,)
     teacher: str | None = None
     teacher_weight: float = 0.5
 
     RUN_ENTRIES = ("train_images", "net")
+    RENAMED = {"kernels": "degradations"}  # (runs before kernels meant only layer kernel sizes)
 
     def _check(self):
         self._whole("steps", "steps_per_epoch", "batch", "patch")
@@ -312,9 +328,9 @@ class SRRecipe(training.Recipe):
         for name in ("init_model", "teacher"):
             if not isinstance(getattr(self, name), (str, type(None))):
                 self._refuse(name, "want the path of a .keras model, or None")
-        if not isinstance(self.kernels, tuple) or not self.kernels or \
-                not set(self.kernels) <= set(KERNELS):
-            self._refuse("kernels", f"want some of {', '.join(KERNELS)}")
+        if not isinstance(self.degradations, tuple) or not self.degradations or \
+                not set(self.degradations) <= set(KERNELS):
+            self._refuse("degradations", f"want some of {', '.join(KERNELS)}")
         if self.widths is not None and not (isinstance(self.widths, tuple) and len(
                 self.widths) == len(SR_WIDTHS) and all(map(training.is_whole, self.widths))):
             self._refuse("widths", f"want {len(SR_WIDTHS)} whole numbers >= 1 (L1..L4's "

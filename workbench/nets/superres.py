@@ -38,41 +38,61 @@ def epoch_plan(steps, steps_per_epoch):
     return epochs, math.ceil(steps / epochs)
 
 
-def train(train_images, run_dir, recipe: SRRecipe, verbose=2):
+def train(train_images, run_dir, recipe: SRRecipe, verbose=2, model=None):
     """Train an SR net on random LR/HR patches as ``recipe`` says
     (:class:`workbench.nets.sr_recipes.SRRecipe`); resumable (see
     :mod:`workbench.nets.training`).
 
     ``train_images``: list of RGB images, or their
-    :func:`workbench.data.datasets.sr_training_pairs`.
+    :func:`workbench.data.datasets.sr_training_pairs`.  The net: ``model``, a Keras model
+    of one's own (any x2 net from an HxWx1 LR luma in [0, 1] to its 2Hx2Wx1 HR luma: a
+    builder's output, trained as it is), else the recipe's ``init_model`` or its fresh net.
     Returns ``(model, history)`` and writes ``<run_dir>/model.keras``, the deployable net
-    (:func:`workbench.nets.sr_recipes.collapse` of the trained one: plain ``sr_x2`` layers).
+    (:func:`workbench.nets.sr_recipes.deployable`: the trained net, an sr_x2 layout collapsed
+    to plain layers of the same options); ``config.json`` names the net trained
+    (:func:`~workbench.nets.sr_recipes.layout`).
     """
+    if model is not None and recipe.init_model:
+        raise ValueError(f"superres.train: give model or the recipe's init_model "
+                         f"({recipe.init_model}), not both")
     keras.utils.set_random_seed(recipe.seed)
     epochs, steps_per_epoch = epoch_plan(recipe.steps, recipe.steps_per_epoch)
     recipe = recipe.replace(steps_per_epoch=steps_per_epoch)  # the plan, as the run records it
-    pairs = datasets.sr_training_pairs(train_images, SCALE, recipe.kernels, recipe.scales)
+    pairs = datasets.sr_training_pairs(train_images, SCALE, recipe.degradations, recipe.scales)
     teach = load_model(recipe.teacher) if recipe.teacher is not None else None  # its function
     patches = datasets.sr_patches(pairs, patch=recipe.patch, batch=recipe.batch, seed=recipe.seed,
                                   augment=recipe.flips, teacher=teach,
                                   teacher_weight=recipe.teacher_weight)
+    net = (model if model is not None else load_model(recipe.init_model) if recipe.init_model
+           else recipe.net(SCALE))
+    _require_x2(net, recipe.init_model or "model")
+    layout = sr_recipes.layout(net)  # what is trained, whatever made it
 
     def build():
-        model = load_model(recipe.init_model) if recipe.init_model else recipe.net(SCALE)
-        return compile_sr(model, recipe.learning_rate, epochs * steps_per_epoch, recipe.loss)
+        return compile_sr(net, recipe.learning_rate, epochs * steps_per_epoch, recipe.loss)
 
-    net = sr_recipes.layout(load_model(recipe.init_model) if recipe.init_model else
-                            recipe.net(SCALE))  # what is trained, whatever made it
     def read_config(saved):  # (a run from before configs named the net: the recipe's makes it)
-        return {"net": net, **SRRecipe.read_config(saved)}
+        return {"net": layout, **SRRecipe.read_config(saved)}
 
     model, history = training.fit(build, patches, run_dir, epochs, steps_per_epoch, verbose,
                                   config={**recipe.to_dict(), "train_images": pairs.sources,
-                                          "net": net},
+                                          "net": layout},
                                   read_config=read_config)
-    model = sr_recipes.collapse(model)
+    model = sr_recipes.deployable(model)
     training.save_model(model, Path(run_dir) / "model.keras")
     return model, history
+
+
+def _require_x2(model, name):
+    """One line naming ``name`` unless ``model`` maps an HxWx1 luma to 2Hx2Wx1."""
+    h, w = (side or 8 for side in tuple(model.input_shape)[1:3])
+    try:
+        shape = tuple(keras.ops.shape(model(np.zeros((1, h, w, 1), np.float32))))
+    except Exception as err:  # a net that cannot take an HxWx1 input at all
+        shape = f"no output ({type(err).__name__}: {str(err).splitlines()[0][:80]})"
+    if shape != (1, 2 * h, 2 * w, 1):
+        raise ValueError(f"{name}: a {h}x{w}x1 LR luma gives {shape}; an x2 SR net must give "
+                         f"{(1, 2 * h, 2 * w, 1)}")
 
 
 def compile_sr(model, learning_rate, decay_steps, loss="l1"):

@@ -140,6 +140,28 @@ class Recipe:
         return {**recipe.to_dict(), **{k: v for k, v in saved.items() if k in cls.RUN_ENTRIES}}
 
 
+def described(model) -> dict:
+    """What a Keras model is, for a run's ``config.json``: its ``layers``, ``parameters`` and
+    ``architecture``, the first 16 hex digits of the SHA-256 of its Keras
+    config (layers, their options and connections; not its weights, and its layers' names
+    as their places: the same builder called twice gives the same architecture)."""
+    import hashlib
+
+    places = {layer.name: f"#{i}" for i, layer in enumerate(model.layers)}
+    places[model.name] = "model"
+
+    def canonical(value):
+        if isinstance(value, dict):
+            return {k: canonical(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        return places.get(value, value) if isinstance(value, str) else value
+
+    config = json.dumps(canonical(model.get_config()), sort_keys=True, default=str)
+    return {"layers": len(model.layers), "parameters": int(model.count_params()),
+            "architecture": hashlib.sha256(config.encode()).hexdigest()[:16]}
+
+
 def is_whole(value, least=1) -> bool:
     """``value`` is a whole number (not a bool) >= ``least``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least

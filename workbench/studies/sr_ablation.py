@@ -55,7 +55,7 @@ def run(train_images, sr_sets, out_dir, recipe: SRRecipe, seeds=(0,), rows=ROWS)
     records, pairs = [], {}  # training pairs by their kernels and scales, made once
     for name, options in rows:
         row = recipe.replace(**options)
-        data = (row.kernels, row.scales)
+        data = (row.degradations, row.scales)
         if data not in pairs:
             pairs[data] = datasets.sr_training_pairs(train_images, superres.SCALE, *data)
         for seed in seeds:
