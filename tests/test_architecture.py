@@ -164,6 +164,27 @@ def test_upscale_with_an_onnx_model_loads_no_tensorflow(tmp_path):
     assert Image.open(tmp_path / "out.png").size == (48, 32)
 
 
+@pytest.mark.gl
+def test_upscale_from_a_saved_shader_folder_loads_no_tensorflow(tmp_path):
+    """`python -m workbench upscale --model <saved folder> --reference HR`, the fast loop
+    (issue 57): neither TensorFlow nor Keras is imported, PSNR included."""
+    from PIL import Image
+
+    from workbench import es2
+    from workbench.nets.models import load_model, reference_sr
+
+    es2.compile(load_model(reference_sr())).save(tmp_path / "net")
+    Image.new("RGB", (24, 16), (90, 140, 200)).save(tmp_path / "in.png")
+    Image.new("RGB", (48, 32), (90, 140, 200)).save(tmp_path / "hr.png")
+    probe = ("import sys\n"
+             "from workbench.__main__ import main\n"
+             f"assert main(['upscale', '--model', {str(tmp_path / 'net')!r}, "
+             f"{str(tmp_path / 'in.png')!r}, {str(tmp_path / 'out.png')!r}, "
+             f"'--reference', {str(tmp_path / 'hr.png')!r}]) == 0\n")
+    assert frameworks_loaded(probe) == []
+    assert Image.open(tmp_path / "out.png").size == (48, 32)
+
+
 @pytest.mark.parametrize("module", ["workbench.gl.fragment", "workbench.gl.compute"])
 def test_gl_workers_do_not_load_tensorflow(module, tmp_path):
     """The GL workers run as ``python -m`` children; TensorFlow and llvmpipe both carry LLVM

@@ -15,7 +15,6 @@ Y is computed in floating point and not rounded, as BasicSR does.
 from __future__ import annotations
 
 import numpy as np
-from scipy.ndimage import correlate1d
 
 Y_WEIGHTS = {
     "studio": (np.array([65.481, 128.553, 24.966]) / 255.0, 16.0 / 255.0),
@@ -65,6 +64,8 @@ def _gaussian_window(size=11, sigma=1.5):
 
 def _ssim_plane(a, b, window):
     """Mean SSIM of two 2-D planes (0..255); statistics over the 'valid' window positions."""
+    from scipy.ndimage import correlate1d  # (here: PSNR alone, as upscale's, needs no scipy)
+
     c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
     pad = len(window) // 2
 

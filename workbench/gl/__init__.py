@@ -79,6 +79,13 @@ def worker(module=FRAGMENT) -> _Worker:
     return w
 
 
+def close_workers():
+    """Close the workers now (each also closes at exit): ``python -m workbench`` does it before
+    its stderr filter ends, which waits for every process holding that pipe."""
+    for w in _WORKERS.values():
+        w.close()
+
+
 def info(module=FRAGMENT) -> dict:
     """The context's GL_RENDERER, GL_VERSION, GL_MAX_TEXTURE_SIZE (and more for compute)."""
     return worker(module).info
