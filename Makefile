@@ -6,7 +6,8 @@
 # TensorFlow.js and onnxruntime-web from npm into .cache/tfjs and .cache/onnxruntime-web (when npm
 # is there; only `bench web` uses them), and the
 # target GPUs' Mesa drivers with their drm-shims into ~/.cache/workbench/mesa (`make drivers`, once a machine),
-# and the reference articles' own system, Beatmup, as a peer into ~/.cache/workbench/beatmup (`make beatmup`).
+# and the reference articles' own system, Beatmup, as a peer into ~/.cache/workbench/beatmup (`make beatmup`);
+# in a git checkout, git's notebook filter (nbstripout: notebooks stored without outputs).
 
 PYTHON ?= python3
 VENV := .venv
@@ -26,6 +27,7 @@ export MPLBACKEND := Agg
 .PHONY: setup system-deps tfjs drivers beatmup test reproduce clean
 
 setup: system-deps $(STAMP) tfjs
+	@bash tools/notebook_filter.sh $(PY) || echo "notebook filter: not configured (git config failed)"
 	@bash tools/drivers.sh || echo "drivers: not built; their tests skip and say why (make drivers to retry)"
 	@bash tools/beatmup.sh || echo "beatmup: not built; its tests skip and say why (make beatmup to retry)"
 
