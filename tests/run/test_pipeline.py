@@ -1,6 +1,7 @@
 """`python -m workbench run`: profiles, dependency order, failure propagation, skipping
 unchanged steps.  Uses tiny notebooks made here (each appends its name to a log file)."""
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -240,3 +241,55 @@ def test_jobs_run_notebooks_side_by_side_and_an_alone_one_by_itself(tmp_path):
     assert not before("a", "d") and not before("d", "a")       # side by side
     assert before("a", "b")                                    # its upstream first
     assert all(before(n, "c") for n in "adb") and before("c", "e")   # alone
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_overrides_write_a_folder_of_their_own(tmp_path, monkeypatch, capsys):
+    """`-p model_path=my.keras` changes the profile's parameters: the notebook's results (its
+    ``{figures}``, its ``results_dir``) go to figures/<profile>-custom/<notebook>-my/, the
+    profile's folder and its record of the last run stay as they were."""
+    figures = tmp_path / "figures"
+    monkeypatch.setenv("WORKBENCH_FIGURES", str(figures))
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    _notebook(books / "deploy.ipynb", "import os\nfrom workbench import files\n"
+              "out = results_dir or files.figures_dir()\nos.makedirs(out, exist_ok=True)\n"
+              "open(os.path.join(out, 'result.txt'), 'w').write(model_path)\n"
+              "os.makedirs(shaders, exist_ok=True)\n"
+              "open(os.path.join(shaders, 'net.txt'), 'w').write(model_path)")
+    nb = nbformat.read(books / "deploy.ipynb", as_version=4)
+    nb.cells[0].source += "\nmodel_path = 'model.keras'\nresults_dir = None\nshaders = None"
+    nbformat.write(nb, books / "deploy.ipynb")
+    profiles = tmp_path / "profiles.yml"
+    profiles.write_text(yaml.safe_dump({"quick": {"deploy": {
+        "model_path": "{artifacts}/model.keras", "shaders": "{figures}/shaders"}}}))
+
+    def run(**overrides):
+        return pipeline.run("quick", profiles=profiles, notebooks_dir=books,
+                            dependencies={"deploy": []}, artifacts_dir=tmp_path / "artifacts",
+                            runs_dir=tmp_path / "runs", overrides=overrides)
+    assert run() == {"deploy": "ok"}
+    profile_results = _files(figures / "quick")
+    assert profile_results[Path("result.txt")].endswith(b"artifacts/model.keras")
+    capsys.readouterr()
+    assert run(model_path="/data/nets/my.keras") == {"deploy": "ok"}
+    own = figures / "quick-custom" / "deploy-my"
+    assert f"its results go to {own}" in capsys.readouterr().out
+    assert _files(figures / "quick") == profile_results
+    assert _files(own) == {Path("result.txt"): b"/data/nets/my.keras",
+                           Path("shaders/net.txt"): b"/data/nets/my.keras"}
+    assert run() == {"deploy": "unchanged"}  # the profile's last run is still recorded
+    same = str(tmp_path / "artifacts" / "model.keras")
+    assert run(model_path=same) == {"deploy": "unchanged"}  # the profile's value: its folder
+    assert sorted(p.name for p in figures.iterdir()) == ["quick", "quick-custom"]
+
+
+def test_variant_names():
+    name = pipeline.variant_name
+    assert name({"model_path": "runs/x/my_net.keras"}) == "my_net"
+    assert name({"precision": "mediump", "steps": 100}) == "mediump-steps=100"
+    assert name({"sets": ["Set5"], "limit": None}) == "sets=Set5-limit=null"
+    assert name({"model_path": "../"}) == "custom"

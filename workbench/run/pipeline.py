@@ -2,7 +2,10 @@
 
 Profiles live in ``notebooks/profiles.yml``.  Each run writes the executed notebooks
 to ``runs/<timestamp>/``; a notebook that fails keeps its partial output there and
-stops the notebooks that depend on it.  A notebook whose source, parameters and upstream
+stops the notebooks that depend on it.  Results go to ``figures/<profile>/``; a notebook whose
+parameters ``-p`` changes from the profile's writes its own into
+``figures/<profile>-custom/<notebook>-<variant>/`` (:func:`variant_name`), never over the
+profile's.  A notebook whose source, parameters and upstream
 steps did not change since its last successful run is skipped (``force`` re-runs it).
 With ``jobs`` > 1 notebooks whose upstream steps are done run side by side, except those
 that declare ``# alone:`` (they time something, or gather the run's results): such a
@@ -15,6 +18,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -209,6 +213,31 @@ def scope_overrides(overrides: dict, parameters: dict[str, dict],
     return scoped
 
 
+def variant_name(changed: dict) -> str:
+    """A short folder name for the parameters ``changed`` from a profile's (``{key: value}``):
+    a string's file stem (``my.keras`` -> ``my``; ``mediump`` as it is), another value as
+    ``KEY=VALUE``; joined by ``-``, characters other than letters, digits, ``._=+-`` dropped."""
+    parts = [Path(v).stem if isinstance(v, str) else f"{k}={json.dumps(v)}"
+             for k, v in changed.items()]
+    return re.sub(r"[^\w.=+-]+", "", "-".join(parts))[:60].strip(".-") or "custom"
+
+
+def custom_folders(profile, params, overrides, defaults, names) -> dict[str, Path]:
+    """``{notebook: its results folder}`` for each notebook whose ``overrides`` change a
+    parameter from the profile's value (or the notebook's default where the profile sets
+    none): ``figures/<profile>-custom/<notebook>-<variant>``; printed."""
+    folders = {}
+    for notebook, given in overrides.items():
+        base = {**defaults[notebook], **expand(params[notebook] or {}, names)}
+        changed = {k: v for k, v in given.items() if base.get(k) != v}
+        if changed:
+            folders[notebook] = (figures_dir(f"{profile}-custom")
+                                 / f"{notebook}-{variant_name(changed)}")
+            print(f"[{notebook}] -p {', '.join(changed)} differs from profile {profile!r}: its "
+                  f"results go to {folders[notebook]} (not {names['figures']})", flush=True)
+    return folders
+
+
 def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
         force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None, data=None,
         data_root=None, manifest=None, verbose=False, jobs=1):
@@ -218,7 +247,10 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     :func:`scope_overrides`).  Each notebook declares its upstream notebooks and its data
     beside its parameters (:func:`declarations`; ``dependencies`` and ``data`` replace them).
     Missing data is fetched first (:func:`ensure_data`; ``data_root`` and ``manifest``
-    replace the data root and the manifest).  Figures go to ``figures/<profile>/``.
+    replace the data root and the manifest).  Figures go to ``figures/<profile>/`` (the
+    ``{figures}`` of the profile's values), those of a notebook whose overrides change its
+    parameters to a folder of its own (:func:`custom_folders`: its ``{figures}`` and its
+    ``results_dir``, unless ``-p`` gives one; its last run recorded apart from the profile's).
     ``jobs``: how many notebooks may run at once (each in its own kernel); a notebook that
     declares ``# alone:`` runs after every notebook listed before it, with none beside it.
 
@@ -251,8 +283,10 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
         raise ValueError(f"--only {' '.join(unknown)}: not a notebook of profile {profile!r} "
                          f"(its notebooks: {', '.join(params)})")
     selected = [n for n in dependencies if n in params and (not only or n in only)]
-    overrides = scope_overrides(overrides, {n: notebook_parameters(notebooks_dir / f"{n}.ipynb")
-                                            for n in selected}, params)
+    defaults = {n: notebook_parameters(notebooks_dir / f"{n}.ipynb") for n in selected}
+    overrides = scope_overrides(overrides, defaults, params)
+    custom = custom_folders(profile, params, overrides, defaults, names)
+    key = {n: f"{n}:{custom[n].name}" if n in custom else n for n in selected}  # in ``state``
     declared = {n: declarations(notebooks_dir / f"{n}.ipynb") for n in selected}
     data = data if data is not None else {n: declared[n]["data"] for n in selected}
     ensure_data(selected, data, data_root, manifest)
@@ -266,14 +300,22 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
             return f"skipped (needs {', '.join(broken)})"
         prints[notebook] = fingerprint(notebooks_dir / f"{notebook}.ipynb", parameters(notebook),
                                        [prints.get(n) or state.get(n) for n in needs])
-        if not force and state.get(notebook) == prints[notebook]:
+        if not force and state.get(key[notebook]) == prints[notebook]:
             return "unchanged"
         return None
 
     def parameters(notebook):
-        return {**expand(params[notebook] or {}, names), **overrides.get(notebook, {})}
+        if notebook not in custom:
+            return {**expand(params[notebook] or {}, names), **overrides.get(notebook, {})}
+        folder = str(custom[notebook])
+        own = expand(params[notebook] or {}, {**names, "figures": folder})
+        if "results_dir" in defaults[notebook]:
+            own.setdefault("results_dir", folder)
+        return {**own, **overrides[notebook]}
 
     def execute(notebook, output):
+        if notebook in custom:
+            custom[notebook].mkdir(parents=True, exist_ok=True)
         try:  # quiet: a line a notebook, papermill's bar of cells on a terminal, every
             # cell's output in the executed notebook; verbose: the cell-by-cell trace
             papermill.execute_notebook(notebooks_dir / f"{notebook}.ipynb", output,
@@ -306,9 +348,9 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
                 notebook, start = running.pop(future)
                 status[notebook] = future.result()
                 if status[notebook] == "ok":
-                    state[notebook] = prints[notebook]
+                    state[key[notebook]] = prints[notebook]
                 else:
-                    state.pop(notebook, None)
+                    state.pop(key[notebook], None)
                 write_json(state_path, state)
                 print(f"[{notebook}] {status[notebook]} ({time.time() - start:.0f} s)",
                       flush=True)
