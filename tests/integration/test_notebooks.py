@@ -131,6 +131,24 @@ def test_classifier_notebooks_outputs(ci_run):
 
 
 @pytest.mark.slow
+def test_my_net_outputs(ci_run):
+    """my_net.ipynb: a net of one's own trained, checked, evaluated, compiled, published, all
+    in its own folder (nothing of its in the profile's figures)."""
+    root = ci_run[0]
+    mine = root / "artifacts" / "my_net"
+    summary = json.loads((mine / "my_net.json").read_text())
+    assert summary["kind"] == "sr" and summary["programs"] > 5
+    assert summary["reference_check"].startswith("reference check: ")
+    psnr = {(r["set"], r["method"]): r["psnr_y_studio"] for r in summary["evaluation"]}
+    assert set(psnr) == {("Set5", m) for m in ("bicubic", "your net (GPU)", "reference (GPU)")}
+    assert psnr[("Set5", "reference (GPU)")] > psnr[("Set5", "bicubic")]  # the shipped net
+    assert 15 < psnr[("Set5", "your net (GPU)")] < 60  # 4 steps from nearest upsampling
+    assert (mine / "train" / "model.keras").exists() and (mine / "my_net_crops.png").exists()
+    assert (mine / "page" / "index.html").exists() and (mine / "bundle" / "run.py").exists()
+    assert not list((root / "figures" / "ci").glob("my_net*"))
+
+
+@pytest.mark.slow
 def test_report(ci_run):
     root = ci_run[0]
     text = (root / "figures" / "ci" / "report.md").read_text()

@@ -41,13 +41,32 @@ from workbench.nets.layers import (PACKAGE, Act, AnchorResidual, DepthToSpace, G
 from workbench.nets.models import SR_GROUPS, SR_KERNELS, SR_WIDTHS, sr_x2
 
 
-def identity_kernel(k, cin_g, cout, groups, outputs=(0,)):
+def identity_kernel(k, cin_g, cout, groups, outputs=(0,), gain=1.0):
     """Grouped kernel (k, k, cin // groups, cout) that copies input channel 0 to each
-    output channel in ``outputs`` (centre tap 1, all else 0); channels in group 0."""
+    output channel in ``outputs`` (centre tap ``gain``, all else 0); channels in group 0."""
     a = np.zeros((k, k, cin_g, cout), np.float32)
     for o in outputs:
-        a[k // 2, k // 2, 0, o] = 1.0
+        a[k // 2, k // 2, 0, o] = gain
     return a
+
+
+def identity_gain(activation) -> tuple[float, float]:
+    """``(gain, bias)`` with ``activation(gain * v + bias)`` ~ ``v`` for ``v`` in [0, 1]
+    (least squares on its inverse, found by bisection: it must rise on [-64, 64]): how a
+    pass-through channel goes through a layer of that activation unchanged.  bounded_relu
+    ``(1, 0)``, relu6_scaled ``(6, 0)``; exact where the activation is linear on its way from
+    0 to 1, else the closest line."""
+    from workbench.nets import activations
+
+    f = activations.get(activation).np_fn
+    v = np.linspace(0.02, 0.98, 49)
+    low, high = np.full_like(v, -64.0), np.full_like(v, 64.0)
+    for _ in range(60):  # bisection, all values at once
+        mid = (low + high) / 2
+        below = np.asarray(f(mid), np.float64) < v
+        low, high = np.where(below, mid, low), np.where(below, high, mid)
+    gain, bias = np.polyfit(v, (low + high) / 2, 1)
+    return round(float(gain), 6), round(float(bias), 6) + 0.0  # (the bisection's 1e-9s gone)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -62,12 +81,13 @@ class CollapsibleConv(keras.layers.Layer):
     """
 
     def __init__(self, filters, kernel_size, groups=1, expand=256, identity_outputs=(),
-                 zero_narrow=False, **kwargs):
+                 zero_narrow=False, identity_gain=1.0, **kwargs):
         super().__init__(**kwargs)
         self.filters, self.kernel_size, self.groups = int(filters), int(kernel_size), int(groups)
         self.expand = int(expand)
         self.identity_outputs = tuple(int(o) for o in identity_outputs)
         self.zero_narrow = bool(zero_narrow)
+        self.identity_gain = float(identity_gain)
         if self.expand % self.groups or self.filters % self.groups:
             raise ValueError(f"{self.name}: expand={expand} and filters={filters} must divide "
                              f"by groups={groups}")
@@ -88,7 +108,7 @@ class CollapsibleConv(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros")
         constant = tf.constant if on_tensorflow() else keras.ops.convert_to_tensor
         self.offset = (constant(identity_kernel(k, cin_g, self.filters, g,
-                                                self.identity_outputs))
+                                                self.identity_outputs, self.identity_gain))
                        if self.identity_outputs else None)
 
     def kernel(self):
@@ -111,7 +131,7 @@ class CollapsibleConv(keras.layers.Layer):
         return {**super().get_config(), "filters": self.filters,
                 "kernel_size": self.kernel_size, "groups": self.groups,
                 "expand": self.expand, "identity_outputs": list(self.identity_outputs),
-                "zero_narrow": self.zero_narrow}
+                "zero_narrow": self.zero_narrow, "identity_gain": self.identity_gain}
 
 
 def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,
@@ -122,6 +142,7 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
     if init not in ("he", "identity"):
         raise ValueError(f"init must be 'he' or 'identity', not {init!r}")
     ident = init == "identity"
+    gain, bias = identity_gain(activation) if ident else (1.0, 0.0)
     specs = [(w, k, g) for w, k, g in zip(widths, kernels, groups)] + [(scale * scale, 1, 1)]
     x = inputs = keras.Input((None, None, 1), name="luma")
     for i, (w, k, g) in enumerate(specs, start=1):
@@ -131,8 +152,9 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
         outs = () if not ident or (last and anchor) else tuple(range(w)) if last else (0,)
         zero = last and (ident or bool(anchor))
         if expand:
-            x = CollapsibleConv(w, k, g, expand=expand - expand % g, identity_outputs=outs,
-                                zero_narrow=zero, name=f"L{i}")(x)
+            conv = CollapsibleConv(w, k, g, expand=expand - expand % g, identity_outputs=outs,
+                                   zero_narrow=zero, identity_gain=gain, name=f"L{i}")
+            x = conv(x)
         else:
             conv = GroupConv2D(w, k, groups=g, name=f"L{i}")
             x = conv(x)
@@ -140,7 +162,9 @@ def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.
                 kern = keras.ops.convert_to_numpy(conv.kernel)
                 kern[..., list(outs)] = 0.0
                 kern *= 0.0 if zero else 1.0
-                conv.kernel.assign(kern + identity_kernel(k, kern.shape[2], w, g, outs))
+                conv.kernel.assign(kern + identity_kernel(k, kern.shape[2], w, g, outs, gain))
+        if outs and bias:  # the pass-through outputs' bias: the activation's (gain, bias)
+            conv.bias.assign(np.where(np.isin(np.arange(w), outs), bias, 0).astype(np.float32))
         x = Act(activation, name=f"L{i}_act")(x)
         if qat:
             x = Quantize8(anchor_storage if last and anchor else "linear", name=f"L{i}_q8")(x)
