@@ -252,3 +252,38 @@ def test_a_bench_takes_only_its_own_options(command, capsys):
         main(command)
     assert exit.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+COMPILE_OPTIONS = ("--calibration", "--headroom", "--mean", "--std", "--force-deploy",
+                   "--shared", "--scaled-bits", "--tune")
+
+
+@pytest.mark.parametrize("command", [["upscale"], ["export-web"], ["bundle"], ["bench", "sr"],
+                                     ["bench", "draw-buffers"]])
+def test_every_command_that_compiles_a_net_lists_the_compile_options(command, capsys):
+    """`bench sr` and `bench draw-buffers` took none (issue 57): each command that compiles
+    a net lists them in --help; draw-buffers, without --device, all but --tune."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    wanted = COMPILE_OPTIONS[:-1] if command[-1] == "draw-buffers" else COMPILE_OPTIONS
+    assert [o for o in COMPILE_OPTIONS if o in out] == list(wanted)
+
+
+def test_bench_sr_passes_the_compile_options_to_the_compiler(monkeypatch, capsys):
+    """Given to `bench sr`, they reach es2.compile as upscale's reach es2.load_net; --tune
+    without a device's driver is refused in one line."""
+    from workbench.studies import bench
+    given = {}
+    monkeypatch.setattr("workbench.run.cli._require_memory", lambda args: None)
+    monkeypatch.setattr(bench, "bench_sr", lambda model, size, repeat, target, **options:
+                        given.update(options) or {})
+    monkeypatch.setattr(bench, "print_sr", lambda result: None)
+    assert main(["bench", "sr", "--shared", "--scaled-bits", "8", "--calibration", "Set5",
+                 "--mean", "0.5", "--std", "0.25", "--headroom", "0.1"]) == 0
+    assert given == {"shared": True, "scaled_bits": 8, "calibration": "Set5", "mean": (0.5,),
+                     "std": (0.25,), "headroom": 0.1}
+    monkeypatch.undo()
+    assert main(["bench", "sr", "--size", "8", "--tune"]) == 2
+    assert "names no driver to check with" in _one_line(capsys)

@@ -121,21 +121,26 @@ def _upscale(args):
         raise ValueError("upscale: give an input and an output (upscale in.png out.png), or "
                          "inputs and a folder (upscale a.png photos/ 'more/*.jpg' out/)")
     *inputs, output = args.paths
-    model = args.model or reference_sr()
-    done = upscale_files(inputs, output, model, _target(args), args.quality,
-                         reference=args.reference, **_compile_options(args))
-    for k, (shape, seconds, tiles, db) in enumerate(done):
-        when = "first run, with the programs' compile" if k == 0 else "steady state"
-        print(f"{shape[1]}x{shape[0]}, {seconds * 1000:.1f} ms of GPU passes ({when})"
+    count = []
+
+    def line(result):  # each image's line as it is written
+        (h, w, _), seconds, tiles, db = result
+        when = "steady state" if count else "first run: the driver's first draws"
+        count.append(seconds)
+        print(f"{w}x{h}, {seconds * 1000:.1f} ms of GPU passes ({when})"
               + (f", {tiles} tiles" if tiles > 1 else "")
-              + (f", {db:.2f} dB (Y601, studio range)" if db is not None else ""))
+              + (f", {db:.2f} dB (Y601, studio range)" if db is not None else ""), flush=True)
+
+    done = upscale_files(inputs, output, args.model or reference_sr(), _target(args),
+                         args.quality, reference=args.reference, done=line,
+                         **_compile_options(args))
     if len(done) > 1:
         import numpy as np
         times = [1000 * s for _, s, _, _ in done[1:]]
         print(f"{len(done)} images into {output}; steady state: median {np.median(times):.1f} "
-              f"ms ({min(times):.1f}-{max(times):.1f})" + (
-                  f"; mean PSNR {np.mean([d for *_, d in done]):.2f} dB"
-                  if done[0][3] is not None else ""))
+              f"ms ({min(times):.1f}-{max(times):.1f}) of the {len(times)} after the first"
+              + (f"; mean PSNR {np.mean([d for *_, d in done]):.2f} dB"
+                 if done[0][3] is not None else ""))
     return 0
 
 
@@ -305,14 +310,31 @@ def _bench_sr(args):
     from workbench.nets.models import load_model
     from workbench.studies import bench
     _require_memory(args)
+    options = _compile_options(args)  # (checked before the model loads)
     model = load_model(args.model) if args.model else None
-    bench.print_sr(bench.bench_sr(model, args.size, args.repeat, _target(args)))
+    bench.print_sr(bench.bench_sr(model, args.size, args.repeat, _target(args), **options))
+
+
+def _bench_loop(args):
+    import tempfile
+
+    from workbench.nets.named import reference_sr
+    from workbench.studies import loop
+    model = args.model or reference_sr()
+    if Path(model).is_dir():
+        raise ValueError(f"--model {model}: give a .keras or .onnx model (the benchmark saves "
+                         "its shader folder itself)")
+    machine = loop.machine()  # (the load average before the runs)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = loop.run(model, tmp, args.repeat)
+    print(loop.report(result, machine))
 
 
 def _bench_draw_buffers(args):
     from workbench.studies import bench
     _require_memory(args)
-    bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat))
+    bench.print_draw_buffers(bench.bench_draw_buffers(size=args.size, repeat=args.repeat,
+                                                      **_compile_options(args)))
 
 
 def _bench_web(args):
@@ -376,8 +398,16 @@ def _add_bench(commands):
     p.add_argument("--model", help=".keras or .onnx model (default: random-weight sr_x2)")
     size(p)
     _add_device_options(p)
-    size(add("draw-buffers", _bench_draw_buffers, "the SR net with 1 vs 4 render targets per "
-             "program, GL and Chromium, interleaved"))
+    _add_compile_options(p)
+    p = add("loop", _bench_loop, "the fast loop: each run a fresh `upscale` process, timed to "
+            "its first result and to its exit: one image from a saved shader folder, one from "
+            "the model file, Set5 + Set14 through the GPU (PSNR Y601)")
+    p.add_argument("--model", help=".keras or .onnx SR model, compiled and saved for the "
+                   "folder runs (default: the SR reference checkpoint)")
+    p = add("draw-buffers", _bench_draw_buffers, "the SR net with 1 vs 4 render targets per "
+            "program, GL and Chromium, interleaved")
+    size(p)
+    _add_compile_options(p, tune=False)  # (no --device: tuning has no driver to ask)
     add("es31", _bench_es31, "ES 2.0 vs ES 3.1 on dogs120")
     p = add("train", _bench_train, "SR and classifier training steps: samples/s of each option "
             "side by side, where the time goes; the SR recipe's losses and steps/s under "

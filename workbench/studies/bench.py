@@ -10,88 +10,118 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from workbench import es2, es31, gl, ir, references
+from workbench import es2, es31, gl, ir, references, tables
 from workbench.data import datasets
 from workbench.ir import cost
 from workbench.nets import activations, classify, superres
 from workbench.nets.models import dogs_classifier, sr_x2
 
 
-def bench_sr(model=None, size=256, repeat=5, target=None):
+def _spread(seconds) -> dict:
+    """``{"median", "min", "max"}`` of timed runs (seconds)."""
+    return {"median": float(np.median(seconds)), "min": min(seconds), "max": max(seconds)}
+
+
+def _timed(run, repeat) -> dict:
+    """:func:`_spread` of ``repeat`` calls of ``run``."""
+    seconds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    return _spread(seconds)
+
+
+def bench_sr(model=None, size=256, repeat=5, target=None, **options):
     """GPU (this machine's GL) vs the model's own CPU time (TensorFlow; ONNX Runtime for an
     ONNX model) for one ``size`` x ``size`` -> 2x upscale, and the compile+link time of all
-    programs (compiled for ``target``, an :class:`workbench.es2.Target`; default plain ES 2.0).
-    Returns a dict of seconds and ratios (``cpu``: which CPU runtime)."""
+    programs, compiled for ``target`` (an :class:`workbench.es2.Target`; default plain ES 2.0)
+    with :func:`workbench.es2.compile`'s ``options`` (``mean`` and ``std`` prepended to the
+    model, so that the CPU runs the same net).  The first run's seconds (``generate``: the
+    compile call, any check, calibration or tuning included; ``compile_link``; ``first_run``;
+    ``cpu_first``: its tracing) and the steady state's :func:`_spread` of ``repeat`` runs
+    after them (``gpu``: whole ``net.run``; ``gpu_passes``: its passes alone; ``cpu``)."""
     import tensorflow as tf
 
-    model = model or sr_x2()
+    from workbench.nets.normalise import normalised
+
+    model = normalised(model or sr_x2(), options.pop("mean", None), options.pop("std", None))
     image = np.random.default_rng(0).random((size, size, 3)).astype(np.float32)
     start = time.perf_counter()
-    net = es2.compile(model, target)
-    generate_seconds = time.perf_counter() - start
-    compile_seconds = net.compile_seconds  # compile + link + a warm-up draw of every program
+    net = es2.compile(model, target, **options)
+    result = {"size": size, "programs": len(net.passes), "repeat": repeat,
+              "generate": time.perf_counter() - start,
+              "compile_link": net.compile_seconds,  # compile + link + a warm-up draw each
+              "renderer": gl.info()["GL_RENDERER"]}
     start = time.perf_counter()
     net.run(image)  # the driver may still translate shader variants for the real textures
-    first_run_seconds = time.perf_counter() - start
-    gpu = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        net.run(image)
-        gpu.append(time.perf_counter() - start)
-    passes = sum(net.timings.values())
+    result["first_run"] = time.perf_counter() - start
+    passes = []
+    result["gpu"] = _timed(lambda: (net.run(image), passes.append(sum(net.timings.values()))),
+                           repeat)
+    result["gpu_passes"] = _spread(passes)
     onnx = ir.is_onnx(model)
     forward = model if onnx else tf.function(lambda x, training=False: model(x, training=training))
+    start = time.perf_counter()
     superres.upscale(forward, image)
-    cpu = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        superres.upscale(forward, image)
-        cpu.append(time.perf_counter() - start)
-    result = {"size": size, "programs": len(net.passes), "generate_seconds": generate_seconds,
-              "compile_link_seconds": compile_seconds, "first_run_seconds": first_run_seconds,
-              "gpu_seconds": float(np.median(gpu)),
-              "gpu_pass_seconds": passes, "cpu_seconds": float(np.median(cpu)),
-              "cpu": "ONNX Runtime" if onnx else "TensorFlow"}
-    result["gpu_over_cpu"] = result["gpu_seconds"] / result["cpu_seconds"]
+    result["cpu_first"] = time.perf_counter() - start
+    result["cpu"] = _timed(lambda: superres.upscale(forward, image), repeat)
+    result["runtime"] = "ONNX Runtime" if onnx else "TensorFlow"
     return result
 
 
-
 def print_sr(r):
-    """Print :func:`bench_sr`'s result as a table."""
-    s = r["size"]
-    print(f"x2 SR, {s}x{s} -> {2 * s}x{2 * s}, {r['programs']} programs")
-    print(f"  shader generation       {r['generate_seconds'] * 1000:8.1f} ms")
-    print(f"  compile + link (+JIT)   {r['compile_link_seconds'] * 1000:8.1f} ms   (Pi 3 reference: 3500-4000 ms)")
-    print(f"  first run               {r['first_run_seconds'] * 1000:8.1f} ms   (includes any shader translation left)")
-    print(f"  GPU (llvmpipe) run      {r['gpu_seconds'] * 1000:8.1f} ms   (passes alone {r['gpu_pass_seconds'] * 1000:.1f} ms; Pi 3 reference: ~{references.SR_PI3_MS:.0f} ms)")
-    print(f"  {r['cpu'] + ' CPU run':23s} {r['cpu_seconds'] * 1000:8.1f} ms")
-    print(f"  GPU / CPU time ratio    {r['gpu_over_cpu']:8.2f}")
+    """Print :func:`bench_sr`'s result: a table whose rows each say first run or steady
+    state (the median of ``repeat`` runs, with min-max)."""
+    s, steady = r["size"], f"steady state: median of {r['repeat']}"
+    gl_name = r["renderer"].split(" (")[0]
+
+    def row(what, kind, t, note=""):
+        if isinstance(t, dict):
+            return {"what": what, "kind": kind, "ms": 1000 * t["median"],
+                    "range": f"{1000 * t['min']:.1f}-{1000 * t['max']:.1f}", "note": note}
+        return {"what": what, "kind": kind, "ms": 1000 * t, "range": "", "note": note}
+
+    rows = [row("shader generation (+ check, calibration, tuning where they run)", "first run",
+                r["generate"]),
+            row("compile + link + a warm-up draw each", "first run", r["compile_link"],
+                "Pi 3 reference: 3500-4000 ms"),
+            row("first net.run (any shader translation left)", "first run", r["first_run"]),
+            row(f"GPU ({gl_name}) net.run: upload, passes, read-back", steady, r["gpu"],
+                f"Pi 3 reference: ~{references.SR_PI3_MS:.0f} ms"),
+            row("GPU passes alone", steady, r["gpu_passes"]),
+            row(f"{r['runtime']} CPU, first call (tracing)", "first run", r["cpu_first"]),
+            row(f"{r['runtime']} CPU run", steady, r["cpu"])]
+    print(f"x2 SR, {s}x{s} -> {2 * s}x{2 * s}, {r['programs']} programs\n")
+    print(tables.markdown(rows, {"what": "", "kind": "first run / steady state", "ms": "ms",
+                                 "range": "min-max", "note": ""}, digits=1))
+    print(f"\nGPU / CPU time ratio (steady-state medians): "
+          f"{r['gpu']['median'] / r['cpu']['median']:.2f}")
 
 
-def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=True, seed=0):
+def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=True, seed=0,
+                       **options):
     """The x2 SR net with one render target per program vs ``draw_buffers`` (random weights,
     or ``model``) on a ``size`` x ``size`` image: programs, texel fetches, whether the output
     bytes are equal, and seconds per run on this machine's GL (whole ``net.run``: upload, passes,
     read-back) and, with ``browser``, in headless Chromium (the page's run without per-pass
     waits).  ``repeat`` timed runs after a warm-up run, the two forms interleaved; per form
     ``{"median", "min", "max"}`` of the seconds, and ``"ratio"``: the median over the rounds of
-    the ``draw_buffers`` run's time over the one-target run's."""
+    the ``draw_buffers`` run's time over the one-target run's.  Both forms are compiled with
+    :func:`workbench.es2.compile`'s ``options``."""
     from workbench import web
 
     keras.utils.set_random_seed(seed)
     model = model or sr_x2()
     image = np.random.default_rng(seed).random((size, size, 3)).astype(np.float32)
-    nets = {1: es2.compile(model),
-            draw_buffers: es2.compile(model, es2.Target.of(draw_buffers=draw_buffers))}
+    nets = {1: es2.compile(model, **options),
+            draw_buffers: es2.compile(model, es2.Target.of(draw_buffers=draw_buffers),
+                                      **options)}
     result = {n: {"programs": len(net.passes),
                   "fetches": cost.total(net.cost((size, size)).values()).texel_fetches}
               for n, net in nets.items()}
     outputs = {n: net.run(image) for n, net in nets.items()}  # warm-up
     result["same_bytes"] = bool(np.array_equal(*outputs.values()))
-
-    def spread(seconds):
-        return {"median": float(np.median(seconds)), "min": min(seconds), "max": max(seconds)}
 
     def interleaved(run):  # also the median ratio of the two runs of each round
         seconds = {n: [] for n in nets}
@@ -99,7 +129,7 @@ def bench_draw_buffers(model=None, size=256, repeat=10, draw_buffers=4, browser=
             for n in nets:
                 seconds[n].append(run(n))
         ratio = float(np.median(np.divide(seconds[draw_buffers], seconds[1])))
-        return {**{n: spread(s) for n, s in seconds.items()}, "ratio": ratio}
+        return {**{n: _spread(s) for n, s in seconds.items()}, "ratio": ratio}
 
     def gl_seconds(n):
         start = time.perf_counter()
@@ -126,7 +156,8 @@ def print_draw_buffers(r):
     print(f"x2 SR, {r[one]['programs']} programs (1 target) vs {r[many]['programs']} "
           f"({many} draw buffers); output bytes equal: {r['same_bytes']}"
           + (f", in the browser: {r['browser_same_bytes']}" if "browser" in r else ""))
-    print(f"  {'':34s} {'1 target':>22s} {f'{many} targets':>22s}   (ms: median (min-max))")
+    print(f"  {'':34s} {'1 target':>22s} {f'{many} targets':>22s}   (ms, steady state after a "
+          "warm-up run: median (min-max))")
     print(f"  {'texel fetches':34s} {r[one]['fetches']:>22,d} {r[many]['fetches']:>22,d}")
     for key, label in (("gl", f"ms per run, {r['renderer'].split(' (')[0]}"),
                        ("browser", "ms per run, Chromium")):

@@ -21,20 +21,22 @@ def upscale_file(source, output, model_path, target=None, quality=95, **options)
 
 
 def upscale_files(sources, output, model_path, target=None, quality=95, reference=None,
-                  **options):
+                  done=None, **options):
     """Upscale image files with the shaders, the net loaded and its programs compiled once;
     greyscale/RGBA/16-bit load as RGB.  ``sources``: files, folders (their images) and globs;
     ``output``: the file to write for one image (PNG, or JPEG at ``quality``, by its
     extension), else (or where it ends in ``/``) a folder (``<stem>.png`` each); a path that
-    is an input, or that cannot be saved, is refused before anything runs.  ``target``: what the net is compiled for (as
-    :func:`workbench.es2.load_net` takes it: default plain ES 2.0, or a saved folder's own),
+    is an input, or that cannot be saved, is refused before anything runs.  ``target``: what
+    the net is compiled for (as :func:`workbench.es2.load_net` takes it: default plain ES 2.0,
+    or a saved folder's own),
     with :func:`~workbench.es2.compile`'s ``options`` (its reference check printed).  An image
     whose textures would exceed this GPU's GL_MAX_TEXTURE_SIZE (or the net's
     ``max_texture_size`` if smaller), or larger than a net of one size takes, runs in
     overlapping tiles (:mod:`workbench.es2.tiling`).  ``reference``: the ground-truth image,
     or a folder of them by the inputs' stems: each output's PSNR on studio-range luma (Y601,
     the SR papers' convention, ``scale`` pixels of border cropped).  Returns per image
-    ``(output shape, GPU seconds, tiles, PSNR or None)``."""
+    ``(output shape, GPU seconds, tiles, PSNR or None)``; ``done``, where given, is called with
+    each as its image is written (the first: the first run, the driver's first draws)."""
     files = _expanded(sources)
     many = len(files) > 1 or str(output).endswith("/")  # (one image into a folder: "out/")
     outputs = [Path(output) / f"{Path(f).stem}.png" for f in files] if many else [Path(output)]
@@ -52,23 +54,30 @@ def upscale_files(sources, output, model_path, target=None, quality=95, referenc
                          "models/sr_x2_reference.keras")
     max_size = net.runner.worker.info["GL_MAX_TEXTURE_SIZE"]
     max_size = min(max_size, net.target.limits.max_texture_size or max_size)
-    done = []
+    print(f"{len(net.passes)} programs compiled and linked in {net.compile_seconds * 1000:.0f} "
+          "ms (first run: compile, link and a warm-up draw each)")
+    results = []
     for source, out_path, truth in zip(files, outputs, truths):
         image = images.load_image(source)
         out, tiles, seconds = tiling.run_tiled(net, image, max_size)
         images.save_image(out_path, out, quality, inputs=files)
         db = _psnr(truth, out, out.shape[0] // image.shape[0]) if truth else None
-        done.append((out.shape, seconds, tiles, db))
-    return done
+        results.append((out.shape, seconds, tiles, db))
+        if done:
+            done(results[-1])
+    return results
 
 
 def _expanded(sources) -> list[Path]:
     """The image files ``sources`` name: files as given, a folder's images, a glob's matches
-    (:func:`workbench.data.datasets.image_files`); none is one line naming the source."""
+    (:func:`workbench.data.datasets.image_files`); none, or a file that is not there, is one
+    line naming the source."""
     files = []
     for source in map(str, sources):
         found = datasets.image_files(source) or ([] if glob.has_magic(source) or
                                                  Path(source).is_dir() else [Path(source)])
+        if found == [Path(source)] and not found[0].is_file():  # (before the net loads)
+            raise FileNotFoundError(f"{source}: no such image file")
         if not found:
             raise ValueError(f"{source}: no images ({', '.join(datasets.IMAGE_SUFFIXES)})")
         files += found
