@@ -488,7 +488,8 @@ def test_every_profile_fits_the_shipped_nets_with_the_same_bytes(device):
 @needs_build
 def test_a_bundle_from_the_command_line_carries_the_tuned_plan(tmp_path, capsys):
     """``bundle --device videocore4 --tune``: the bundle's programs are the vc4-tuned plan's
-    (es2.compile(..., tune=True)), not the untuned one's, and its check is printed."""
+    (es2.compile(..., tune=True)), not the untuned one's, and its check is printed; the
+    bundle, its manifest and the page say which plan it was made with."""
     model = load_model(reference_sr())
     tuned = es2.compile(model, "videocore4", tune=True)
     plain = es2.compile(model, "videocore4")
@@ -498,6 +499,11 @@ def test_a_bundle_from_the_command_line_carries_the_tuned_plan(tmp_path, capsys)
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     sources = [(tmp_path / "b" / p["shader"]).read_text() for p in manifest["passes"]]
     assert sources == [p.source for p in tuned.passes] != [p.source for p in plain.passes]
+    said = json.loads((tmp_path / "b" / "bundle.json").read_text())["compiled_with"]
+    assert said == tuned.plan_line() != plain.plan_line()
+    assert said.startswith("plan: videocore4 limits, ") and "tune=True (" in said
+    assert es2.load(tmp_path / "b").plan_line() == said  # the manifest keeps it
+    assert "; tune=" not in plain.plan_line()
 
 
 @needs_build

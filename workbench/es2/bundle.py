@@ -104,6 +104,7 @@ def files(net, model, inputs=None, threshold=None) -> dict:
                                "precision": net.precision, "levels": levels,
                                "threshold": threshold, "output": output_spec(graph),
                                "plan": run_plan(net, sizes.pop()), "inputs": entries,
+                               "compiled_with": net.plan_line(),
                                "files": {e[k]: sha256(contents[e[k]]) for e in entries
                                          for k in ("input", "expected", "tf")}}
     return contents

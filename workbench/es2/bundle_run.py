@@ -362,6 +362,7 @@ def main(argv=None):
 
     print(f"{device['renderer']} ({device['version']}), EGL {egl['version']} "
           f"{egl['platform']}; highp: {device['precision']['highp']['precision']} bits")
+    print(bundle.get("compiled_with", "plan: not recorded"))
     print(f"compile {net.compile_ms:.0f} ms, first draw {first_draw_ms:.0f} ms, "
           f"{len(passes)} passes {sum(ms for _, ms in passes):.1f} ms")
     tf_column = "top1 = TF" if output["kind"] == "logits" else "PSNR vs TF dB"

@@ -33,7 +33,30 @@ class Net:
         self.graph, self.passes, self.target = graph, passes, target
         self.changes: list[str] = []  # what compile(fit=True or tune=True) changed for a driver
         self.reference = None  # the reference check of its deploy (es2.reference.Check)
+        self.plan: dict = {}  # the compile options it was made with (compile's; plan_line)
         self._runner = None
+
+    def plan_line(self) -> str:
+        """The plan asked for, in one line: ``"plan: ES2 limits, highp, 1 render target;
+        tune=True (5 changes); shared weights; scaled tensors 16-bit; calibrated on Set5"``
+        (a net saved before plans were recorded: ``"plan: not recorded"``)."""
+        p = self.plan
+        if not p:
+            return "plan: not recorded"
+        parts = [f"{p['limits']} limits, {p['precision']}, {p['draw_buffers']} render "
+                 f"target{'s' if p['draw_buffers'] > 1 else ''}"]
+        if p.get("tune"):
+            parts.append(f"tune={p['tune']!r} ({len(self.changes)} changes)")
+        elif p.get("fit"):
+            parts.append(f"fit=True ({len(self.changes)} changes)")
+        if p.get("shared"):
+            parts.append("shared weights (uniforms)")
+        parts.append(f"scaled tensors {p['scaled_bits']}-bit")
+        if p.get("normalised"):
+            parts.append(f"input normalised (mean {p['mean']}, std {p['std']})")
+        parts.append(f"calibrated on {p['calibration']}" if p.get("calibration")
+                     else "no calibration needed")
+        return "plan: " + "; ".join(parts)
 
     @property
     def runner(self):
@@ -122,7 +145,8 @@ class Net:
         return write_folder(directory, self.files(), force)
     def files(self) -> dict:
         """The saved net, ``{file name: content}`` (:func:`workbench.es2.saved.files`)."""
-        return saved.files(self.graph, self.passes, self.target, self.reference)
+        return saved.files(self.graph, self.passes, self.target, self.reference, self.plan,
+                           self.changes)
 
 
 def output_values(graph: ir.Graph, stored):
@@ -264,6 +288,15 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
             drivers.require(Net(graph, passes, target), gpu)
     net = Net(graph, passes, target)
     net.changes = changes
+    net.plan = {"limits": table.name, "precision": target.precision,
+                "draw_buffers": target.draw_buffers, "tune": tune, "fit": fit,
+                "shared": bool(shared), "scaled_bits": scaled_bits, "dense": dense,
+                "normalised": mean is not None or std is not None,
+                "mean": None if mean is None else [float(v) for v in np.ravel(mean)],
+                "std": None if std is None else [float(v) for v in np.ravel(std)],
+                "calibration": described if calibrated else None,
+                "headroom": (calibrate.HEADROOM if headroom is None else headroom)
+                if calibrated else None}
     if check:
         net.reference = reference.require(
             reference.check(model, source, net, images, held, described, stored), force)
@@ -362,7 +395,8 @@ def load(directory) -> Net:
     reference check it was deployed with (``net.reference``, None if it had none)."""
     from workbench.es2 import reference
 
-    *parts, check = saved.read(directory)
-    net = Net(*parts)
+    graph, passes, target, check, recorded = saved.read(directory)
+    net = Net(graph, passes, target)
     net.reference = reference.Check.from_json(check) if check else None
+    net.plan, net.changes = recorded.get("options", {}), recorded.get("changes", [])
     return net

@@ -32,11 +32,13 @@ CONVENTIONS = (
     "to 0 first and draws (left, top, the output tensor's width, height) only.")
 
 
-def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None) -> dict:
+def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None,
+          options=None, changes=()) -> dict:
     """A compiled net as a folder, ``{file name: content}``: ``<pass>.glsl``, ``vertex.glsl``,
     ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``, whose
-    ``files`` lists the sha256 of every other one and ``reference_check`` what ``check``
-    (:class:`workbench.es2.reference.Check`) measured."""
+    ``files`` lists the sha256 of every other one, ``reference_check`` what ``check``
+    (:class:`workbench.es2.reference.Check`) measured and ``plan`` the compile options it
+    was made with (``{"options": Net.plan, "changes": what fit / tune changed}``)."""
     files = {f"{p.name}.glsl": p.source for p in passes}
     arrays = {f"{p.name}.{name}.npy": rows for p in passes
               for name, rows in p.arrays.items()}  # vec4 uniform arrays
@@ -85,6 +87,7 @@ def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None
                    for p in passes],
         "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
         "reference_check": check.to_json() if check else None,
+        "plan": {"options": options or {}, "changes": list(changes)},
     }
     return files
 
@@ -109,8 +112,9 @@ def _loaded_target(manifest: dict, passes) -> limits.Target:
     return limits.Target.of(table, manifest["precision"], saved["draw_buffers"])
 
 
-def read(directory) -> tuple[ir.Graph, list[Pass], limits.Target, dict | None]:
-    """The graph, passes, target and reference check (its JSON, or None) of a net written by
+def read(directory) -> tuple[ir.Graph, list[Pass], limits.Target, dict | None, dict]:
+    """The graph, passes, target, reference check (its JSON, or None) and plan (``{}`` where
+    it was saved without one) of a net written by
     :meth:`~workbench.es2.net.Net.save`
     (shaders as saved, graph for shapes/emulator; an op with fields its IR type lacks, the
     back end's choices, as its record's ``prepared`` type).  Refused in one line naming the
@@ -198,4 +202,5 @@ def _read(directory: Path, manifest: dict):
                     for name, file in p.get("arrays", {}).items()},
                    tuple(p["border"]) if p.get("border") else None)
               for p in manifest["passes"]]
-    return graph, passes, _loaded_target(manifest, passes), manifest.get("reference_check")
+    return (graph, passes, _loaded_target(manifest, passes), manifest.get("reference_check"),
+            manifest.get("plan") or {})

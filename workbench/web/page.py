@@ -125,7 +125,7 @@ def _page(net, labels=None, manifest=None) -> tuple[dict, dict]:
         receptive_field = tiling.receptive_field(graph)
     except ValueError:
         receptive_field = None  # not tileable (a stride, 'valid' padding, a dense layer)
-    return {"format": SPEC_FORMAT, "name": graph.name,
+    return {"format": SPEC_FORMAT, "name": graph.name, "compiled_with": net.plan_line(),
             "input": {"name": graph.input.name, "channels": graph.input.channels,
                       "rgb": graph.input.rgb, "size": graph.input_size},
             "vertex_shader": manifest["vertex_shader"], "tensors": tensors,

@@ -157,6 +157,7 @@ async function main() {
     document.body.dataset.kind = spec.output.kind; // image or logits: the layout
     $("title").textContent = `${spec.name}: ${spec.passes.length} WebGL passes`
       + (spec.input.size ? `, input ${spec.input.size[1]}x${spec.input.size[0]}` : "");
+    $("plan").textContent = spec.compiled_with || "";  // the compile options it was made with
     const gl = createContext(params);
     page.limits = browserLimits(gl, params);
     checkNetLimits(page.net, page.limits);
