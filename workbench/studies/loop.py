@@ -58,6 +58,7 @@ def timed(args, cache) -> dict:
     from its start to its first image's line (``first``) and to its exit (``exit``); each
     image's GPU milliseconds (``ms``) and PSNR (``db``), as it printed them.  A failed run
     raises its last line."""
+    Path(cache).mkdir(parents=True, exist_ok=True)  # (Mesa makes its last folder alone)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MESA_SHADER_CACHE_DIR": str(cache)}
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "workbench", *map(str, args)], env=env,
