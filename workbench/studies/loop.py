@@ -140,15 +140,15 @@ def machine() -> str:
     from workbench import gl
     from workbench.studies import beatmup
     return (f"{beatmup.machine()}; {gl.info()['GL_RENDERER']}; load average "
-            f"{os.getloadavg()[0]:.1f}")
+            f"{os.getloadavg()[0]:.1f} at the start")
 
 
 def report(result, machine) -> str:
     """The table (:func:`rows`), the PSNRs and ``machine`` (:func:`machine`), as printed."""
     runs = len(result["warm"]["folder"])
-    return (f"The fast loop: each time a fresh `python -m workbench upscale`; Mesa's shader "
-            f"cache empty (cold: a new net) or holding the net's shaders (warm: the same "
-            f"net again)\n\n"
+    return ("The fast loop: each time a fresh `python -m workbench upscale`; Mesa's shader "
+            "cache empty (cold: a new net) or holding the net's shaders (warm: the same "
+            "net again)\n\n"
             + tables.markdown(rows(result), {"time": "time", "kind": "first run / steady state",
                                              "cold": "cold cache (1 run)",
                                              "median": f"warm: median of {runs}",
