@@ -401,7 +401,8 @@ def _add_bench(commands):
     _add_compile_options(p)
     p = add("loop", _bench_loop, "the fast loop: each run a fresh `upscale` process, timed to "
             "its first result and to its exit: one image from a saved shader folder, one from "
-            "the model file, Set5 + Set14 through the GPU (PSNR Y601)")
+            "the model file, Set5 + Set14 through the GPU (PSNR Y601); each once with Mesa's "
+            "shader cache empty (a new net), then --repeat times warm (the same net again)")
     p.add_argument("--model", help=".keras or .onnx SR model, compiled and saved for the "
                    "folder runs (default: the SR reference checkpoint)")
     p = add("draw-buffers", _bench_draw_buffers, "the SR net with 1 vs 4 render targets per "
