@@ -121,12 +121,12 @@ def _upscale(args):
         raise ValueError("upscale: give an input and an output (upscale in.png out.png), or "
                          "inputs and a folder (upscale a.png photos/ 'more/*.jpg' out/)")
     *inputs, output = args.paths
-    count = []
+    seen = []
 
     def line(result):  # each image's line as it is written
         (h, w, _), seconds, tiles, db = result
-        when = "steady state" if count else "first run: the driver's first draws"
-        count.append(seconds)
+        when = "steady state" if seen else "first run: the driver's first draws"
+        seen.append(result)
         print(f"{w}x{h}, {seconds * 1000:.1f} ms of GPU passes ({when})"
               + (f", {tiles} tiles" if tiles > 1 else "")
               + (f", {db:.2f} dB (Y601, studio range)" if db is not None else ""), flush=True)
@@ -309,8 +309,8 @@ def _bench_out(args):
 def _bench_sr(args):
     from workbench.nets.models import load_model
     from workbench.studies import bench
+    options = _compile_options(args)  # (a bad --mean refused before the model loads)
     _require_memory(args)
-    options = _compile_options(args)  # (checked before the model loads)
     model = load_model(args.model) if args.model else None
     bench.print_sr(bench.bench_sr(model, args.size, args.repeat, _target(args), **options))
 
