@@ -37,8 +37,9 @@ class Net:
         self._runner = None
 
     def plan_line(self) -> str:
-        """The plan asked for, in one line: ``"plan: ES2 limits, highp, 1 render target;
-        tune=True (5 changes); shared weights; scaled tensors 16-bit; calibrated on Set5"``
+        """The plan asked for, in one line: ``"plan: ES 2.0 limits, highp, 1 render target;
+        tune=True (5 changes); shared weights (uniforms); calibrated on Set5, scaled tensors
+        16-bit"``
         (a net saved before plans were recorded: ``"plan: not recorded"``)."""
         p = self.plan
         if not p:
@@ -51,12 +52,17 @@ class Net:
             parts.append(f"fit=True ({len(self.changes)} changes)")
         if p.get("shared"):
             parts.append("shared weights (uniforms)")
-        parts.append(f"scaled tensors {p['scaled_bits']}-bit")
         if p.get("normalised"):
             parts.append(f"input normalised (mean {p['mean']}, std {p['std']})")
-        parts.append(f"calibrated on {p['calibration']}" if p.get("calibration")
-                     else "no calibration needed")
+        parts.append(f"calibrated on {p['calibration']}, scaled tensors {p['scaled_bits']}-bit"
+                     if p.get("calibration") else "no calibration needed")
         return "plan: " + "; ".join(parts)
+
+    def deployed_lines(self) -> str:
+        """What a command says of a net it deployed: :meth:`plan_line`, then the reference
+        check's line where it has one."""
+        check = f"\n{self.reference.line()}" if self.reference is not None else ""
+        return self.plan_line() + check
 
     @property
     def runner(self):

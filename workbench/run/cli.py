@@ -99,10 +99,9 @@ def _compile_options(args) -> dict:
 
 
 def _deployed(net):
-    """Print what the deploy's reference check measured (a net loaded from a saved folder:
-    what it was saved with)."""
-    if net.reference is not None:
-        print(net.reference.line())
+    """Print the plan the net was made with and what the deploy's reference check measured
+    (a net loaded from a saved folder: what it was saved with)."""
+    print(net.deployed_lines())
 
 
 def _target(args):

@@ -44,8 +44,7 @@ def upscale_files(sources, output, model_path, target=None, quality=95, referenc
         images.check_save_path(out, quality, inputs=files)  # check_output_path and more
     truths = [_reference_of(reference, f, many) if reference else None for f in files]
     net, _ = es2.load_net(model_path, target, **options)
-    if net.reference is not None:
-        print(net.reference.line())
+    print(net.deployed_lines())
     last = net.graph.op(net.graph.output)
     if not net.graph.rgb_output:
         raise ValueError(f"{model_path}: net {net.graph.name!r} is not an RGB SR net (its last "
