@@ -52,11 +52,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,jax]'
 	touch $@
 
-# The suite in one process a core (pytest-xdist; a test file stays in one process, so its
+# ruff's pyflakes rules (unused or undefined names: pyproject.toml [tool.ruff.lint]), then
+# the suite in one process a core (pytest-xdist; a test file stays in one process, so its
 # module fixtures run once): 1.5x faster on 2 cores. TEST_JOBS=0 runs it in this process alone.
 TEST_JOBS ?= auto
 
 test: setup
+	$(VENV)/bin/ruff check workbench tests tools
 	$(PY) -m pytest -n $(TEST_JOBS) --maxprocesses 4 --dist loadfile
 
 reproduce: setup

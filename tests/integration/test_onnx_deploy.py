@@ -13,7 +13,7 @@ from tests.ir import onnx_graphs
 from tests.ir.onnx_graphs import NEWEST
 from workbench import es2, es31, ir, web
 from workbench.__main__ import main
-from workbench.es2 import bundle, calibrate, emulate, glslang, mediump, onnx_check
+from workbench.es2 import bundle, calibrate, emulate, glslang, mediump
 from workbench.ir.to_onnx import to_onnx
 from workbench.nets.models import load_model, reference_sr
 from workbench.nets.onnx_model import OnnxModel

@@ -27,7 +27,7 @@ compare; reads of shared memory and of the weight buffers are not counted (the E
 keep their weights in shader constants, which are not counted either).  Loads outside the
 input (zero padding) are skipped, not made.  ``texture_bytes`` is the op's output image.
 """
-from workbench.es31 import ops  # registers every op's rules
+from workbench.es31 import ops  # noqa: F401 (registers every op's rules)
 from workbench.es31.kernels import STORAGES, Kernel, Options
 from workbench.es31.net import Net, compile, from_graph, generate, image_specs, output_values
 from workbench.es31.record import OPS

@@ -150,7 +150,7 @@ class Conv(Op):
         ``(k, k, len(logical_packs), 4, 4)``: ``[dy, dx, j, i, o]`` multiplies component ``i``
         of its ``j``-th input pack into its output component ``o`` (0 where that input
         channel is outside the output's group, or beyond the input's channels)."""
-        k, cin_g = self.size, self.kernel.shape[2]
+        k = self.size
         logical = [0] if self.luma_input else self.logical_packs(pack)
         w = np.zeros((k, k, len(logical), PACK, PACK), np.float32)
         for o in range(pack * PACK, min(pack * PACK + PACK, self.cout)):
