@@ -65,12 +65,15 @@ def _umask():
     return mask
 
 
-def _mode_of(path, default):
-    """Permission bits of the existing ``path``, else ``default & ~umask``."""
+def _mode_of(path, default, folder=False):
+    """Permission bits of the existing ``path`` where it is of the kind written (a folder with
+    ``folder``, else a file), else ``default & ~umask``: a folder that replaces a file gets a
+    folder's bits, not the file's (no x bit)."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
         return default & ~_umask()
+    return stat.S_IMODE(mode) if stat.S_ISDIR(mode) == folder else default & ~_umask()
 
 
 MARKER = ".workbench-folder"  # written into every folder atomic_dir creates
@@ -143,7 +146,7 @@ def atomic_dir(path, force=False, repair=False):
                                     dir=path.parent))
     old = None
     try:
-        os.chmod(staging, _mode_of(path, 0o777))  # mkdtemp creates 0700
+        os.chmod(staging, _mode_of(path, 0o777, folder=True))  # mkdtemp creates 0700
         yield staging
         (staging / MARKER).write_text(_marker_text(_listing(staging), _folders(staging)))
         check_replaceable(path, force, repair)  # it may have appeared while we worked
@@ -394,13 +397,26 @@ def json_text(obj) -> str:
     return json.dumps(obj, indent=2, default=_to_builtin) + "\n"
 
 
+MAX_JSON_BYTES = 256 << 20  # the most a JSON file the workbench reads may hold
+
+
 def read_json(path, default=None):
+    """The JSON in ``path`` (``default`` where there is none); ValueError in one line naming
+    the file where it cannot be read, is over :data:`MAX_JSON_BYTES`, is not UTF-8 JSON or
+    is nested too deep for the parser."""
     path = Path(path)
     if not path.exists():
         return default
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ValueError(f"{path}: {path.stat().st_size} bytes, over the "
+                             f"{MAX_JSON_BYTES} a JSON file of the workbench may hold")
+        return json.loads(path.read_bytes())
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deep to be JSON the workbench wrote") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 

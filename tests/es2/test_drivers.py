@@ -407,7 +407,7 @@ def test_a_residual_is_fetched_at_the_centre_tap_and_tune_places_it(tmp_path):
     for op in saved["ops"]:
         if "residual_after" in op:
             op["residual_first"] = op.pop("residual_after") == 0
-    manifest.write_text(json.dumps(saved))
+    manifest.write_text(json.dumps(es2.saved.sealed(saved)))
     old = es2.load(tmp_path / "old")
     assert old.graph.op(layer).residual_after == 0
     _every_tensor_is_the_emulators(old, image)

@@ -170,7 +170,7 @@ def test_save_load_and_older_manifests(sr, tmp_path):
     manifest = json.loads(path.read_text())
     for p in manifest["passes"]:
         p["output"] = p.pop("outputs")[0]
-    path.write_text(json.dumps(manifest))
+    path.write_text(json.dumps(es2.saved.sealed(manifest)))
     old = es2.load(tmp_path / "old")
     assert [p.outputs for p in old.passes] == [p.outputs for p in one.passes]
     np.testing.assert_array_equal(old.run(image), one.run(image))

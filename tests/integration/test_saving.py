@@ -10,6 +10,7 @@ import pytest
 
 from workbench import es2, es31, web
 from workbench.__main__ import main
+from workbench.es2 import saved
 from workbench.files import MARKER, FolderNotReplaceable, write_folder
 from workbench.nets.models import sr_x2
 
@@ -152,13 +153,14 @@ def test_write_folder_writes_each_kind(tmp_path):
 
 
 def _refused_with(folder, manifest, change) -> str:
-    """The one line es2.load refuses ``folder`` with once ``change`` edits its manifest (the
-    manifest is written back after)."""
+    """The one line es2.load refuses ``folder`` with once ``change`` edits its manifest and
+    seals it again (the checks behind the manifest's own sha256; the manifest is written back
+    after)."""
     from workbench import es2
 
     m = json.loads(json.dumps(manifest))
     change(m)
-    (folder / "manifest.json").write_text(json.dumps(m))
+    (folder / "manifest.json").write_text(json.dumps(saved.sealed(m)))
     with pytest.raises(ValueError) as err:
         es2.load(folder)
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -226,7 +228,7 @@ def test_a_saved_net_without_a_hash_of_each_file_is_refused(tmp_path):
     np.savez(folder / "weights.npz", **pickled)
     m = json.loads(json.dumps(manifest))
     m["files"]["weights.npz"] = hashlib.sha256((folder / "weights.npz").read_bytes()).hexdigest()
-    (folder / "manifest.json").write_text(json.dumps(m))
+    (folder / "manifest.json").write_text(json.dumps(saved.sealed(m)))
     with pytest.raises(ValueError, match=f"{folder / 'weights.npz'}: not arrays of numbers .*"
                                          "pickled objects are refused"):
         es2.load(folder)
@@ -251,7 +253,7 @@ def test_a_saved_dense_layer_keeps_its_es2_number_format(tmp_path):
         assert (dense["type"], dense["number"]) == ("Dense", number)
         before = {k: dense[k] for k in ("type", "name", "input", "pool", "number", "softmax")}
         manifest["ops"][-1] = {**before, **dense}  # the order an older version wrote
-        (folder / "manifest.json").write_text(json.dumps(manifest))
+        (folder / "manifest.json").write_text(json.dumps(saved.sealed(manifest)))
         loaded = es2.load(folder)
         op = loaded.graph.ops[-1]
         assert (type(op).__name__, op.number, op.weight_shift) == (
@@ -274,3 +276,76 @@ def test_an_exported_pages_manifest_lists_every_file_of_the_page(tmp_path):
     (site / "webgl.json").write_text((site / "webgl.json").read_text() + " ")
     with pytest.raises(ValueError, match=f"{site / 'webgl.json'}: not the file .* lists"):
         es2.load(site)
+
+
+EDITS = {  # issue 58: each ran the wrong net, exit 0
+    "a stride": lambda m: m["ops"][0].update(stride=2),
+    "the passes reversed": lambda m: m["passes"].reverse(),
+    "a uniform": lambda m: m["passes"][0]["uniform_values"].update(u_v_stride=["value", 2, 2]),
+    "an activation": lambda m: m["ops"][0].update(activation="relu"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_edited_manifest_is_refused_by_load_upscale_and_export_web(tmp_path, capsys, edit):
+    """The manifest's own sha256 (``manifest_sha256``) covers what the files it lists do not
+    (ops, passes, their order, uniforms): an edit is refused in one line naming it."""
+    from workbench import es2
+
+    folder, path = tmp_path / "net", tmp_path / "net" / "manifest.json"
+    es2.compile(_sr(1)).save(folder)
+    manifest = json.loads(path.read_text())
+    assert manifest[saved.SEAL] == saved.seal(manifest, saved.SEAL)
+    EDITS[edit](manifest)
+    path.write_text(json.dumps(manifest, indent=2))
+    message = f"{path}: edited after it was saved (manifest_sha256 differs); save it again"
+    with pytest.raises(ValueError) as err:
+        es2.load(folder)
+    assert str(err.value) == message
+    from PIL import Image
+
+    Image.fromarray(np.full((8, 8, 3), 128, np.uint8)).save(tmp_path / "in.png")
+    for command in (["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png")],
+                    ["export-web", "--out", str(tmp_path / "page")]):
+        assert main([*command, "--model", str(folder)]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+    assert not (tmp_path / "out.png").exists() and not (tmp_path / "page").exists()
+
+
+def test_a_manifest_without_its_hash_or_not_json_is_one_line(tmp_path):
+    """A manifest without ``manifest_sha256`` (saved before manifests had one), truncated,
+    not an object, or nested 100,000 deep (a RecursionError before): one line naming it."""
+    from workbench import es2
+
+    folder, path = tmp_path / "net", tmp_path / "net" / "manifest.json"
+    es2.compile(_sr(1)).save(folder)
+    text = path.read_text()
+    manifest = json.loads(text)
+    del manifest[saved.SEAL]
+    for content, message in [
+            (json.dumps(manifest), "has no manifest_sha256 (saved by an older workbench, or "
+                                   "edited): save it again"),
+            (text[:len(text) // 2], "not valid JSON"),
+            ("[1, 2]", "not a JSON object"),
+            ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+            ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deep")]:
+        path.write_text(content)
+        with pytest.raises(ValueError) as err:
+            es2.load(folder)
+        assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+        assert "\n" not in str(err.value)
+    path.write_text(text)
+    es2.load(folder)
+
+
+def test_an_exported_pages_manifest_is_sealed_over_the_page_files(tmp_path):
+    """export-web adds the page's files to the manifest's ``files`` and seals it again: the
+    page loads as a saved net, and check.json ties to the sealed manifest's bytes."""
+    from workbench import es2
+
+    site = tmp_path / "site"
+    web.export(es2.compile(_sr(1)), site)
+    manifest = json.loads((site / "manifest.json").read_text())
+    assert "webgl.json" in manifest["files"]
+    assert manifest[saved.SEAL] == saved.seal(manifest, saved.SEAL)
+    es2.load(site)

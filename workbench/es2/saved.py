@@ -2,7 +2,9 @@
 ``<pass>.glsl``, ``vertex.glsl``, ``weights.npz``, the constant textures (``.npy``) and
 ``manifest.json``, which states the conventions, the target, every op with the back end's
 choices (its prepared form's fields: a dense layer's number format and blocks) and every
-pass; and read back, every file checked against its sha256 (:func:`read`).
+pass; and read back, every file checked against its sha256 (:func:`read`) and the manifest
+against its own (``manifest_sha256``, :func:`sealed`): an edit the workbench did not make is
+refused, not run.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from workbench.es2 import limits, plan
 from workbench.es2.ops.orders import LAST
 from workbench.es2.record import record, record_of_type
 from workbench.es2.shaders import PRECISIONS, VERTEX_SHADER, Binding, Pass, constant_textures
-from workbench.files import checked_file, content_bytes, sha256
+from workbench.files import checked_file, content_bytes, json_text, read_json, sha256
 
 CONVENTIONS = (
     "One RGBA8 texture per 4 channels (channel c = component c % 4 of pack c // 4); texture row "
@@ -30,13 +32,42 @@ CONVENTIONS = (
     "outputs: gl_FragData[i] (GL_EXT_draw_buffers) to outputs[i], or gl_FragColor to the one; "
     "within its viewport where it has one; a pass with a border (left, top) clears its outputs "
     "to 0 first and draws (left, top, the output tensor's width, height) only.")
+SEAL = "manifest_sha256"  # the manifest's own sha256 (:func:`sealed`)
+
+
+def seal(obj: dict, key: str) -> str:
+    """The sha256 of a JSON object without its ``key``: of its canonical text (keys sorted,
+    no spaces, ASCII), which run.py of a bundle computes the same way."""
+    body = {k: v for k, v in obj.items() if k != key}
+    return sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def sealed(obj: dict, key: str = SEAL) -> dict:
+    """``obj`` as its JSON file holds it (tuples as lists, numpy scalars as numbers), with
+    ``key`` its :func:`seal`: a manifest's (``manifest_sha256``) or a bundle's."""
+    obj = json.loads(json_text({k: v for k, v in obj.items() if k != key}))
+    return {**obj, key: seal(obj, key)}
+
+
+def check_seal(obj, key: str, path) -> dict:
+    """``obj`` (a JSON file's content) where it holds its own :func:`seal` under ``key``; else
+    ValueError in one line naming ``path``."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    if key not in obj:
+        raise ValueError(f"{path}: has no {key} (saved by an older workbench, or edited): "
+                         "save it again")
+    if obj[key] != seal(obj, key):
+        raise ValueError(f"{path}: edited after it was saved ({key} differs); save it again")
+    return obj
 
 
 def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None,
           options=None, changes=()) -> dict:
     """A compiled net as a folder, ``{file name: content}``: ``<pass>.glsl``, ``vertex.glsl``,
     ``weights.npz``, the constant textures (``.npy``) and ``manifest.json``, whose
-    ``files`` lists the sha256 of every other one, ``reference_check`` what ``check``
+    ``files`` lists the sha256 of every other one, ``manifest_sha256`` its own
+    (:func:`sealed`), ``reference_check`` what ``check``
     (:class:`workbench.es2.reference.Check`) measured and ``plan`` the compile options it
     was made with (``{"options": Net.plan, "changes": what fit / tune changed}``)."""
     files = {f"{p.name}.glsl": p.source for p in passes}
@@ -59,7 +90,7 @@ def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None
         constants[key] = f"{key.replace('/', '.')}.npy"
         files[constants[key]] = content_bytes(constants[key], data)
     hw = graph.input_size or (256, 256)
-    files["manifest.json"] = {
+    files["manifest.json"] = sealed({
         "format": "workbench-es2/1",
         "name": graph.name,
         "precision": target.precision,
@@ -88,7 +119,7 @@ def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None
         "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
         "reference_check": check.to_json() if check else None,
         "plan": {"options": options or {}, "changes": list(changes)},
-    }
+    })
     return files
 
 
@@ -118,19 +149,22 @@ def read(directory) -> tuple[ir.Graph, list[Pass], limits.Target, dict | None, d
     :meth:`~workbench.es2.net.Net.save`
     (shaders as saved, graph for shapes/emulator; an op with fields its IR type lacks, the
     back end's choices, as its record's ``prepared`` type).  Refused in one line naming the
-    file: a manifest that lacks a key, names an unknown op or precision, or a file outside the
+    file: a manifest not JSON (:func:`workbench.files.read_json`: bounded in size and depth)
+    or not holding its own sha256 (edited, or saved before manifests had one), that lacks a
+    key, names an unknown op or precision, or a file outside the
     folder or one its ``files`` does not list with the sha256 it has (every listed file is
     checked); a ``weights.npz`` holding pickled objects."""
     directory = Path(directory)
     manifest_path = directory / "manifest.json"
     if not manifest_path.exists():
         raise FileNotFoundError(f"{manifest_path}: no manifest; is this a saved net?")
+    manifest = check_seal(read_json(manifest_path), SEAL, manifest_path)
     try:
-        return _read(directory, json.loads(manifest_path.read_text()))
+        return _read(directory, manifest)
     except KeyError as err:
         raise ValueError(f"{manifest_path}: not a saved ES 2.0 net: key {err.args[0]!r} is "
                          "missing") from None
-    except (TypeError, AttributeError, json.JSONDecodeError) as err:
+    except (TypeError, AttributeError) as err:
         raise ValueError(f"{manifest_path}: not a saved ES 2.0 net ({err})") from None
 
 

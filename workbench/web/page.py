@@ -60,7 +60,7 @@ from PIL import Image
 
 from workbench import ir
 from workbench.data.images import to_uint8
-from workbench.es2 import plan, shaders, tiling
+from workbench.es2 import plan, saved, shaders, tiling
 from workbench.es2.net import output_spec
 from workbench.files import content_bytes, json_text, sha256, write_folder
 from workbench.web import browser
@@ -299,6 +299,7 @@ def export(net, directory, labels=None, force=False, check_model=None) -> Path:
     page = {"webgl.json": json_text(spec), **sources,
             **{name: (web / name).read_bytes() for name in PAGE_FILES}}
     manifest["files"].update({name: sha256(content_bytes(name, c)) for name, c in page.items()})
+    manifest = saved.sealed(manifest)  # its own sha256 again, over the page's files too
     files.update({**page, "manifest.json": json_text(manifest)})  # the bytes check.json hashes
     if check_model is not None:
         from workbench.web.check import check_files
