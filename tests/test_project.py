@@ -1,4 +1,5 @@
-"""The project's own files: pip and conda dependency lists agree."""
+"""The project's own files: pip and conda dependency lists agree; notebooks stored bare; README
+and the design record as a newcomer reads them."""
 import re
 from pathlib import Path
 
@@ -37,3 +38,31 @@ def test_notebooks_are_stored_without_outputs():
             if cell.cell_type == "code":
                 assert not cell.outputs and cell.execution_count is None, \
                     f"{path.name}: stored with outputs"
+
+
+def test_readme_is_a_front_door():
+    """README: at most 100 lines, no commit hash (history lives in docs/results.md), and
+    every link into the docs names a section that exists."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 100
+    hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text)
+              if re.search(r"\d", w) and re.search(r"[a-f]", w)]
+    assert hashes == []
+    for doc, section in re.findall(r"\]\((docs/[\w.]+)#([\w-]+)\)", text):
+        assert section in _anchors(ROOT / doc), f"README links {doc}#{section}"
+
+
+def _anchors(path, deepest=4) -> list[str]:
+    """GitHub's anchors of a Markdown file's headings of levels 2 to ``deepest`` (outside
+    code blocks)."""
+    text = re.sub(r"```.*?```", "", Path(path).read_text(), flags=re.S)
+    return [re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(rf"^#{{2,{deepest}}} (.+)$", text, re.M)]
+
+
+def test_design_record_lists_every_section():
+    """docs/design.md's contents list links every section and subsection, in order."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    linked = re.findall(r"\]\(#([\w-]+)\)", contents)
+    assert linked == [a for a in _anchors(ROOT / "docs" / "design.md", 3) if a != "contents"]
