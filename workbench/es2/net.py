@@ -1,10 +1,14 @@
-"""The ES 2.0 net: compile a Keras model, run it on the GPU or the emulator, save and load it.
+"""The ES 2.0 net: compile a Keras or ONNX model, run it on the GPU or the emulator, save and
+load it.
 
-``net = workbench.es2.compile(model)`` lowers a Keras model to the IR, checks the ES 2.0
-limits and generates the passes (:mod:`workbench.es2.shaders`); ``net.run(image)`` runs them
-on the GPU (moderngl, headless EGL), ``net.emulate(image)`` runs the numpy emulator that
-predicts the GPU's bytes, ``net.save(dir)`` writes the shaders and a JSON manifest
-(:mod:`workbench.es2.saved`), ``workbench.es2.load(dir)`` reads them back.
+``net = workbench.es2.compile(model, target)`` lowers the model to the IR, calibrates and
+checks it against its reference runtime where it must (:mod:`workbench.es2.calibrate`,
+:mod:`workbench.es2.reference`), checks the target's limits and generates the passes
+(:mod:`workbench.es2.shaders`); ``net.run(image)`` runs them on the GPU (moderngl, headless
+EGL), ``net.emulate(image)`` runs the numpy emulator that predicts the GPU's bytes,
+``net.save(dir)`` writes the shaders and a JSON manifest with the plan they were made with
+(:mod:`workbench.es2.saved`), ``workbench.es2.load(dir)`` reads them back;
+``workbench.es2.load_net(path)`` takes a model file or a saved folder.
 """
 from __future__ import annotations
 
@@ -238,9 +242,12 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     graph = calibrate.images_clamped(graph)
     calibrated = calibrate.needed(graph)
     check = (calibrated or graph is not source) if check is None else check
-    if graph.input_size and (calibrated or check):  # the images below run at that size
+    if graph.input_size:  # its programs, and the images below at that size: before any is made
+        checked = calibrated or check
         plan.require_memory(prepared(graph, table, {"dense": dense}), graph.input_size,
-                            "give a smaller --input-size")
+                            "give a smaller --input-size",
+                            plan.COMPILE_CHECKED if checked else ("programs",),
+                            image_count(calibration) if checked else 0)
     if calibrated:
         calibrate.require_foldable(graph)  # (before any image runs)
     images, held, described = calibration_images(graph, calibration) if calibrated or check \
@@ -318,7 +325,7 @@ def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:
     from workbench.es2 import samples
 
     if calibration is None:
-        found = samples.test_images(graph, count=6)
+        found = samples.test_images(graph, count=image_count(None))
         kinds = sorted({name.split("-")[0] for name, _ in found})
         return [x for _, x in found], 2, f"the built-in samples ({' and '.join(kinds)} images)"
     if isinstance(calibration, (str, Path)):
@@ -330,6 +337,17 @@ def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:
     if not images:
         raise ValueError("calibration: no images")
     return images, len(images) // 5 if len(images) >= 10 else 0, described
+
+
+def image_count(calibration) -> int:
+    """How many images :func:`calibration_images` makes of ``calibration`` (listed, not read)."""
+    from workbench.data import calibration as sources
+
+    if calibration is None:
+        return 6
+    if isinstance(calibration, (str, Path)):
+        return len(sources.listed(calibration)[0])
+    return len(calibration)
 
 
 class CalibrationWarning(UserWarning):

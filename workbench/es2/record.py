@@ -9,8 +9,9 @@ the op's type: a new op is a new module in ``ops/``.
 Conventions of the callables (``shapes``: ``{tensor: (height, width, channels)}`` of one
 input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
 
-* ``passes(op, shapes, precision, draw_buffers, limits, **layer_options)`` -> the op's
-  :class:`~workbench.es2.shaders.Pass` list, in execution order;
+* ``passes(op, shapes, target, **layer_options)`` -> the op's
+  :class:`~workbench.es2.shaders.Pass` list, in execution order (``target``: a
+  :class:`workbench.es2.limits.Target`: the limits, the precision, the render targets);
 * ``apply(op, tensors, arithmetic)`` -> the op's output as the next op fetches it (the
   emulator; ``tensors``: every earlier tensor, float32, or float16 for ``arithmetic=
   "float16"``, the prediction for a GPU whose mediump is float16);
