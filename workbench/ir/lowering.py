@@ -7,12 +7,8 @@ import numpy as np
 
 from workbench.ir.graph import explicit_pads
 from workbench.ir.ops import Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample
+from workbench.ir.registry import LoweringError, Table
 from workbench.nets import activations
-
-
-class LoweringError(ValueError):
-    """A model (Keras or ONNX) that cannot be turned into the IR; the message names the
-    layer or node."""
 
 
 def check_finite(name, arrays):
@@ -79,7 +75,29 @@ def check_demux_size(op, shapes):
 # the Conv's bias, and a residual stored at another scale than the sum is re-scaled where the
 # program reads it: ``Conv.residual_scale``, its scale over the sum's, per channel).  A
 # depth-to-space and the net's output must be stored as they are (scale 1, offset 0);
-# anything else is refused in one line.
+# anything else is refused in one line.  Each op type has its rule in :data:`FOLDS`, and each
+# activation its stored form in :data:`STORED_AS`; an op type or an activation without one is
+# a gap in the workbench, refused in one line (:class:`NoScaleRule`), never folded as another.
+
+
+class NoScaleRule(NotImplementedError):
+    """An op type or an activation that the scale folding (:class:`Scales`) has no rule for:
+    a gap in the workbench, not in the model (the command line reports it as a bug); the
+    message names the layer."""
+
+
+FOLDS = Table("the scale folding (workbench.ir.lowering.Scales.fold)")
+"""IR op type -> its rule ``rule(op, read, out)``: fold what ``op`` reads (``read(tensor)``:
+its ``(scale, offset)``, one of each a channel) into its weights, or refuse naming the layer;
+``out`` is its own output's ``(scale, offset)`` as stored (:meth:`Scales.store`; ``(1.0,
+0.0)``); returns what its output stands for."""
+
+STORED_AS = {"relu": "bounded_relu", "linear": "bounded_relu", "bounded_relu": "bounded_relu",
+             "prelu": "bounded_prelu", "leaky_relu": "bounded_prelu"}
+"""The activation an op computes (a leaky ReLU's without its slope) -> the one it stores its
+output with at a scale (:meth:`Scales.store`): clamped to [0, 1], the scale and offset in its
+weights; a PRelu or leaky ReLU keeps its slopes, the offset added after it (``activation_zero``,
+:meth:`Scales.fold`)."""
 
 
 def channel_vector(value, channels, axis, where) -> np.ndarray:
@@ -110,13 +128,17 @@ class Scales:
         self.read[op.name] = (scale, offset)
 
     def store(self, op, scale, offset=0.0):
-        """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1]; a
-        leaky ReLU or PRelu as ``"bounded_prelu"`` (its slopes kept, the offset added after
-        it: :meth:`fold`), anything else as ``"bounded_relu"``."""
-        slope = activations.slopes(op, np.size(scale))
-        op.activation = "bounded_relu" if slope is None else "bounded_prelu"
-        if slope is not None:
-            op.activation_slope = slope
+        """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1], with
+        the activation :data:`STORED_AS` names for its own (a PRelu's slopes kept); an
+        activation it does not name, :class:`NoScaleRule`."""
+        stored = STORED_AS.get(str(op.activation).partition(":")[0])
+        if stored is None:
+            raise NoScaleRule(f"layer {op.name!r}: activation {op.activation!r} has no form "
+                              "stored at a scale; a gap in the workbench (give it one in "
+                              "workbench.ir.lowering.STORED_AS)")
+        if stored == "bounded_prelu":
+            op.activation_slope = activations.slopes(op, np.size(scale))
+        op.activation = stored
         self.stored[op.name] = (scale, offset)
 
     def clip(self, op, low, high, where):
@@ -159,44 +181,13 @@ class Scales:
             n = 1 if tensor == graph.input.name and graph.input.rgb else shapes[tensor][2]
             return tuple(np.broadcast_to(np.asarray(v, np.float64), n) for v in affine[tensor])
 
-        def plain(op, *tensors, why, scale=1.0, offset=True):
-            for t in tensors:
-                s, o = read(t)
-                if np.any(s != scale) or (offset and np.any(o != 0)):
-                    raise LoweringError(f"layer {op.name!r} ({type(op).__name__}) reads "
-                                        f"{t!r}, stored as {_describe(s, o)}: {why}")
-
         for op in graph.ops:
-            out = self.stored.get(op.name, (1.0, 0.0))  # a Conv's or Add's: (y - o) / s
-            m = np.asarray(out[0], np.float64)
-            if isinstance(op, (Pool, Upsample)):
-                out = affine[op.input]
-            elif isinstance(op, Concat):
-                out = tuple(map(np.concatenate, zip(*map(read, op.inputs))))
-            elif isinstance(op, Dense):
-                s, o = read(op.input)
-                op.bias = (op.bias + o @ op.weight).astype(np.float32)
-                op.weight = (op.weight * s[:, None]).astype(np.float32)
-            elif isinstance(op, Conv):  # y = conv + residual: its offset into the bias
-                _fold_into_conv(op, *read(op.input))
-                offset = out[1]
-                if op.activation == "bounded_prelu":  # (prelu(y) - o) / s = prelu(y / s) - o / s
-                    op.activation_zero = np.broadcast_to(-offset / m, op.cout).astype(np.float32)
-                    offset = 0.0
-                bias = op.bias.astype(np.float64) - offset
-                if op.residual:  # stored at another scale than the sum: re-scaled as read
-                    s, o = read(op.residual)
-                    if np.any(s != m):
-                        op.residual_scale = np.broadcast_to(s / m, op.cout).astype(np.float32)
-                    bias = bias + o
-                op.kernel = (op.kernel / m).astype(np.float32)
-                op.bias = (bias / m).astype(np.float32)
-            elif isinstance(op, DepthToSpace):  # the demux's chroma is the picture itself
-                plain(op, op.input, *([op.chroma_from] if op.anchor else []),
-                      why="a depth-to-space has no weights to fold it into; clip at 1 "
-                      "before it (Clip(0, 1))")
-            else:  # Add
-                plain(op, op.input, op.other, scale=m, why=_SUM.format(m=_describe(m, 0)))
+            rule = FOLDS.get(type(op))
+            if rule is None:
+                raise NoScaleRule(f"layer {op.name!r}: {type(op).__name__} has no scale "
+                                  "folding rule; a gap in the workbench (give it one in "
+                                  "workbench.ir.lowering.FOLDS)")
+            out = rule(op, read, self.stored.get(op.name, (1.0, 0.0)))
             affine[op.name] = self.read.get(op.name, out)
         scaled = {t for t in affine if t != graph.input.name and
                   (np.any(read(t)[0] != 1) or np.any(read(t)[1] != 0))}
@@ -209,6 +200,70 @@ class Scales:
             del graph.origin[name]
         graph.scaled = graph.scaled | scaled
         return {t: read(t) for t in affine}
+
+
+@FOLDS.add(Pool, Upsample)
+def _fold_kept(op, read, out):
+    """Pooling and upsampling commute with a positive affine map: the input's."""
+    return read(op.input)
+
+
+@FOLDS.add(Concat)
+def _fold_concat(op, read, out):
+    return tuple(map(np.concatenate, zip(*map(read, op.inputs))))
+
+
+@FOLDS.add(Dense)
+def _fold_dense(op, read, out):
+    s, o = read(op.input)
+    op.bias = (op.bias + o @ op.weight).astype(np.float32)
+    op.weight = (op.weight * s[:, None]).astype(np.float32)
+    return out
+
+
+@FOLDS.add(Conv)
+def _fold_conv(op, read, out):
+    """``y = conv + residual``: the input's scale into the kernel, its offset and the
+    residual's into the bias; the output's ``(y - o) / m`` into both."""
+    _fold_into_conv(op, *read(op.input))
+    m, offset = np.asarray(out[0], np.float64), out[1]
+    if op.activation == "bounded_prelu":  # (prelu(y) - o) / s = prelu(y / s) - o / s
+        op.activation_zero = np.broadcast_to(-offset / m, op.cout).astype(np.float32)
+        offset = 0.0
+    bias = op.bias.astype(np.float64) - offset
+    if op.residual:  # stored at another scale than the sum: re-scaled as read
+        s, o = read(op.residual)
+        if np.any(s != m):
+            op.residual_scale = np.broadcast_to(s / m, op.cout).astype(np.float32)
+        bias = bias + o
+    op.kernel = (op.kernel / m).astype(np.float32)
+    op.bias = (bias / m).astype(np.float32)
+    return out
+
+
+@FOLDS.add(DepthToSpace)
+def _fold_depth_to_space(op, read, out):  # the demux's chroma is the picture itself
+    _plain(op, read, op.input, *([op.chroma_from] if op.anchor else []),
+           why="a depth-to-space has no weights to fold it into; clip at 1 before it "
+           "(Clip(0, 1))")
+    return out
+
+
+@FOLDS.add(Add)
+def _fold_add(op, read, out):
+    m = np.asarray(out[0], np.float64)
+    _plain(op, read, op.input, op.other, scale=m, why=_SUM.format(m=_describe(m, 0)))
+    return out
+
+
+def _plain(op, read, *tensors, why, scale=1.0):
+    """Refuse, naming ``op`` and ``why``, a tensor of ``tensors`` not stored as ``x *
+    scale``."""
+    for t in tensors:
+        s, o = read(t)
+        if np.any(s != scale) or np.any(o != 0):
+            raise LoweringError(f"layer {op.name!r} ({type(op).__name__}) reads {t!r}, "
+                                f"stored as {_describe(s, o)}: {why}")
 
 
 def leaky_relu(slope, where) -> str:

@@ -9,10 +9,16 @@ a Keras layer takes that layer's handler).  One error for a thing without an ent
 ``layer 'act' (Elu): not taken by the Keras front end; taken: ...``.  Every table registers
 itself in :data:`TABLES` (``tests/test_architecture.py`` checks that each table of IR ops has
 every IR op type).
+
+:class:`LoweringError` lives here, below every table's module (:mod:`.lowering`, which keeps
+a table of its own, re-exports it).
 """
 from __future__ import annotations
 
-from workbench.ir.lowering import LoweringError
+
+class LoweringError(ValueError):
+    """A model (Keras or ONNX) that cannot be turned into the IR; the message names the
+    layer or node."""
 
 
 class NotTaken(LoweringError):
