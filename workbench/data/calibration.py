@@ -25,6 +25,7 @@ import numpy as np
 from workbench.data import datasets
 from workbench.data.datasets import IMAGE_SUFFIXES
 from workbench.data.images import load_image, rgb_to_y, to_uint8
+from workbench.data.memory import require_bytes
 
 CROP = 96  # side of the centre crop of a calibration image for a net of any input size
 _COUNTED = re.compile(r"^(?P<source>.+?):(?P<count>\d+)$")
@@ -34,23 +35,34 @@ def images(source, size=None, channels=3, root=None) -> tuple[list[np.ndarray], 
     """``(images, description)`` of ``source`` (see the module) for a net of input ``size``
     ``(height, width)`` (None: any) and ``channels`` (3, or 1: luma); the description says in
     a few words where they come from (``"100 images of cifar10 (train)"``).  A source that
-    names nothing, or holds no image, is refused in one line naming it."""
+    names nothing, or holds no image, is refused in one line naming it; so are images that
+    would not fit the memory available (the uint8 and float32 copies of each, counted before
+    any is read)."""
     if channels not in (1, 3):
         raise ValueError(f"calibration {source!r}: images for a net of {channels} input "
                          "channels; give the images as arrays (calibration=[HxWxC, ...])")
-    text = str(source)
-    match = _COUNTED.match(text)
-    name, count = (match["source"], int(match["count"])) if match else (text, None)
-    if count == 0:
-        raise ValueError(f"calibration {source!r}: a count of 0 images")
-    paths, where = _paths(name, count, root)
+    paths, where = listed(source, root)
     if not paths:
         raise ValueError(f"calibration {source!r}: no images there ({', '.join(IMAGE_SUFFIXES)})")
+    h, w = size or (CROP, CROP)
+    require_bytes({"calibration images": len(paths) * h * w * (3 + 4 * channels)},
+                  f"calibration {source!r}: {len(paths)} images of {w}x{h}",
+                  "give fewer (a count, e.g. cifar10:100)")
     found = [_fitted(to_uint8(load_image(p)), size) for p in paths]
     if channels == 1:
         found = [np.round(rgb_to_y(x, "full") * 255)[..., None].astype(np.uint8) for x in found]
     return [x.astype(np.float32) / np.float32(255) for x in found], \
         f"{len(found)} images of {where}"
+
+
+def listed(source, root=None) -> tuple[list[Path], str]:
+    """The image files ``source`` (see the module) names, and how to call them."""
+    text = str(source)
+    match = _COUNTED.match(text)
+    name, count = (match["source"], int(match["count"])) if match else (text, None)
+    if count == 0:
+        raise ValueError(f"calibration {source!r}: a count of 0 images")
+    return _paths(name, count, root)
 
 
 def _paths(name, count, root) -> tuple[list[Path], str]:
@@ -86,11 +98,11 @@ def _fitted(image: np.ndarray, size) -> np.ndarray:
     h, w = image.shape[:2]
     if size is None:
         top, left = max(0, (h - CROP) // 2), max(0, (w - CROP) // 2)
-        return image[top:top + CROP, left:left + CROP]
+        return image[top:top + CROP, left:left + CROP].copy()  # (not a view of the whole)
     th, tw = size
     scale = max(th / h, tw / w)
     nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
     if (nh, nw) != (h, w):
         image = np.asarray(Image.fromarray(image).resize((nw, nh), Image.BILINEAR))
     top, left = (nh - th) // 2, (nw - tw) // 2
-    return image[top:top + th, left:left + tw]
+    return image[top:top + th, left:left + tw].copy()

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from workbench.data.memory import OutOfMemory, require_bytes
 from workbench.files import atomic_path, check_writable
 
 
@@ -36,7 +37,9 @@ def load_image(path):
     if not path.is_file():
         raise FileNotFoundError(f"{path}: {_not_a_file(path)}")
     try:
-        with Image.open(path) as im:
+        with Image.open(path) as im:  # (the header: its size, before anything is decoded)
+            require_bytes({"decoding": decoded_bytes(im)}, f"{path}: a {im.width}x{im.height} "
+                          "image", "give a smaller image")
             frames = getattr(im, "n_frames", 1)
             if frames > 1:
                 warnings.warn(f"{path}: {frames} frames (an animation?); the first is read",
@@ -47,8 +50,10 @@ def load_image(path):
             else:
                 im.load()  # decode now, so that a truncated file raises here
                 pixels, bits = _pil_pixels(ImageOps.exif_transpose(im), path, im.format)
-    except (ImageError, FileNotFoundError):
+    except (ImageError, FileNotFoundError, OutOfMemory):
         raise
+    except Image.DecompressionBombError as e:
+        raise ImageError(f"{path}: refused by Pillow's decompression-bomb guard ({e})") from e
     except Exception as e:  # Pillow and pypng raise OSError, SyntaxError, ValueError, their own...
         raise ImageError(f"{path}: not a readable image ({type(e).__name__}: {e})") from e
     if bits in (16, 32):
@@ -66,6 +71,17 @@ def load_image(path):
     if img.shape[2] == 1:
         img = np.repeat(img, 3, axis=2)
     return np.ascontiguousarray(img, dtype=np.float32)
+
+
+def decoded_bytes(im) -> int:
+    """Memory :func:`load_image` takes to decode the opened (not yet decoded) Pillow image
+    ``im``: per pixel 4 bytes a band as decoded (10 for a 16-bit PNG, read by pypng) and 14 a
+    channel kept (3, or 4 with alpha: the uint8, float64 and float32 copies), measured at 46
+    bytes a pixel for RGB, 56 RGBA, 40 grey."""
+    bands = len(im.getbands())
+    kept = 4 if "A" in im.mode or "transparency" in im.info else 3
+    per_band = 10 if im.format == "PNG" and ";16" in (im.tile[0][3] if im.tile else "") else 4
+    return im.width * im.height * (per_band * bands + 14 * kept)
 
 
 def _not_a_file(path: Path) -> str:
@@ -192,11 +208,18 @@ def check_output_path(out, inputs):
 
 
 def to_uint8(img):
-    """Float [0, 1] -> uint8: clip, scale by 255, round to nearest (half to even). uint8 passes."""
+    """Float [0, 1] -> uint8: clip, scale by 255, round to nearest (half to even). uint8 passes.
+    A large image is converted a few rows at a time (no float copy of it)."""
     img = np.asarray(img)
     if img.dtype == np.uint8:
         return img
-    return np.round(np.clip(img, 0, 1) * 255).astype(np.uint8)
+    if img.ndim == 0:
+        return np.round(np.clip(img, 0, 1) * 255).astype(np.uint8)
+    out = np.empty(img.shape, np.uint8)  # (rows a few million values at a time: no float copy)
+    rows = max(1, 2 ** 22 // max(img[0].size, 1))
+    for i in range(0, len(img), rows):
+        out[i:i + rows] = np.round(np.clip(img[i:i + rows], 0, 1) * 255)
+    return out
 
 
 def to_float(img):

@@ -235,6 +235,9 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
     if scaled_bits not in (8, 16):
         raise ValueError(f"scaled_bits must be 8 or 16, not {scaled_bits!r}")
+    for name, value in {"fit": fit, "shared": shared, "force": force, "check": check}.items():
+        if not isinstance(value, bool) and not (name == "check" and value is None):
+            raise ValueError(f"{name} must be True or False, not {value!r}")
     target = _target(target)
     table = target.limits
     model = normalised(model, mean, std)

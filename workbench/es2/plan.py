@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from workbench import ir
+from workbench.data.memory import OutOfMemory, available_bytes, require_bytes  # noqa: F401
 from workbench.es2.record import record
 from workbench.ir.cost import Cost
 
@@ -62,39 +63,43 @@ def peak_texture_bytes(graph: ir.Graph, hw) -> int:
                for i in range(len(graph.ops)))
 
 
-class OutOfMemory(ValueError):
-    """A run that would need more memory than the machine has available (one line)."""
-
-
-def memory_bytes(graph: ir.Graph, hw, parts=("GL textures", "emulator", "reference")) -> dict:
+def memory_bytes(graph: ir.Graph, hw, parts=("GL textures", "emulator", "reference"),
+                 images=0) -> dict:
     """The bytes a run at input size ``hw`` needs, estimated from the IR's shapes, for each
     of ``parts``: ``"GL textures"`` every texture (the runner keeps them all), ``"emulator"``
-    and ``"reference"`` (TensorFlow / ONNX Runtime) every tensor as float32."""
-    tensors = 4 * sum(h * w * c for h, w, c in graph.shapes(hw).values())
+    every tensor of one image as float32 and, for a check on ``images`` images, those images
+    as float32 and its comparison of every tensor of each (its float64 and float32 values:
+    12 bytes a value; the largest tensor's joined, clipped and compared: 48 bytes a value),
+    ``"reference"`` (TensorFlow / ONNX Runtime) every tensor of its batch (``images``, at
+    least 1) as float32, and ``"programs"`` the shader text that grows with the input (a
+    dense layer's pixel taps, :meth:`workbench.es2.ops.dense.Gemv.source_bytes`).  Measured
+    against the peak RSS of a compile with the check: 0.98-1.05 of it."""
+    shapes = graph.shapes(hw)
+    values = sum(h * w * c for h, w, c in shapes.values())
+    largest = max(h * w * c for h, w, c in shapes.values())
+    h, w, c = shapes[graph.input.name]
     sizes = {"GL textures": sum(texture_bytes(*t) for t in textures(graph, hw).values()),
-             "emulator": tensors, "reference": tensors}
+             "emulator": 4 * values + images * (4 * h * w * c + 12 * values + 48 * largest),
+             "reference": 4 * values * max(images, 1),
+             "programs": sum(op.source_bytes(shapes) for op in graph.ops
+                             if hasattr(op, "source_bytes"))}
     return {part: sizes[part] for part in parts}
 
 
-def available_memory() -> int | None:
-    """The bytes the kernel says a process may still take (MemAvailable), None unknown."""
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+COMPILE_CHECKED = ("GL textures", "emulator", "reference", "programs")  # (compile's parts)
+
+
+def available_memory():
+    """The bytes this process may still take (:func:`workbench.data.memory.available_bytes`:
+    the least of MemAvailable, its ulimit and its cgroup's room), None unknown."""
+    return available_bytes()
 
 
 def require_memory(graph: ir.Graph, hw, helps: str, parts=("GL textures", "emulator",
-                                                            "reference")):
+                                                            "reference"), images=0):
     """Refuse, before anything is allocated, a run at input size ``hw`` whose
-    :func:`memory_bytes` exceed the memory available: :class:`OutOfMemory` in one line with
-    the need, what is available and ``helps`` (the option that helps)."""
-    need, free = memory_bytes(graph, hw, parts), available_memory()
-    if free is not None and sum(need.values()) > free:
-        each = ", ".join(f"{part} {b / 1e9:.1f}" for part, b in need.items())
-        raise OutOfMemory(f"a {hw[1]}x{hw[0]} input to {graph.name!r} needs about "
-                          f"{sum(need.values()) / 1e9:.1f} GB ({each}); {free / 1e9:.1f} GB "
-                          f"available; {helps}")
+    :func:`memory_bytes` (for a check on ``images`` images) exceed the memory available
+    (:func:`available_memory`): :class:`OutOfMemory` in one line with the need, what is
+    available and ``helps`` (the option that helps)."""
+    require_bytes(memory_bytes(graph, hw, parts, images),
+                  f"a {hw[1]}x{hw[0]} input to {graph.name!r}", helps, available_memory())

@@ -91,12 +91,10 @@ def run_tiled(net, image, max_size: int, run=None) -> Tiled:
     if side < 1:
         raise ValueError(f"no input fits textures of {max_size} pixels")
     free = plan.available_memory()
-    if free is not None:  # the output whole, and tiles whose textures fit beside it
+    if free is not None:  # the output whole, and tiles (and its saving) in as much again
         out_bytes = 4 * math.prod(graph.shapes((h, w))[graph.output])
-        if out_bytes > free // 2:
-            raise plan.OutOfMemory(f"the {w}x{h} image's output alone needs "
-                                   f"{out_bytes / 1e9:.1f} GB, {free / 1e9:.1f} GB available; "
-                                   "use a smaller image")
+        plan.require_bytes({"output": out_bytes, "its tiles and saving": out_bytes},
+                           f"the {w}x{h} image", "use a smaller image", free)
         while side > 64 and sum(plan.memory_bytes(graph, (side, side), ("GL textures",))
                                 .values()) > (free - out_bytes) // 2:
             side = side * 3 // 4

@@ -66,6 +66,13 @@ class Gemv(ir.Dense):
         every = max(h * w if self.pool else 1, 1)
         return -(-ir.packs(self.cin) // self.block) * -(-every // (self.chunk or every))
 
+    def source_bytes(self, shapes) -> int:
+        """Memory of its multiply programs' text (a tap of about 70 characters per input pack
+        and pixel) and, while they are made, of the list of its pixels (about 160 bytes a
+        pixel): what grows with the input size (:func:`workbench.es2.plan.memory_bytes`)."""
+        pixels = self.pixels(shapes)
+        return 70 * ir.packs(self.cin) * pixels + 160 * pixels
+
     def reductions(self, shapes) -> list[int]:
         """Row counts: of the partial sums, then after each reduction pass (ends at 1)."""
         rows = [self.piece_count(shapes)]
@@ -77,7 +84,8 @@ class Gemv(ir.Dense):
 def fetches(op: Gemv, shapes) -> int:
     """Texel fetches per fragment of the heaviest stage, a multiply program: 4 weights and
     one input texel per pixel, for each input pack of its block."""
-    return max(4 * len(packs) + len(packs) * len(pixels) for packs, pixels in op.pieces(shapes))
+    block, pixels = min(op.block, ir.packs(op.cin)), op.pixels(shapes)
+    return 4 * block + block * min(op.chunk or pixels, pixels)  # (the first piece's)
 
 
 def _number_glsl(op: Gemv):
@@ -303,13 +311,14 @@ def textures(op: Gemv, shapes) -> dict:
 
 def cost(op: Gemv, shapes, programs=None) -> Cost:
     rows = op.reductions(shapes)
-    pieces = op.pieces(shapes)
-    total = op.pairs * sum(4 * len(b) + len(b) * len(pixels) for b, pixels in pieces)
+    packs = ir.packs(op.cin)
+    chunks = op.piece_count(shapes) // -(-packs // op.block)  # (each block reads every pixel)
+    total = op.pairs * (4 * packs * chunks + packs * op.pixels(shapes))
     total += op.pairs * sum(r * min(op.reduce, prev) + (1 if r == 1 else 0)
                             for prev, r in zip(rows, rows[1:]))
     nbytes = sum(texture_bytes(*t) for t in textures(op, shapes).values())
     return Cost(multiply_adds=op.cin * op.cout, texel_fetches=total, texture_bytes=nbytes,
-                programs=len(pieces) + len(rows) - 1)
+                programs=rows[0] + len(rows) - 1)
 
 
 def prepare(op: ir.Dense, shapes, limits, options) -> Gemv:
