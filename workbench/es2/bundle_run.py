@@ -27,8 +27,13 @@ within the bundle's ``levels`` of the float16 prediction) and TF's
 output (PSNR, or the logits of a classifier).  Writes a device report
 (``workbench-device-report/1``, source ``bundle``) for ``python -m workbench devices``.
 Exit status 1 when an input's share of bytes equal to the emulator (within ``levels``) is
-below ``--threshold``.  Every file ``manifest.json`` or ``bundle.json`` names must lie in the
-bundle's folder with the sha256 their ``files`` list; else one line naming it, exit status 2.
+below ``--threshold`` (a share in [0, 1]).  ``manifest.json`` and ``bundle.json`` must each
+hold its own sha256 (``manifest_sha256``, ``bundle_sha256``: of the file's JSON without it,
+keys sorted, no spaces, as the workbench wrote it; at most 256 MiB) and every file they name
+must lie in the bundle's folder with the sha256 their ``files`` list; else one line naming
+it, exit status 2.  For a net with 16-bit tensors, whose codes a GPU's float32 sums may move
+by a step from the emulator's, ``levels`` is the band that spreads to the output (steps of
+it; a classifier's: its logits' 16-bit codes).
 
 ``first_draw_ms`` includes the driver's own shader translation, which Mesa does at the first
 draw and keeps in its on-disk cache: a second run is much faster (set
@@ -57,6 +62,9 @@ from OpenGL import GLES2 as gl
 HERE = Path(__file__).resolve().parent
 EGL_PLATFORM_SURFACELESS_MESA = 0x31DD
 QUAD = np.array([-1, -1, 1, -1, -1, 1, 1, 1], np.float32)
+MAX_JSON_BYTES = 256 << 20  # as workbench.files
+FORMATS = {"manifest.json": ("workbench-es2/1", "manifest_sha256"),
+           "bundle.json": ("workbench-bundle/1", "bundle_sha256")}
 LIMITS = ("MAX_TEXTURE_SIZE", "MAX_TEXTURE_IMAGE_UNITS", "MAX_VARYING_VECTORS",
           "MAX_FRAGMENT_UNIFORM_VECTORS", "MAX_RENDERBUFFER_SIZE")
 
@@ -131,6 +139,43 @@ def refuse(message):
     """A bundle that is not as written: ``error: <message>`` and exit status 2."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def load_json(name):
+    """``(content, bytes)`` of the bundle's ``manifest.json`` or ``bundle.json``: JSON of its
+    format holding its own sha256 (:data:`FORMATS`), as workbench.es2.saved.seal computes
+    it; else exit in one line naming it."""
+    path, (kind, key) = HERE / name, FORMATS[name]
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            refuse(f"{path}: over the {MAX_JSON_BYTES} bytes a bundle's JSON may hold")
+        data = path.read_bytes()
+        obj = json.loads(data)
+    except OSError as err:
+        refuse(f"{path}: cannot be read ({err.strerror or err})")
+    except RecursionError:
+        refuse(f"{path}: nested too deep to be JSON the workbench wrote")
+    except ValueError as err:  # not UTF-8, not JSON (truncated)
+        refuse(f"{path}: not valid JSON ({err})")
+    if not isinstance(obj, dict) or obj.get("format") != kind:
+        refuse(f"{path}: not a {kind} file; write the bundle again")
+    body = json.dumps({k: v for k, v in obj.items() if k != key}, sort_keys=True,
+                      separators=(",", ":"))
+    if obj.get(key) != hashlib.sha256(body.encode()).hexdigest():
+        refuse(f"{path}: edited after it was written, or by an older workbench ({key} "
+               "differs or is missing); write the bundle again")
+    return obj, data
+
+
+def share(text):
+    """``--threshold``: a share of bytes, a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share of bytes in [0, 1]")
+    return value
 
 
 def read(name, digests, listing):
@@ -322,14 +367,14 @@ def check(stored, expected, tf, output, levels=0):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threshold", type=float, default=None,
+    parser.error = refuse  # one line, exit status 2
+    parser.add_argument("--threshold", type=share, default=None,
                         help="least share of output bytes equal to the emulator's for exit "
                         "status 0 (default: the bundle's, 0.999)")
     parser.add_argument("--report", default=str(HERE / "report.json"),
                         help="device report to write (default: report.json in the bundle)")
     args = parser.parse_args(argv)
-    manifest_bytes = (HERE / "manifest.json").read_bytes()
-    manifest, bundle = json.loads(manifest_bytes), json.loads((HERE / "bundle.json").read_text())
+    (manifest, manifest_bytes), (bundle, _) = load_json("manifest.json"), load_json("bundle.json")
     threshold = bundle["threshold"] if args.threshold is None else args.threshold
     output, levels = bundle["output"], bundle.get("levels", 0)
     judged = "bytes_within_levels" if levels else "bytes_equal_emulator"
@@ -373,7 +418,8 @@ def main(argv=None):
         print(f"{e['name']:24} {e['width']:>4}x{e['height']:<4} "
               f"{100 * e['bytes_equal_emulator']:>19.3f} {vs_tf!s:>14}")
     worst = min(e[judged] for e in inputs)
-    band = f" (mediump: within {levels} levels)" if levels else ""
+    unit = "codes" if output["kind"] == "logits" else "levels"
+    band = f" (within {levels} {unit})" if levels else ""
     print(f"{args.report}: written; bytes equal to the emulator{band}: worst "
           f"{100 * worst:.3f} % ({'ok' if worst >= threshold else 'BELOW'} threshold "
           f"{100 * threshold:.1f} %)")
