@@ -5,6 +5,8 @@ max and average pooling, a residual, a concatenation of tensors of different sca
 GAP + Dense computes what TensorFlow / ONNX Runtime compute (8-bit storage aside), and on the
 GPU (llvmpipe) its bytes are the emulator's.  Where a reader cannot fold a scale, one line says
 which layer and why."""
+from dataclasses import dataclass, replace
+
 import keras
 import numpy as np
 import pytest
@@ -12,8 +14,11 @@ import pytest
 from tests.ir import onnx_graphs
 from tests.ir.onnx_graphs import NEWEST
 from workbench import es2, es31, ir
-from workbench.es2 import emulate, onnx_check
+from workbench.es2 import calibrate, emulate, onnx_check
+from workbench.ir import lowering
+from workbench.ir.ops import Op
 from workbench.ir.to_onnx import to_onnx
+from workbench.nets import activations
 from workbench.nets.layers import DepthToSpace
 from workbench.nets.onnx_model import OnnxModel
 
@@ -176,6 +181,45 @@ def test_a_scaled_output_or_depth_to_space_is_refused():
                              DepthToSpace(2, name="d2s")))
     assert message.startswith("layer 'd2s' (DepthToSpace) reads 'c', stored as x / 6: a "
                               "depth-to-space has no weights")
+
+
+@dataclass
+class Negate(Op):
+    """An IR op type of the test's own: no scale folding rule knows it."""
+    name: str
+    input: str
+
+    def out_shape(self, shapes, hw):
+        return shapes[self.input]
+
+
+def test_an_op_type_without_a_folding_rule_is_refused_in_one_line():
+    """Issue 59: the fold took an op it did not know for an Add (here: AttributeError,
+    'other')."""
+    graph = ir.Graph(ir.Input("image", 3), [Negate("neg", "image")], "neg")
+    with pytest.raises(lowering.NoScaleRule) as err:
+        lowering.Scales(3).fold(graph)
+    assert str(err.value).startswith("layer 'neg': Negate has no scale folding rule; a gap in "
+                                     "the workbench")
+    assert "\n" not in str(err.value) and not isinstance(err.value, ValueError)  # not the user's
+
+
+def test_an_activation_without_a_stored_form_is_refused_in_one_line(monkeypatch):
+    """Issue 59: calibration stored an unbounded activation it did not know (a HardSwish's
+    kind) as a clamped ReLU; it is refused before any image is run."""
+    swish = replace(activations.get("relu"), name="fake_swish", output_range=(-0.4, np.inf))
+    monkeypatch.setitem(activations._REGISTRY, swish.name, swish)
+    conv = ir.Conv("c", "image", np.ones((1, 1, 3, 4), np.float32), np.zeros(4, np.float32),
+                   activation="fake_swish")
+    head = ir.Conv("head", "c", np.ones((1, 1, 4, 3), np.float32), np.zeros(3, np.float32),
+                   activation="sigmoid")
+    graph = ir.Graph(ir.Input("image", 3), [conv, head], "head")
+    assert calibrate.scaled(graph) == {"c"}
+    with pytest.raises(lowering.NoScaleRule) as err:
+        calibrate.require_foldable(graph)
+    assert str(err.value).startswith("layer 'c': activation 'fake_swish' has no form stored "
+                                     "at a scale; a gap in the workbench")
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("padding", ["valid", "same"])
