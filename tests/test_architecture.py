@@ -208,6 +208,7 @@ OP_TYPES = tuple(ir.OP_TYPES)  # every IR op type (Conv ... Dense, Upsample, Add
 # module that fills it.
 CONSUMERS = {"the ES 2.0 back end": "workbench.es2",
              "the ONNX writer (workbench.ir.to_onnx)": "workbench.ir.to_onnx",
+             "the scale folding (workbench.ir.lowering.Scales.fold)": "workbench.ir.lowering",
              "the ES 3.1 back end": "workbench.es31",
              "the TF.js peer": "workbench.web.tfjs"}
 # Where asking an op its type is the job: the lowerings (Keras; ONNX, and its mirror that
@@ -285,14 +286,39 @@ _FIELDS = [{f.name for f in dataclasses.fields(t)} for t in ir.OP_TYPES.values()
 KIND_FIELDS = set.union(*_FIELDS) - set.intersection(*_FIELDS)
 
 
+# Where, outside the homes of op-type tests, an op is asked for a field whose name a variable
+# holds (``getattr(op, name)``), and why the name is always one the op has.
+VARIABLE_PROBE_HOMES = {
+    "workbench/nets/activations.py": "an activation's parameters (PARAMETERS: a PRelu's "
+    "activation_slope, activation_zero) of the op whose activation it is (a Conv, an Add)",
+    "workbench/web/tfjs.py": "the same PRelu parameters for the peer, None where an Add has "
+    "no activation_zero (calibration makes a stored Add a Conv)",
+    "workbench/es2/fixed16.py": "an ES 2.0 program form's bits (BITS: a ConvForm's out_bits, "
+    "in_bits, residual_bits), not an IR kind's field; 8 for any other op",
+}
+
+
+def _probes(path: Path):
+    """``getattr(x, name, ...)`` and ``hasattr(x, name)`` calls of ``path``."""
+    return [node for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr",
+                                                                                 "hasattr")
+            and len(node.args) >= 2]
+
+
 def attribute_probes(path: Path) -> list[int]:
     """Lines of ``path`` that probe an op for another kind's field: ``getattr(op,
     "chroma_from", None)``, ``hasattr(op, "interpolation")``."""
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr",
-                                                                                 "hasattr")
-            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-            and node.args[1].value in KIND_FIELDS]
+    return [node.lineno for node in _probes(path)
+            if isinstance(node.args[1], ast.Constant) and node.args[1].value in KIND_FIELDS]
+
+
+def variable_probes(path: Path) -> list[int]:
+    """Lines of ``path`` that ask an op (a variable named ``op``, as the code names IR ops)
+    for a field named by a variable: ``getattr(op, name)``, ``hasattr(op, f.name)``."""
+    return [node.lineno for node in _probes(path)
+            if getattr(node.args[0], "id", None) == "op"
+            and not isinstance(node.args[1], ast.Constant)]
 
 
 def test_no_attribute_probes_outside_the_op_records():
@@ -306,11 +332,26 @@ def test_no_attribute_probes_outside_the_op_records():
     assert "name" not in KIND_FIELDS and "input" not in KIND_FIELDS  # every op has them
 
 
+def test_no_variable_attribute_probes_outside_their_homes():
+    """``getattr(op, name)`` may ask any field of any kind (issue 59): only the homes of
+    op-type tests and :data:`VARIABLE_PROBE_HOMES` ask an op so."""
+    root = PACKAGE.parent
+    probed = {p.relative_to(root).as_posix(): variable_probes(p) for p in PACKAGE.rglob("*.py")}
+    probed = {p: lines for p, lines in probed.items() if lines}
+    outside = {p: lines for p, lines in probed.items()
+               if not p.startswith(OP_TYPE_HOMES) and p not in VARIABLE_PROBE_HOMES}
+    assert not outside, f"ops asked for a field named by a variable: {outside}"
+    assert set(VARIABLE_PROBE_HOMES) <= set(probed), "a home that no longer probes: drop it"
+
+
 def test_the_attribute_probe_checker_finds_each_form(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text('a = getattr(op, "chroma_from", None)\nb = hasattr(op, "interpolation")\n'
                    'c = getattr(op, "name")\nd = op.anchor\ne = getattr(op, "anchor")\n')
     assert attribute_probes(bad) == [1, 2, 5]
+    bad.write_text('a = getattr(op, name)\nb = hasattr(op, f.name)\nc = getattr(op, "x", 1)\n'
+                   'd = getattr(self, name)\ne = getattr(op, FIELDS[k], None)\n')
+    assert variable_probes(bad) == [1, 2, 5]
 
 
 def test_the_op_type_checker_finds_each_form(tmp_path):
