@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from workbench import ir
-from workbench.data.memory import OutOfMemory, available_bytes, require_bytes  # noqa: F401
+from workbench.data import memory
+from workbench.data.memory import OutOfMemory, require_bytes  # noqa: F401
 from workbench.es2.record import record
 from workbench.ir.cost import Cost
 
@@ -92,7 +93,7 @@ COMPILE_CHECKED = ("GL textures", "emulator", "reference", "programs")  # (compi
 def available_memory():
     """The bytes this process may still take (:func:`workbench.data.memory.available_bytes`:
     the least of MemAvailable, its ulimit and its cgroup's room), None unknown."""
-    return available_bytes()
+    return memory.available_bytes()
 
 
 def require_memory(graph: ir.Graph, hw, helps: str, parts=("GL textures", "emulator",
