@@ -97,7 +97,7 @@ def test_sr_net_with_an_anchor_matches_tf_in_float(anchor, law):
     model.get_layer("L5").set_weights([np.random.default_rng(1).normal(0, 0.2, kernel.shape),
                                        bias])
     image = _image(21, 17, 3, seed=5)
-    out = es31.compile(model, storage="rgba32f").run(image)
+    out = es31.compile(model, es31.Target(storage="rgba32f")).run(image)
     assert np.abs(out - _sr_reference(model, image)).max() <= 1e-4
 
 
@@ -111,7 +111,7 @@ def test_sr_cost_at_256_is_less_than_half_of_es2(sr_model):
 
 def test_rgba16f_storage(sr_model):
     image = _image(16, 16, 3, seed=5)
-    net = es31.compile(sr_model, storage="rgba16f")
+    net = es31.compile(sr_model, es31.Target(storage="rgba16f"))
     assert "rgba16f" in net.kernels[1].source
     err = np.abs(net.run(image) - _sr_reference(sr_model, image)).max()
     assert 1e-5 < err <= 4e-3   # half-float storage: rounded, but to ~11 bits
@@ -129,7 +129,7 @@ def test_conv_against_tf(kernel, stride, padding, groups, residual, tile):
         y = keras.layers.Add()([y, x])
     model = keras.Model(inputs, Act("sigmoid")(y))
     image = _image(19, 13, 16, seed=6)
-    net = es31.compile(model, tile=tile, max_outputs=2, count_loads=True)
+    net = es31.compile(model, es31.Target(max_outputs=2), tile=tile, count_loads=True)
     out = net.run(image)
     ref = model(image[None]).numpy()[0]
     assert out.shape == ref.shape and np.abs(out - ref).max() <= 1e-5
@@ -216,7 +216,7 @@ def test_classifier_tiny_matches_tf(tiny):
     assert np.abs(out - ref).max() <= 1e-4
     assert np.array_equal(out.argmax(1), ref.argmax(1))
     assert {k: c.texel_fetches for k, c in net.cost((16, 16)).items()} == _loads_by_op(net)
-    half = np.array([es31.compile(model, storage="rgba16f").run(p) for p in pictures])
+    half = np.array([es31.compile(model, es31.Target(storage="rgba16f")).run(p) for p in pictures])
     assert np.abs(half - ref).max() <= 0.05
 
 
@@ -233,7 +233,7 @@ def test_save_writes_shaders_and_manifest(tmp_path, sr_model):
     net = es31.compile(sr_model)
     net.save(tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["format"] == "workbench-es31/1"
+    assert manifest["format"] == "workbench-es31/2"
     assert [k["name"] for k in manifest["kernels"]] == ["L1", "L2", "L3", "L4", "L5", "subpixels"]
     assert all((tmp_path / k["shader"]).read_text().startswith("#version 310 es")
                for k in manifest["kernels"])
@@ -251,7 +251,7 @@ def test_save_writes_shaders_and_manifest(tmp_path, sr_model):
 def test_shaders_pass_glslang(sr_model, tiny, tmp_path):
     if shutil.which("glslangValidator") is None:
         pytest.skip("glslangValidator not installed")
-    nets = [es31.compile(sr_model), es31.compile(tiny[0], storage="rgba16f")]
+    nets = [es31.compile(sr_model), es31.compile(tiny[0], es31.Target(storage="rgba16f"))]
     for i, net in enumerate(nets):
         for k in net.kernels:
             path = tmp_path / f"{i}_{k.name}.comp"
@@ -260,6 +260,43 @@ def test_shaders_pass_glslang(sr_model, tiny, tmp_path):
             assert run.returncode == 0, run.stdout
 
 
-def test_bad_options_are_refused():
+def test_bad_targets_are_refused():
     with pytest.raises(ValueError, match="storage must be one of"):
-        es31.Options(storage="rgba8")
+        es31.Target(storage="rgba8")
+    with pytest.raises(ValueError, match="guarantees 128 invocations"):
+        es31.Options(local_size=(16, 16))
+    with pytest.raises(TypeError, match="^target: an es31.Target, not str$"):
+        es31.compile(None, "rgba16f")
+
+
+def test_a_saved_net_loads_and_runs_as_saved(tmp_path, tiny):
+    """es31.load compiles the folder's graph and options again (rgba16f, tile=False kept):
+    the same kernels, the same output."""
+    model, pictures = tiny
+    net = es31.compile(model, es31.Target(storage="rgba16f", max_outputs=2), tile=False)
+    net.save(tmp_path / "net")
+    back = es31.load(tmp_path / "net")
+    assert back.options == net.options and back.target == net.target
+    assert [k.source for k in back.kernels] == [k.source for k in net.kernels]
+    assert np.array_equal(back.run(pictures[0]), net.run(pictures[0]))
+
+
+@pytest.mark.parametrize("edit, refused", [
+    ("shader", r"stem\.comp: not the file .* lists \(sha256 differs\)"),
+    ("manifest", r"manifest\.json: not what the folder's graph and options compile to"),
+    ("format", r"not a saved ES 3\.1 net of this workbench \(format 'workbench-es31/1'"),
+])
+def test_an_edited_folder_is_refused_in_one_line(tmp_path, tiny, edit, refused):
+    es31.compile(tiny[0]).save(tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    if edit == "shader":
+        (tmp_path / "stem.comp").write_text((tmp_path / "stem.comp").read_text() + "\n")
+    elif edit == "manifest":
+        manifest["kernels"][0]["jobs"] += 1
+    else:
+        manifest["format"] = "workbench-es31/1"
+    if edit != "shader":
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=refused) as error:
+        es31.load(tmp_path)
+    assert "\n" not in str(error.value)

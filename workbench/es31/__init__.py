@@ -1,13 +1,17 @@
 """OpenGL ES 3.1 back end: ``#version 310 es`` compute shaders from the same IR.
 
-``net = workbench.es31.compile(model)`` lowers a Keras model to the IR (:mod:`workbench.ir`: BatchNorm folded, shuffles as binding orders) and
-generates one compute program per op; ``net.run(image)`` runs them on the GPU (moderngl,
-headless EGL, in the child process of :mod:`workbench.gl.compute`), ``net.cost(hw)`` counts
-what they do, ``net.save(dir)`` writes the shaders and a JSON manifest.
+``net = workbench.es31.compile(model, target)`` lowers a Keras or ONNX model to the IR
+(:mod:`workbench.ir`: BatchNorm folded, shuffles as binding orders) and generates one compute
+program per op for ``target`` (:class:`Target`: storage, local size, output packs per
+invocation); ``net.run(image)`` runs them on the GPU (moderngl, headless EGL, in the child
+process of :mod:`workbench.gl.compute`), ``net.cost(hw)`` counts what they do,
+``net.save(dir)`` writes the shaders and a JSON manifest, ``workbench.es31.load(dir)`` reads
+them back; ``net.emulate`` is not offered (no emulator of float storage).  The same interface
+as an ES 2.0 net: :class:`workbench.ir.backend.Net`.
 
-Storage: every tensor is one 2D array image, RGBA32F (``storage="rgba32f"``) or RGBA16F,
-layer ``p`` holding channels ``4p .. 4p+3`` (the ES 2.0 back end's packs, as layers of one
-image instead of separate textures).  Weights live in one shader storage buffer per op:
+Storage: every tensor is one 2D array image, RGBA32F (``Target(storage="rgba32f")``) or
+RGBA16F, layer ``p`` holding channels ``4p .. 4p+3`` (the ES 2.0 back end's packs, as layers
+of one image instead of separate textures).  Weights live in one shader storage buffer per op:
 ``vec4 bias[out packs]`` followed by ``mat4 w[]`` (column ``i`` of a ``mat4`` = the weights
 of input component ``i``, as in the ES 2.0 shaders).  Nothing crosses to the CPU between ops.
 
@@ -28,9 +32,10 @@ keep their weights in shader constants, which are not counted either).  Loads ou
 input (zero padding) are skipped, not made.  ``texture_bytes`` is the op's output image.
 """
 from workbench.es31 import ops  # noqa: F401 (registers every op's rules)
-from workbench.es31.kernels import STORAGES, Kernel, Options
-from workbench.es31.net import Net, compile, from_graph, generate, image_specs, output_values
+from workbench.es31.kernels import STORAGES, Kernel, Options, Target
+from workbench.es31.net import (Net, compile, from_graph, generate, image_specs, load,
+                                output_values)
 from workbench.es31.record import OPS
 
-__all__ = ["OPS", "STORAGES", "Kernel", "Options", "Net", "compile", "from_graph", "generate",
-           "image_specs", "output_values"]
+__all__ = ["OPS", "STORAGES", "Kernel", "Options", "Target", "Net", "compile", "from_graph",
+           "generate", "image_specs", "load", "output_values"]

@@ -1,14 +1,15 @@
-"""What every ES 3.1 op's kernels share: :class:`Options`, :class:`Kernel` and the GLSL pieces
-(the header, image declarations, counted loads, the bounds tests).
+"""What every ES 3.1 op's kernels share: :class:`Target`, :class:`Options`, :class:`Kernel`
+and the GLSL pieces (the header, image declarations, counted loads, the bounds tests).
 
 Each op's kernels, plan, loads and cost are in its module of :mod:`workbench.es31.ops`;
 conventions (storage, weights, local size, tiles, cost) in :mod:`workbench.es31`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from workbench import ir
+from workbench.gl.compute import ES31_MIN
 from workbench.glsl_text import glsl_float
 
 STORAGES = {"rgba32f": "f4", "rgba16f": "f2"}
@@ -16,19 +17,40 @@ LOAD_COUNTER_BINDING = 1
 
 
 @dataclass(frozen=True)
-class Options:
+class Target:
+    """What ES 3.1 kernels are generated for: the images' ``storage`` format (``"rgba32f"``
+    or ``"rgba16f"``, the ES 2.0 target's precision's counterpart), the work group
+    (``local_size``, at most the ``work_group_invocations`` every ES 3.1 GPU offers:
+    :data:`workbench.gl.compute.ES31_MIN`) and the output packs one invocation computes
+    (``max_outputs``: 4 floats of registers each)."""
     storage: str = "rgba32f"
     local_size: tuple[int, int] = (8, 8)
-    max_outputs: int = 8      # output packs one invocation computes (registers: 4 floats each)
-    tile: bool = True         # stage input tiles in shared memory (convs with k > 1)
-    count_loads: bool = False  # instrument every imageLoad with an atomic counter (tests)
+    max_outputs: int = 8
 
     def __post_init__(self):
         if self.storage not in STORAGES:
             raise ValueError(f"storage must be one of {sorted(STORAGES)}, not {self.storage!r}")
         lx, ly = self.local_size
-        if lx * ly > 128 or lx < 1 or ly < 1:
-            raise ValueError(f"local size {self.local_size}: ES 3.1 guarantees 128 invocations")
+        if lx * ly > ES31_MIN["work_group_invocations"] or lx < 1 or ly < 1:
+            raise ValueError(f"local size {self.local_size}: ES 3.1 guarantees "
+                             f"{ES31_MIN['work_group_invocations']} invocations")
+
+
+@dataclass(frozen=True)
+class Options(Target):
+    """What kernels are generated with: a :class:`Target`'s fields, then ``tile`` (stage input
+    tiles in shared memory: convs with k > 1) and ``count_loads`` (instrument every imageLoad
+    with an atomic counter: tests)."""
+    tile: bool = True
+    count_loads: bool = False
+
+    @classmethod
+    def of(cls, target: Target, tile=True, count_loads=False) -> "Options":
+        return cls(**asdict(target), tile=tile, count_loads=count_loads)
+
+    @property
+    def target(self) -> Target:
+        return Target(self.storage, self.local_size, self.max_outputs)
 
 
 @dataclass

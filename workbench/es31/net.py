@@ -1,12 +1,15 @@
-"""The ES 3.1 net: compiled kernels, run on the GPU, cost, save."""
+"""The ES 3.1 net: compile a Keras or ONNX model, run it on the GPU, cost, save and load it
+(the interface every back end's net offers: :class:`workbench.ir.backend.Net`)."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
 from workbench import gl, ir
-from workbench.es31.kernels import LOAD_COUNTER_BINDING, STORAGES, Kernel, Options
+from workbench.es31 import saved
+from workbench.es31.kernels import LOAD_COUNTER_BINDING, STORAGES, Kernel, Options, Target
 from workbench.es31.record import rules, tensor_images
 from workbench.files import content_bytes, sha256, write_folder
 from workbench.ir.cost import Cost
@@ -37,7 +40,8 @@ _NEXT_ID = [0]
 
 class Net:
     """A net as ES 3.1 compute programs.  Images are HxWxC float in [0, 1] (HxWx3 RGB for
-    luma nets); :meth:`run` returns float32, unrounded (an image, or the logits)."""
+    luma nets); :meth:`run` returns float32, unrounded (an image, or the logits).
+    ``options``: what its kernels were generated with; ``target``: their :class:`Target`."""
 
     def __init__(self, graph: ir.Graph, kernels: list[Kernel], options: Options):
         self.graph, self.kernels, self.options = graph, kernels, options
@@ -45,6 +49,10 @@ class Net:
         self.owner = f"es31-{_NEXT_ID[0]}"
         self._worker, self._hw, self.timings, self.loads = None, None, {}, {}
         self.compile_seconds = None
+
+    @property
+    def target(self) -> Target:
+        return self.options.target
 
     @property
     def precision(self):
@@ -85,9 +93,11 @@ class Net:
                 "images": [(u, self._key(t), a) for u, t, a in kernel.images],
                 "uniforms": ir.uniform_values(kernel.uniforms, self.shapes)}
 
-    def run(self, image, keep=False):
+    def run(self, image, keep=False, timed=True):
         """Run on the GPU.  Returns the output (HxWxC image or logits vector), or with
-        ``keep`` every tensor as stored, ``{tensor: HxWx(4*layers) float32}``."""
+        ``keep`` every tensor as stored, ``{tensor: HxWx(4*layers) float32}``.
+        ``timed=False``: the kernels dispatched back to back, not each waited for
+        (:attr:`timings` then empty)."""
         image = self.graph.input_image(image)
         c = image.shape[2]
         self._ensure(image.shape[:2])
@@ -104,8 +114,8 @@ class Net:
         self._worker.call("write", images={self._key(self.graph.input.name): data}, buffers=buffers)
         timings, arrays, counters = self._worker.call(
             "run", steps=self._steps, reads=[self._key(n) for n in names],
-            buffer_reads=list(buffers))
-        self.timings = {k.name: t for k, t in zip(self.kernels, timings)}
+            buffer_reads=list(buffers), timed=timed)
+        self.timings = {k.name: t for k, t in zip(self.kernels, timings)} if timed else {}
         if self.options.count_loads:
             self.loads = {k.name: int(np.frombuffer(counters[self._key(f"{k.name}/loads")],
                                                     np.uint32)[0]) for k in self.kernels}
@@ -114,6 +124,13 @@ class Net:
         if keep:
             return tensors
         return output_values(self.graph, tensors[self.graph.output])
+
+    def emulate(self, image, keep=False):
+        """Not offered: ES 2.0's emulator predicts its own arithmetic (8-bit RGBA8 storage of
+        every tensor, 16-bit fixed-point sums, calibrated scales), not these kernels' float32
+        or float16 storage, so it would not predict :meth:`run`."""
+        raise NotImplementedError("ES 3.1 has no emulator: ES 2.0's predicts 8-bit storage, "
+                                  "not ES 3.1's float storage; use run")
 
     def cost(self, hw) -> dict[str, Cost]:
         """Cost of every op for an input of ``hw = (height, width)``; ``texel_fetches`` are
@@ -128,14 +145,19 @@ class Net:
 
     def files(self) -> dict:
         """The saved net, ``{file name: content}``: ``<kernel>.comp``, ``weights.npz`` (the
-        storage buffers as uploaded, float32) and ``manifest.json``, whose ``files`` lists
-        the sha256 of every other one (as an ES 2.0 folder's)."""
+        storage buffers as uploaded, float32), ``ir.npz`` (the IR graph's arrays, which
+        :func:`load` compiles again with the manifest's ``graph`` and ``options``) and
+        ``manifest.json``, whose ``files`` lists the sha256 of every other one (as an ES 2.0
+        folder's)."""
+        graph, arrays = saved.graph_entries(self.graph)
         files = {f"{k.name}.comp": k.source for k in self.kernels}
-        files["weights.npz"] = weight_buffers(self.graph, self.options)
+        files["weights.npz"] = content_bytes(  # (the bytes hashed)
+            "weights.npz", weight_buffers(self.graph, self.options))
+        files["ir.npz"] = content_bytes("ir.npz", arrays)
         hw = self.graph.input_size or (256, 256)
         lx, ly = self.options.local_size
         files["manifest.json"] = {
-            "format": "workbench-es31/1",
+            "format": saved.FORMAT,
             "name": self.graph.name,
             "options": asdict(self.options),
             "conventions": (
@@ -158,6 +180,7 @@ class Net:
                          "weights": k.weights, "uniforms": list(k.uniforms),
                          "uniform_values": k.uniforms, "grid": k.grid,
                          "jobs": k.jobs} for k in self.kernels],
+            "graph": graph,
             "files": {name: sha256(content_bytes(name, c)) for name, c in files.items()},
         }
         return files
@@ -171,14 +194,38 @@ def output_values(graph: ir.Graph, stored):
     return stored[..., :channels].astype(np.float32)
 
 
-def compile(model, storage="rgba32f", local_size=(8, 8), max_outputs=8, tile=True,
-            luma_input=None, count_loads=False) -> Net:
-    """Keras model -> IR -> ES 3.1 compute kernels.  See the module docstring."""
+def compile(model, target: Target | None = None, *, tile=True, luma_input=None,
+            count_loads=False) -> Net:
+    """Keras or ONNX model -> IR -> ES 3.1 compute kernels (:mod:`workbench.es31`).
+    ``target``: an :class:`workbench.es31.Target` (storage, work group, output packs an
+    invocation computes), default ``Target()``; ``tile``: stage convs' input tiles in shared
+    memory; ``luma_input``: as :func:`workbench.ir.from_model`; ``count_loads``: count every
+    image load on the GPU (``net.loads``, tests)."""
+    target = Target() if target is None else target
+    if not isinstance(target, Target):
+        raise TypeError(f"target: an es31.Target, not {type(target).__name__}")
     graph = ir.from_model(model, luma_input=luma_input)
-    return from_graph(graph, Options(storage, tuple(local_size), max_outputs, tile, count_loads))
+    return from_graph(graph, Options.of(target, tile, count_loads))
 
 
 def from_graph(graph: ir.Graph, options: Options = Options()) -> Net:
     return Net(graph, generate(graph, options), options)
+
+
+def load(directory) -> Net:
+    """A net written by :meth:`Net.save`: its graph and options compiled again, refused in one
+    line naming the file unless that gives the very files saved (:mod:`workbench.es31.saved`:
+    a folder edited, or saved by another version of the workbench)."""
+    manifest, data = saved.read(directory)
+    path = Path(directory) / "manifest.json"
+    try:
+        graph = saved.graph_of(manifest["graph"], saved.arrays(data["ir.npz"], path))
+        options = Options(**{**manifest["options"],
+                             "local_size": tuple(manifest["options"]["local_size"])})
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: not a saved ES 3.1 net ({err})") from None
+    net = from_graph(graph, options)
+    saved.require_same(net.files(), manifest, data, path)
+    return net
 
 
