@@ -6,7 +6,7 @@ conventions (storage, weights, local size, tiles, cost) in :mod:`workbench.es31`
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from workbench import ir
 from workbench.gl.compute import ES31_MIN
@@ -46,7 +46,7 @@ class Options(Target):
 
     @classmethod
     def of(cls, target: Target, tile=True, count_loads=False) -> "Options":
-        return cls(**asdict(target), tile=tile, count_loads=count_loads)
+        return cls(target.storage, target.local_size, target.max_outputs, tile, count_loads)
 
     @property
     def target(self) -> Target:

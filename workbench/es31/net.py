@@ -219,7 +219,7 @@ def load(directory) -> Net:
     manifest, data = saved.read(directory)
     path = Path(directory) / "manifest.json"
     try:
-        graph = saved.graph_of(manifest["graph"], saved.arrays(data["ir.npz"], path))
+        graph = saved.graph_of(manifest["graph"], saved.arrays(data["ir.npz"], path.parent / "ir.npz"))
         options = Options(**{**manifest["options"],
                              "local_size": tuple(manifest["options"]["local_size"])})
     except (KeyError, TypeError, ValueError, AttributeError) as err:
