@@ -207,7 +207,8 @@ def test_an_op_type_without_a_folding_rule_is_refused_in_one_line():
 def test_an_activation_without_a_stored_form_is_refused_in_one_line(monkeypatch):
     """Issue 59: calibration stored an unbounded activation it did not know (a HardSwish's
     kind) as a clamped ReLU; it is refused before any image is run."""
-    swish = replace(activations.get("relu"), name="fake_swish", output_range=(-0.4, np.inf))
+    swish = replace(activations.get("relu"), name="fake_swish", output_range=(-0.4, np.inf),
+                    stored_as=None)
     monkeypatch.setitem(activations._REGISTRY, swish.name, swish)
     conv = ir.Conv("c", "image", np.ones((1, 1, 3, 4), np.float32), np.zeros(4, np.float32),
                    activation="fake_swish")

@@ -26,7 +26,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -205,8 +204,7 @@ def browser_results():
     with tempfile.TemporaryDirectory(prefix="op-table-") as tmp:
         root = Path(tmp)
         for name, content in {**{f"tfjs/{k}": v for k, v in tfjs.script_files().items()},
-                              "peers.js": (resources.files("workbench") / "web" / "peers.js")
-                              .read_bytes()}.items():
+                              "peers.js": tfjs.peers_js()}.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(content)
         refused = {}

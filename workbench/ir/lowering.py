@@ -76,8 +76,9 @@ def check_demux_size(op, shapes):
 # program reads it: ``Conv.residual_scale``, its scale over the sum's, per channel).  A
 # depth-to-space and the net's output must be stored as they are (scale 1, offset 0);
 # anything else is refused in one line.  Each op type has its rule in :data:`FOLDS`, and each
-# activation its stored form in :data:`STORED_AS`; an op type or an activation without one is
-# a gap in the workbench, refused in one line (:class:`NoScaleRule`), never folded as another.
+# activation its stored form in its registry entry (``Activation.stored_as``,
+# :mod:`workbench.nets.activations`); an op type or an activation without one is a gap in the
+# workbench, refused in one line (:class:`NoScaleRule`), never folded as another.
 
 
 class NoScaleRule(NotImplementedError):
@@ -91,13 +92,6 @@ FOLDS = Table("the scale folding (workbench.ir.lowering.Scales.fold)")
 its ``(scale, offset)``, one of each a channel) into its weights, or refuse naming the layer;
 ``out`` is its own output's ``(scale, offset)`` as stored (:meth:`Scales.store`; ``(1.0,
 0.0)``); returns what its output stands for."""
-
-STORED_AS = {"relu": "bounded_relu", "linear": "bounded_relu", "bounded_relu": "bounded_relu",
-             "prelu": "bounded_prelu", "leaky_relu": "bounded_prelu"}
-"""The activation an op computes (a leaky ReLU's without its slope) -> the one it stores its
-output with at a scale (:meth:`Scales.store`): clamped to [0, 1], the scale and offset in its
-weights; a PRelu or leaky ReLU keeps its slopes, the offset added after it (``activation_zero``,
-:meth:`Scales.fold`)."""
 
 
 def channel_vector(value, channels, axis, where) -> np.ndarray:
@@ -129,13 +123,14 @@ class Scales:
 
     def store(self, op, scale, offset=0.0):
         """``op`` (a Conv or an Add) stores ``(y - offset) / scale``, clamped to [0, 1], with
-        the activation :data:`STORED_AS` names for its own (a PRelu's slopes kept); an
-        activation it does not name, :class:`NoScaleRule`."""
-        stored = STORED_AS.get(str(op.activation).partition(":")[0])
+        the activation its own names as its ``stored_as`` (the scale and offset in its
+        weights; a PRelu or leaky ReLU keeps its slopes, the offset added after it,
+        ``activation_zero``: :meth:`fold`); an activation without one, :class:`NoScaleRule`."""
+        stored = activations.of(op).stored_as
         if stored is None:
             raise NoScaleRule(f"layer {op.name!r}: activation {op.activation!r} has no form "
-                              "stored at a scale; a gap in the workbench (give it one in "
-                              "workbench.ir.lowering.STORED_AS)")
+                              "stored at a scale; a gap in the workbench (give it one: its "
+                              "stored_as in workbench.nets.activations)")
         if stored == "bounded_prelu":
             op.activation_slope = activations.slopes(op, np.size(scale))
         op.activation = stored

@@ -1,8 +1,9 @@
 """An IR graph written as ONNX, in the node patterns PyTorch's exporter writes (NCHW).
 
 For nets made in Keras that should enter as a PyTorch user's would (the tests of the ONNX
-front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + Clip(0, 1), Relu,
-LeakyRelu, PRelu (a slope ``(C, 1, 1)``) or Sigmoid (the sigmoid-like activation as
+front end, ``notebooks/onnx_deploy.ipynb``): Conv (+ Add for a residual) + its activation in
+the form its registry entry writes (:attr:`workbench.nets.activations.Activation.onnx`):
+Clip(0, 1), Relu, LeakyRelu, PRelu (a slope ``(C, 1, 1)``) or Sigmoid (the sigmoid-like as
 ``torch.clamp(0.05 x + torch.clamp(0.1 x, -0.05, 0.05) + torch.clamp(0.05 x, -0.125, 0.125)
 + 0.5, 0, 1)``), a pack shuffle as ``x[:, index]``
 (Gather), MaxPool / AveragePool with explicit pads, Resize, Add, Concat, PixelShuffle (a
@@ -20,8 +21,8 @@ from workbench.ir.graph import Graph, conv_pads, explicit_pads
 from workbench.ir.onnx import ANCHOR_STORAGE
 from workbench.ir.ops import Add, Concat, Conv, Dense, DepthToSpace, Pool, Upsample
 from workbench.ir.registry import Table
+from workbench.nets import activations
 
-ACTIVATIONS = ("linear", "bounded_relu", "relu", "sigmoid", "sigmoid_like")
 # The ONNX writer's op table: IR op type -> writer(w, op, x) -> the ONNX name of the op's
 # output; ``w`` the _Writer of the model, ``x`` the ONNX name of the op's input.
 WRITERS = Table("the ONNX writer (workbench.ir.to_onnx)")
@@ -73,34 +74,13 @@ class _Writer:
         k = sum(n.op_type == "Mul" and n.name.startswith(f"/{layer}/") for n in self.nodes)
         return self.node("Mul", [x, self.const(f"{layer}.scale{k or ''}", factor)], layer)
 
-    def activation(self, out, op, order=slice(None)):  # order: of a conv's output channels
-        act, name = op.activation or "linear", op.name
-        if act.startswith("leaky_relu:"):  # nn.LeakyReLU(slope)
-            return self.node("LeakyRelu", [out], name, alpha=float(act.split(":", 1)[1]))
-        if act in ("prelu", "bounded_prelu"):  # nn.PReLU(channels): a slope (C, 1, 1)
-            slope = op.activation_slope[order].reshape(-1, 1, 1)
-            y = self.node("PRelu", [out, self.const(f"{name}.slope", slope)], name)
-            if act == "prelu":
-                return y
-            zero = op.activation_zero[order].reshape(-1, 1, 1)  # ES 2.0's calibrated storage
-            y = self.node("Add", [y, self.const(f"{name}.zero", zero)], name)
-            return self.clip(y, name, 0.0, 1.0)
-        if act not in ACTIVATIONS:
-            raise ValueError(f"layer {name!r}: activation {act!r} has no PyTorch layer; "
-                             f"written: {', '.join(ACTIVATIONS)}")
-        if act == "bounded_relu":
-            return self.clip(out, name, 0.0, 1.0)
-        if act == "sigmoid_like":
-            y = self.node("Add", [self.scaled(out, name, 0.05),
-                                  self.clip(self.scaled(out, name, 0.1), name, -0.05, 0.05)],
-                          name)
-            y = self.node("Add", [y, self.clip(self.scaled(out, name, 0.05), name, -0.125,
-                                               0.125)], name)
-            y = self.node("Add", [y, self.const(f"{name}.half", 0.5)], name)
-            return self.clip(y, name, 0.0, 1.0)
-        if act in ("sigmoid", "relu"):
-            return self.node(act.capitalize(), [out], name)
-        return out
+    def activation(self, out, op, order=None):  # order: of a conv's output channels
+        """``op``'s activation on ``out``: its registered ONNX form (``Activation.onnx``)."""
+        act = activations.of(op, order) if op.activation else activations.get("linear")
+        if act.onnx is None:
+            raise ValueError(f"layer {op.name!r}: activation {act.name!r} has no PyTorch layer; "
+                             f"written: {', '.join(activations.names('onnx'))}, prelu")
+        return act.onnx(self, out, op.name)
 
     def resize(self, x, scale, how, layer):  # F.interpolate(scale_factor=scale, mode=how)
         roi = self.const(f"{layer}.roi", np.zeros(0))
@@ -194,8 +174,9 @@ def to_onnx(graph: Graph, opset=17, pixel_shuffle="crd", input_size=None):
     depth-to-space is written: ``"crd"`` (``nn.PixelShuffle``'s DepthToSpace), ``"dcr"``
     (DepthToSpace, TensorFlow's order) or ``"reshape"`` (PixelShuffle's Reshape-Transpose-
     Reshape, which needs a fixed size).  ``input_size`` ``(height, width)`` fixes the input's
-    size (default the graph's; else dynamic ``height`` and ``width``).  Activations other
-    than :data:`ACTIVATIONS` have no PyTorch form here and are refused (:class:`ValueError`)."""
+    size (default the graph's; else dynamic ``height`` and ``width``).  Each activation is
+    written in its registered form (:attr:`workbench.nets.activations.Activation.onnx`); one
+    without is refused (:class:`ValueError`)."""
     import onnx
     from onnx import TensorProto, helper
 

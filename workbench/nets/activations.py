@@ -6,7 +6,8 @@ over a ``vec4`` (or ``float``) named ``{x}``; back ends fill it in with
 ``act.glsl.format(x="sum")``, an IR op's with :func:`glsl` (a PRelu's per-channel slopes too).
 
 Register a new candidate with :func:`register` and it shows up in the layers,
-the code generators, the emulator and the figures.
+the code generators, the emulator and the figures, the scale folding (``stored_as``), the ONNX
+writer (``onnx``) and the TF.js peer (``tfjs``): every consumer reads this registry.
 
 The layers call :meth:`Activation.fn`: ``tf_fn`` under Keras' TensorFlow back end (TF's own
 kernels and the hand-written gradients tuned for its CPU training), ``ops_fn`` (written with
@@ -29,7 +30,14 @@ from workbench.glsl_text import glsl_float, glsl_vec
 class Activation:
     """One activation: its name, the implementations and a description.  ``np_fn``
     computes in float32, or in float16 when given float16 (the emulator's mediump).
-    ``ops_fn``: the ``keras.ops`` form for Keras' other back ends (None: TensorFlow only)."""
+    ``ops_fn``: the ``keras.ops`` form for Keras' other back ends (None: TensorFlow only).
+    ``stored_as``: the activation that stores its output at a calibrated scale, clamped to
+    [0, 1] (:meth:`workbench.ir.lowering.Scales.store`; None: it has none, refused).
+    ``onnx``: ``onnx(w, x, layer)`` writes it as ONNX nodes on the tensor named ``x`` and
+    returns its output's name, ``w`` the ONNX writer's helpers (``node``, ``const``, ``clip``,
+    ``scaled``: :class:`workbench.ir.to_onnx._Writer`; None: no ONNX form, refused).
+    ``tfjs``: the TF.js peer's form, a JS expression of ``tf`` and ``x`` (``peers.js``,
+    :func:`workbench.web.tfjs.peers_js`; None: none, or formed there from the op's entry)."""
 
     name: str
     tf_fn: Callable
@@ -38,6 +46,9 @@ class Activation:
     description: str
     output_range: tuple[float, float] | None = (0.0, 1.0)
     ops_fn: Callable | None = None
+    stored_as: str | None = None
+    onnx: Callable | None = None
+    tfjs: str | None = None
 
     def fn(self, tensorflow: bool | None = None) -> Callable:
         """The form for the running Keras back end (or, given ``tensorflow``, for TensorFlow or
@@ -112,8 +123,13 @@ def leaky_relu(slope: float) -> Activation:
                          glsl=_PRELU_GLSL.format(x="{x}", a=glsl_float(slope)),
                          tf_fn=_Form("leaky_relu_tf", slope),
                          description=f"leaky ReLU, slope {slope:.9g} below 0 (unbounded)",
-                         ops_fn=_Form("leaky_relu_ops", slope)))
+                         ops_fn=_Form("leaky_relu_ops", slope),
+                         onnx=partial(_leaky_relu_onnx, alpha=float(f"{slope:.9g}"))))
     return _REGISTRY[name]
+
+
+def _leaky_relu_onnx(w, x, layer, alpha):  # nn.LeakyReLU(alpha), alpha as its name says
+    return w.node("LeakyRelu", [x], layer, alpha=alpha)
 
 
 # --- PRelu: a slope per channel ---------------------------------------------------------------
@@ -133,6 +149,15 @@ def _prelu_np(x, slope, zero=None):
     return y if zero is None else np.clip(y + np.asarray(zero, np.float32).astype(x.dtype), 0, 1)
 
 
+def _prelu_onnx(w, x, layer, slope, zero=None):
+    """nn.PReLU(channels): a slope ``(C, 1, 1)``; with ``zero``, + zero, then Clip(0, 1)."""
+    y = w.node("PRelu", [x, w.const(f"{layer}.slope", slope.reshape(-1, 1, 1))], layer)
+    if zero is None:
+        return y
+    y = w.node("Add", [y, w.const(f"{layer}.zero", zero.reshape(-1, 1, 1))], layer)
+    return w.clip(y, layer, 0.0, 1.0)
+
+
 def prelu(slope, zero=None) -> Activation:
     """``max(x, 0) + slope min(x, 0)``, ``slope`` one value or one per channel (the last axis);
     with ``zero`` (the same) ES 2.0's stored form ``clamp(prelu(x) + zero, 0, 1)``."""
@@ -140,21 +165,25 @@ def prelu(slope, zero=None) -> Activation:
     if zero is None:
         return Activation("prelu", _Form("prelu_tf", slope), partial(_prelu_np, slope=slope),
                           _PRELU_GLSL, "PReLU: a slope per channel below 0 (unbounded)",
-                          (-float("inf"), float("inf")), _Form("prelu_ops", slope))
+                          (-float("inf"), float("inf")), _Form("prelu_ops", slope),
+                          stored_as="bounded_prelu", onnx=partial(_prelu_onnx, slope=slope))
     zero = np.asarray(zero, np.float32)
     return Activation("bounded_prelu", _Form("prelu_tf", slope, zero),
                       partial(_prelu_np, slope=slope, zero=zero),
                       f"clamp({_PRELU_GLSL} + {{z}}, 0.0, 1.0)",
                       "PReLU stored with a calibrated offset, clamped to [0, 1]",
-                      ops_fn=_Form("prelu_ops", slope, zero))
+                      ops_fn=_Form("prelu_ops", slope, zero),
+                      onnx=partial(_prelu_onnx, slope=slope, zero=zero))
 
 
-def of(op) -> Activation:
+def of(op, order=None) -> Activation:
     """The activation of IR op ``op`` (a Conv or an Add): its ``activation`` by name, a PRelu's
-    with its per-channel parameters (:data:`PARAMETERS`)."""
+    with its per-channel parameters (:data:`PARAMETERS`), given ``order`` (an index of its
+    output channels) in that order."""
     if op.activation not in PARAMETERS:
         return get(op.activation)
-    return prelu(*(getattr(op, field) for field in PARAMETERS[op.activation]))
+    values = [getattr(op, field) for field in PARAMETERS[op.activation]]
+    return prelu(*(values if order is None else [v[order] for v in values]))
 
 
 def glsl(op, x, pack) -> str:
@@ -188,8 +217,10 @@ def slopes(op, channels):
     return None
 
 
-def names() -> list[str]:
-    return list(_REGISTRY)
+def names(having: str | None = None) -> list[str]:
+    """The registered names, in their order; ``having`` a field's name: those it is not None
+    for (``"onnx"``: those the ONNX writer writes)."""
+    return [n for n, a in _REGISTRY.items() if having is None or getattr(a, having) is not None]
 
 
 def gradient(name: str | Activation, x) -> np.ndarray:
@@ -224,6 +255,23 @@ def _sigmoid_like_np(x):
     return np.clip(inner + 0.5, 0.0, 1.0).astype(x.dtype)
 
 
+def _sigmoid_like_onnx(w, x, layer):  # torch.clamp(0.05 x + torch.clamp(0.1 x, ...) ..., 0, 1)
+    y = w.node("Add", [w.scaled(x, layer, 0.05),
+                       w.clip(w.scaled(x, layer, 0.1), layer, -0.05, 0.05)], layer)
+    y = w.node("Add", [y, w.clip(w.scaled(x, layer, 0.05), layer, -0.125, 0.125)], layer)
+    y = w.node("Add", [y, w.const(f"{layer}.half", 0.5)], layer)
+    return w.clip(y, layer, 0.0, 1.0)
+
+
+def _clip01_onnx(w, x, layer):  # nn.Hardtanh(0, 1)
+    return w.clip(x, layer, 0.0, 1.0)
+
+
+def _node_onnx(kind):
+    """The writer of an activation that is one ONNX node of ``kind`` (nn.ReLU: ``"Relu"``)."""
+    return lambda w, x, layer: w.node(kind, [x], layer)
+
+
 register(Activation(
     name="bounded_relu",
     tf_fn=_Form("bounded_relu_tf"),
@@ -231,6 +279,9 @@ register(Activation(
     glsl="clamp({x}, 0.0, 1.0)",
     description="ReLU bounded to [0, 1] (an RGBA8 target clamps for free)",
     ops_fn=_Form("bounded_relu_ops"),
+    stored_as="bounded_relu",
+    onnx=_clip01_onnx,
+    tfjs="tf.clipByValue(x, 0, 1)",
 ))
 register(Activation(
     name="relu6_scaled",
@@ -239,6 +290,7 @@ register(Activation(
     glsl="(clamp({x}, 0.0, 6.0) / 6.0)",
     description="ReLU6 rescaled to [0, 1]",
     ops_fn=_Form("relu6_scaled_ops"),
+    tfjs="tf.div(tf.clipByValue(x, 0, 6), 6)",
 ))
 register(Activation(
     name="sigmoid_like",
@@ -248,6 +300,10 @@ register(Activation(
           " + clamp(0.05 * {x}, -0.125, 0.125) + 0.5, 0.0, 1.0)"),
     description="piecewise-linear sigmoid: slopes 0.2/0.1/0.05/0 with breaks at |x| = 0.5/2.5/6.5",
     ops_fn=_Form("sigmoid_like_ops"),
+    onnx=_sigmoid_like_onnx,
+    tfjs=("tf.clipByValue(tf.add(tf.add(tf.add(tf.mul(x, 0.05),\n"  # peers.js's line break
+          "    tf.clipByValue(tf.mul(x, 0.1), -0.05, 0.05)), tf.clipByValue(tf.mul(x, 0.05), "
+          "-0.125, 0.125)), 0.5), 0, 1)"),
 ))
 register(Activation(
     name="sigmoid",
@@ -256,6 +312,8 @@ register(Activation(
     glsl="(1.0 / (1.0 + exp(-{x})))",
     description="logistic sigmoid (reference, not piecewise linear)",
     ops_fn=_Form("sigmoid_ops"),
+    onnx=_node_onnx("Sigmoid"),
+    tfjs="tf.sigmoid(x)",
 ))
 register(Activation(
     name="relu",
@@ -266,6 +324,9 @@ register(Activation(
                 "(workbench.es2.calibrate)",
     output_range=(0.0, float("inf")),
     ops_fn=_Form("relu_ops"),
+    stored_as="bounded_relu",
+    onnx=_node_onnx("Relu"),
+    tfjs="tf.relu(x)",
 ))
 register(Activation(
     name="linear",
@@ -275,4 +336,7 @@ register(Activation(
     description="identity (no activation); only for outputs that are not stored in RGBA8",
     output_range=None,
     ops_fn=_Form("identity_ops"),
+    stored_as="bounded_relu",
+    onnx=lambda w, x, layer: x,
+    tfjs="x",
 ))

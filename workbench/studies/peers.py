@@ -43,7 +43,6 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 import keras
@@ -182,7 +181,7 @@ def _stage(folder, net, variants, peers, size):
                for i, name in enumerate(variants)}
     for name, variant in variants.items():
         web.export(variant, Path(folder) / folders[name]["folder"])
-    files = {"peers.js": (resources.files("workbench") / "web" / "peers.js").read_bytes()}
+    files = {"peers.js": tfjs.peers_js()}
     if any(p in BACKENDS for p in peers):
         files.update({f"tfjs/{k}": v for k, v in tfjs.script_files().items()})
         spec_and_weights = tfjs.net_files(net.graph)

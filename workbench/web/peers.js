@@ -35,13 +35,7 @@ const page = window.workbench.page;
 
 // Activations as tf ops; `tf`: the TF.js of the realm that runs them (this page's or a frame's).
 const PEER_ACTIVATIONS = {
-  bounded_relu: (tf, x) => tf.clipByValue(x, 0, 1),
-  relu6_scaled: (tf, x) => tf.div(tf.clipByValue(x, 0, 6), 6),
-  sigmoid_like: (tf, x) => tf.clipByValue(tf.add(tf.add(tf.add(tf.mul(x, 0.05),
-    tf.clipByValue(tf.mul(x, 0.1), -0.05, 0.05)), tf.clipByValue(tf.mul(x, 0.05), -0.125, 0.125)), 0.5), 0, 1),
-  sigmoid: (tf, x) => tf.sigmoid(x),
-  relu: (tf, x) => tf.relu(x),
-  linear: (tf, x) => x,
+  // ACTIVATIONS: the registered ones' TF.js forms (workbench/web/tfjs.py)
 };
 
 // `slope`, `zero`: a PRelu's, one per channel (tensors), for "prelu" and "bounded_prelu".

@@ -1,5 +1,6 @@
 """TensorFlow.js as a peer of the WebGL page: the IR's ops and weights for ``peers.js``, and
-the pinned TF.js files from the npm cache.
+the pinned TF.js files from the npm cache; :func:`peers_js`, ``peers.js`` with the registered
+activations' TF.js forms.
 
 :func:`net_files` writes what ``peers.js`` (beside ``workbench.js``) builds the same net from
 with tf ops: ``tfjs.json`` (format ``workbench-tfjs/1``: the input, each op's fields, the
@@ -38,6 +39,7 @@ from workbench import ir
 from workbench.es2.net import output_spec
 from workbench.files import project_root
 from workbench.ir.registry import Table
+from workbench.nets import activations
 
 TFJS_VERSION = "4.22.0"  # keep in step with tools/tfjs.sh
 CACHE_ENV = "WORKBENCH_TFJS"
@@ -83,6 +85,19 @@ def script_files() -> dict[str, bytes]:
     base = cache_dir() / "node_modules"
     return {name: (base / package / "dist" / name).read_bytes()
             for package, names in SCRIPTS.items() for name in names}
+
+
+PEERS_JS = Path(__file__).with_name("peers.js")
+ACTIVATIONS_MARK = "  // ACTIVATIONS: the registered ones' TF.js forms (workbench/web/tfjs.py)\n"
+
+
+def peers_js() -> bytes:
+    """``peers.js`` as the page loads it: its table of activations (``PEER_ACTIVATIONS``) filled
+    in from the registry, one line each of those with a TF.js form (``Activation.tfjs``);
+    ``leaky_relu:<slope>``, ``prelu`` and ``bounded_prelu`` it forms from an op's entry."""
+    table = "".join(f"  {name}: (tf, x) => {activations.get(name).tfjs},\n"
+                    for name in activations.names("tfjs"))
+    return PEERS_JS.read_text().replace(ACTIVATIONS_MARK, table).encode()
 
 
 def _padding(padding):
