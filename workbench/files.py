@@ -80,13 +80,22 @@ MARKER = ".workbench-folder"  # written into every folder atomic_dir creates
 NAME_MAX = 255  # bytes of one file name on Linux file systems
 
 
-def check_writable(path, folder=False) -> Path:
+def given_path(path, what=None) -> Path:
+    """``path`` as a Path; ValueError in one line (after ``what``, the option that gave it)
+    where it is empty: ``''`` would mean the current folder, never what was meant."""
+    if not os.fspath(path):
+        raise ValueError(f"{what + ' ' if what else ''}'': an empty path; give a name")
+    return Path(path)
+
+
+def check_writable(path, folder=False, what=None) -> Path:
     """Raise OSError, in one line naming ``path``, where writing it (a file, or with
     ``folder`` a folder) is sure to fail: a name too long, a folder where a file should go, a
     file where a folder above it should be, or no write permission in the nearest existing
-    folder above it (read-only file systems included).  Called before the work, so that a
-    command does not fail only after it."""
-    path = Path(path)
+    folder above it (read-only file systems included); ValueError for an empty path
+    (:func:`given_path`).  Called before the work, so that a command does not fail only
+    after it."""
+    path = given_path(path, what)
     if folder and (not path.name or path.name == ".."):  # ".", "/", "..": a folder to replace
         raise IsADirectoryError(f"{path}: give the folder to write by its name (the "
                                 "workbench replaces a folder it writes whole)")
@@ -104,6 +113,40 @@ def check_writable(path, folder=False) -> Path:
         raise PermissionError(f"{path}: cannot write into {above} (permission denied or a "
                               "read-only file system)")
     return path
+
+
+def readable_file(path, what=None) -> Path:
+    """``path`` where it is a file to read, checked before it is opened (a FIFO's open waits
+    for a writer, a device never ends); else OSError in one line naming it (after ``what``,
+    the option that gave it) and what it is: missing, a folder, a FIFO, a device, a socket, a
+    link loop, not permitted."""
+    path = given_path(path, what)
+    name = f"{what} {path}" if what else str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name}: no such file") from None
+    except OSError as err:  # a link loop, a file where a folder should be, no permission
+        raise OSError(f"{name}: cannot be read ({err.strerror or err})") from None
+    if stat.S_ISREG(mode):
+        return path
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{name}: is a folder, not a file")
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+    raise OSError(f"{name}: is {kind}, not a file")
+
+
+def read_text(path, what=None) -> str:
+    """The UTF-8 text of the file ``path`` (:func:`readable_file` first); ValueError in one
+    line naming it where it is not UTF-8."""
+    data = readable_file(path, what).read_bytes()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{f'{what} ' if what else ''}{path}: not UTF-8 text (byte "
+                         f"0x{data[err.start]:02x} at offset {err.start}); save it as "
+                         "UTF-8") from None
 
 
 class FolderNotReplaceable(FileExistsError):
@@ -243,12 +286,12 @@ def _read_marker(folder: Path):
     if not marker.is_file():
         return None, f"no {MARKER}"
     try:
-        data = json.loads(marker.read_text())
+        data = read_json(marker)
         files, folders = data["files"], data.get("folders", [])
         if not (isinstance(files, dict) and isinstance(folders, list)
                 and all(isinstance(v, list) for v in files.values())):
             raise TypeError
-    except (ValueError, KeyError, TypeError, OSError):
+    except (ValueError, KeyError, TypeError):  # (read_json's errors are ValueErrors)
         return None, f"its {MARKER} is empty, unreadable or of an old format"
     folders = {f for f in folders if isinstance(f, str)}
     for rel in files:
@@ -306,12 +349,12 @@ def check_replaceable(path, force, repair=False):
 
 
 @contextlib.contextmanager
-def owned_files(folder, names, force=False):
+def owned_files(folder, names, force=False, what=None):
     """Write the files ``names`` into ``folder``, a folder the user may own (a command's
-    ``--out``): before the body, each of them already there must be one ``folder``'s marker
-    lists, unchanged (else :class:`FolderNotReplaceable` naming it, unless ``force``); after
-    it, the marker lists them as written, beside what it listed before."""
-    folder = Path(folder)
+    ``--out``, ``what`` in messages): before the body, each of them already there must be one
+    ``folder``'s marker lists, unchanged (else :class:`FolderNotReplaceable` naming it, unless
+    ``force``); after it, the marker lists them as written, beside what it listed before."""
+    folder = given_path(folder, what)
     for name in names:
         check_writable(folder / name)
     foreign = None if force else foreign_entry(folder, names)
@@ -378,9 +421,9 @@ def checked_file(folder, name, digests: dict, manifest) -> bytes:
         raise ValueError(f"{manifest}: lists no sha256 of {name} (written by an older version, "
                          "or edited): write the folder again")
     try:
-        data = path.read_bytes()
+        data = readable_file(folder / name).read_bytes()
     except OSError as err:
-        raise ValueError(f"{folder / name}: cannot be read ({err.strerror or err})") from None
+        raise _unreadable(folder / name, err) from None
     if sha256(data) != digests[name]:
         raise ValueError(f"{folder / name}: not the file {manifest} lists (sha256 differs); "
                          "write the folder again")
@@ -408,16 +451,23 @@ def read_json(path, default=None):
     if not path.exists():
         return default
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
+        if readable_file(path).stat().st_size > MAX_JSON_BYTES:
             raise ValueError(f"{path}: {path.stat().st_size} bytes, over the "
                              f"{MAX_JSON_BYTES} a JSON file of the workbench may hold")
         return json.loads(path.read_bytes())
     except OSError as err:
-        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from None
+        raise _unreadable(path, err) from None
     except RecursionError:
         raise ValueError(f"{path}: nested too deep to be JSON the workbench wrote") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def _unreadable(path, err: OSError) -> ValueError:
+    """ValueError in one line for an OSError reading ``path`` (:func:`readable_file`'s
+    names the file already)."""
+    return ValueError(str(err) if err.strerror is None else
+                      f"{path}: cannot be read ({err.strerror})")
 
 
 def _to_builtin(obj):

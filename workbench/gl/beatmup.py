@@ -70,7 +70,9 @@ def _require():
 
 # Classify can hang in its first pass, idle, its progress bar short of full (1 run in 5-20 on
 # 2 busy cores: its progress counter is a plain int that its worker threads increment); such
-# a run is stopped after STALL_S seconds without CPU time and started again, ATTEMPTS in all
+# a run is stopped after STALL_S seconds without CPU time and started again, ATTEMPTS in all.
+# Every app is watched so (on llvmpipe a working app is never idle that long): an X2 that
+# hangs is stopped in seconds, not at its time limit
 STALL_S = 10
 ATTEMPTS = 3
 
@@ -82,13 +84,12 @@ def _run(args, cwd, timeout=3600, trace=None) -> str:
         command = ["apitrace", "trace", "--api", "egl", "--output", str(trace), *command]
     env = {**os.environ, "EGL_PLATFORM": "surfaceless"}
     for _ in range(ATTEMPTS):
-        code, out, err = _attempt(args[0], command, cwd, env, timeout,
-                                  watch=args[0] == "Classify")
+        code, out, err = _attempt(args[0], command, cwd, env, timeout)
         if code is not None:
             break
     else:
-        raise BeatmupError(f"Beatmup {args[0]} hung before its inference {ATTEMPTS} times (no "
-                           f"CPU time for {STALL_S} s): {_tail(out + err)}")
+        raise BeatmupError(f"Beatmup {args[0]} hung {ATTEMPTS} times (no CPU time for "
+                           f"{STALL_S} s): {_tail(out + err)}")
     if code != 0:
         raise BeatmupError(f"Beatmup {args[0]} failed (exit {code}): {_tail(out + err)}")
     return out
@@ -98,12 +99,14 @@ def _tail(text) -> str:
     return " | ".join(text.strip().splitlines()[-3:])
 
 
-def _attempt(app, command, cwd, env, timeout, watch):
-    """One run: (exit code, stdout, stderr), the code None where it hung before printing
-    "Inference:" (``watch``) and was stopped."""
+def _attempt(app, command, cwd, env, timeout):
+    """One run: (exit code, stdout, stderr), the code None where it hung (no CPU time for
+    :data:`STALL_S`) and was stopped.  The app runs in a process group of its own (apitrace
+    and the app), killed whole when the run ends any way (an error, Ctrl-C); the app dies
+    with this process, even killed (:func:`_die_with_parent`)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
-                                start_new_session=True)  # its group: apitrace and the app
+                                start_new_session=True, preexec_fn=_die_with_parent())
         start = last = time.monotonic()
         cpu, code = None, None
         try:
@@ -116,19 +119,29 @@ def _attempt(app, command, cwd, env, timeout, watch):
                 now = time.monotonic()
                 if now - start > timeout:
                     raise BeatmupError(f"Beatmup {app}: no result in {timeout} s")
-                if watch and b"Inference:" in _read(out):
-                    watch = False
-                elif watch:
-                    used = _cpu_ticks(proc.pid)
-                    if used != cpu:
-                        cpu, last = used, now
-                    elif now - last > STALL_S:
-                        break
+                used = _cpu_ticks(proc.pid)
+                if used != cpu:
+                    cpu, last = used, now
+                elif now - last > STALL_S:
+                    break
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         return code, *(_read(f).decode(errors="replace") for f in (out, err))
+
+
+def _die_with_parent():
+    """A ``preexec_fn`` that has the kernel kill the child when this process dies (Linux
+    ``PR_SET_PDEATHSIG``), or None where there is no such call."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # (looked up before the fork)
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _read(file) -> bytes:

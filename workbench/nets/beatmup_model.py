@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import yaml
 
+from workbench.files import readable_file
 from workbench.nets.layers import Act, GroupConv2D, Quantize8, Shuffle
 
 ACTIVATIONS = {"default": "bounded_relu", "sigmoid_like": "sigmoid_like"}
@@ -51,7 +52,7 @@ class InputStep:
 
 def read_chunks(path) -> dict[str, bytes]:
     """The chunks of the file at ``path``, id -> bytes."""
-    path = Path(path)
+    path = readable_file(path)
     data = path.read_bytes()
     chunks, i = {}, 0
     while i < len(data):
@@ -104,21 +105,51 @@ def input_step(path) -> InputStep:
     sampler = next((op for op in ops if op["_type"] == "image_sampler"), None)
     if sampler is None:
         raise BeatmupModelError(f"{path}: no image_sampler op (the net's input)")
-    return _input_step(sampler)
+    return _input_step(sampler, path)
 
 
-def _input_step(op) -> InputStep:
-    return InputStep(int(op["output_width"]), int(op["output_height"]),
+def _input_step(op, path) -> InputStep:
+    where = _where(path, op)
+    return InputStep(number(op, "output_width", where), number(op, "output_height", where),
                      bool(op.get("center_crop", True)), bool(op.get("linear_interp", True)))
 
 
+def _where(path, op) -> str:
+    """The file and the op (or connection) a message is about."""
+    if "_name" in op:
+        return f"{path}: op {op['_name']!r} ({op['_type']})"
+    return f"{path}: the connection {op.get('from')!r} -> {op.get('to')!r}"
+
+
+def number(fields: dict, key, where, default=None, least=1) -> int:
+    """The whole-number field ``key`` of ``fields`` (an op's, a connection's; ``default``
+    where it has none), at least ``least``; else :class:`BeatmupModelError` after
+    ``where`` (:func:`_where`) naming the field."""
+    value = fields.get(key, default)
+    try:
+        n = int(value) if not isinstance(value, (bool, float)) or value == int(value) else None
+    except (TypeError, ValueError, OverflowError):
+        n = None
+    if n is None or n < least:
+        raise BeatmupModelError(f"{where}: {key} {value!r}: give a whole number >= {least}"
+                                if value is not None else f"{where}: no {key}")
+    return n
+
+
 def sample(image, step: InputStep) -> np.ndarray:
-    """``image`` (HxWx3 uint8 RGB, any size) through the input step: HxWx3 uint8 of the step's
-    size.  Output pixel ``j`` of ``n`` samples the crop at ``a + (b - a) j / (n - 1)``, ``a``
-    and ``b`` the crop's first and last pixel centres (the crop is the centred region of the
-    output's aspect, its margins fractional), bilinearly between the 4 nearest pixels (or the
-    nearest one), rounded to 8 bits as a texture stores it."""
+    """``image`` (HxWx3 RGB, any size: uint8, or float in [0, 1], else ValueError) through the
+    input step: HxWx3 uint8 of the step's size.  Output pixel ``j`` of ``n`` samples the
+    crop at ``a + (b - a) j / (n - 1)``, ``a`` and ``b`` the crop's first and last pixel
+    centres (the crop is the centred region of the output's aspect, its margins fractional),
+    bilinearly between the 4 nearest pixels (or the nearest one), rounded to 8 bits as a
+    texture stores it."""
     image = np.asarray(image)
+    if image.dtype.kind == "f":
+        low, high = (float(image.min()), float(image.max())) if image.size else (0, 0)
+        if not 0 <= low <= high <= 1:
+            raise ValueError(f"a float image takes values in [0, 1], not [{low:.4g}, "
+                             f"{high:.4g}] (give 0-255 pixels as uint8)")
+        image = image * 255.0
     h, w = image.shape[:2]
     if step.center_crop and w * step.height > h * step.width:
         margins = (0.0, 0.5 * (w - h * step.width / step.height))
@@ -129,7 +160,8 @@ def sample(image, step: InputStep) -> np.ndarray:
     ys, xs = (np.linspace(m, size - 1 - m, n, dtype=np.float64)
               for m, size, n in zip(margins, (h, w), (step.height, step.width)))
     if not step.linear:
-        return image[np.floor(ys + 0.5).astype(int)][:, np.floor(xs + 0.5).astype(int)]
+        picked = image[np.floor(ys + 0.5).astype(int)][:, np.floor(xs + 0.5).astype(int)]
+        return np.clip(np.round(picked), 0, 255).astype(np.uint8)
     y0, x0 = (np.clip(np.floor(v).astype(int), 0, n - 1) for v, n in ((ys, h), (xs, w)))
     y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
     fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
@@ -146,8 +178,6 @@ def load(path, quantize=False) -> keras.Model:
     ``model.class_names`` the labels.  ``quantize``: every activation rounded to 8 bits as
     its texture stores it (:class:`~workbench.nets.layers.Quantize8`)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
     chunks = read_chunks(path)
     ops, connections = description(chunks, path)
     builder = _Builder(path, chunks, connections, quantize)
@@ -168,11 +198,17 @@ class _Builder:
         self.path, self.chunks, self.quantize = path, chunks, quantize
         self.incoming: dict[str, dict[int, dict]] = {}
         for c in connections:
-            self.incoming.setdefault(c["to"], {})[int(c.get("to_input", 0))] = c
+            if not (isinstance(c, dict) and "from" in c and "to" in c):
+                raise BeatmupModelError(f"{path}: a connection without from and to ({c!r})")
+            self.incoming.setdefault(c["to"], {})[number(c, "to_input", _where(path, c), 0,
+                                                         0)] = c
         self.tensors, self.inputs, self.step, self.last = {}, None, None, None
 
     def fail(self, op, why):
-        raise BeatmupModelError(f"{self.path}: op {op['_name']!r} ({op['_type']}): {why}")
+        raise BeatmupModelError(f"{_where(self.path, op)}: {why}")
+
+    def number(self, op, key, default=None, least=1) -> int:
+        return number(op, key, _where(self.path, op), default, least)
 
     def source(self, op, index=0):
         """The tensor connected to input ``index`` of ``op`` (shuffled as the connection
@@ -182,7 +218,7 @@ class _Builder:
             return None
         if c["from"] not in self.tensors:
             self.fail(op, f"its input {c['from']!r} is not an earlier op")
-        x, step = self.tensors[c["from"]], int(c.get("shuffle", 0))
+        x, step = self.tensors[c["from"]], number(c, "shuffle", _where(self.path, c), 0, 0)
         if step:
             x = Shuffle(step, name=f"{op['_name']}_shuffle{index}")(x)
         return x
@@ -204,28 +240,36 @@ class _Builder:
             x = self.source(op)
             if x is None:
                 self.fail(op, "nothing is connected to its input")
-            self.tensors[op["_name"]] = handler(op, x)
-        else:
-            self.tensors[op["_name"]] = handler(op)
+        try:
+            self.tensors[op["_name"]] = handler(op, x) if kind != "image_sampler" else handler(op)
+        except BeatmupModelError:
+            raise
+        except ValueError as err:  # Keras' refusal of the shapes the file gives
+            self.fail(op, (str(err).strip().splitlines() or [type(err).__name__])[0])
         self.last = op["_name"]
 
     def _image_sampler(self, op):
         if self.inputs is not None:
             self.fail(op, "a second input")
-        self.step = _input_step(op)
+        self.step = _input_step(op, self.path)
         self.inputs = keras.Input((self.step.height, self.step.width, 3), name=op["_name"])
         return self.inputs
 
     def _conv2d(self, op, x):
-        k, cin, cout = int(op["kernel_size"]), int(op["input_channels"]), int(op["output_channels"])
-        groups, bias = int(op.get("groups", 1)), bool(op.get("use_bias", True))
+        k, cin, cout, groups, stride = (self.number(op, key, default) for key, default in (
+            ("kernel_size", None), ("input_channels", None), ("output_channels", None),
+            ("groups", 1), ("stride", 1)))
+        bias = bool(op.get("use_bias", True))
+        if cin % groups or cout % groups:
+            self.fail(op, f"groups {groups} must divide input_channels {cin} and "
+                          f"output_channels {cout}")
         activation = ACTIVATIONS.get(op.get("activation", "default"))
         if activation is None:
             self.fail(op, f"activation {op['activation']!r} not taken (only "
                           f"{', '.join(ACTIVATIONS)})")
         if int(x.shape[-1]) != cin:
             self.fail(op, f"input_channels {cin}, but its input has {x.shape[-1]}")
-        layer = GroupConv2D(cout, k, groups=groups, strides=int(op.get("stride", 1)),
+        layer = GroupConv2D(cout, k, groups=groups, strides=stride,
                             padding=str(op.get("padding", "valid")), use_bias=bias,
                             name=op["_name"])
         y = layer(x)
@@ -242,7 +286,7 @@ class _Builder:
         return Quantize8(name=f"{op['_name']}_q8")(y) if self.quantize else y
 
     def _pooling2d(self, op, x):
-        size, stride = int(op["size"]), int(op.get("stride", 1))
+        size, stride = self.number(op, "size"), self.number(op, "stride", 1)
         padding, kind = str(op.get("padding", "valid")), op.get("operator", "max")
         if kind not in ("max", "average"):
             self.fail(op, f"operator {kind!r} (max or average)")
@@ -256,7 +300,7 @@ class _Builder:
         if x.ndim != 2:
             self.fail(op, "takes a pooled vector (an average pooling over the whole map "
                           "before it)")
-        n, bias = int(op["output_dims"]), bool(op.get("use_bias", True))
+        n, bias = self.number(op, "output_dims"), bool(op.get("use_bias", True))
         layer = keras.layers.Dense(n, use_bias=bias, name=op["_name"])
         y = layer(x)
         matrix = self.weights(op, "w", n * int(x.shape[-1])).reshape(n, -1).T

@@ -3,8 +3,11 @@ file (Keras and TensorFlow imported then), an ``.onnx`` file (ONNX Runtime, no T
 a Beatmup chunk file; errors that name the file."""
 from __future__ import annotations
 
+import tempfile
 import zipfile
 from pathlib import Path
+
+from workbench.files import readable_file
 
 
 class ModelFileError(ValueError):
@@ -18,9 +21,10 @@ def load_model(path, input_size=None):
     Keras model is, ONNX Runtime computing); ``input_size`` ``(height, width)`` fixes its
     dynamic input size (a Keras model has its own).  A Beatmup chunk file (``.chunks``) gives
     its net as a Keras model (:func:`workbench.nets.beatmup_model.load`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
+    try:
+        path = readable_file(path)  # (a folder, a FIFO, a device: one line saying which)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such model file") from None
     if path.suffix.lower() == ".onnx":
         from workbench.nets import onnx_model
 
@@ -36,6 +40,17 @@ def load_model(path, input_size=None):
                          "Keras model has its own (keras.Input((height, width, channels)))")
     if path.suffix.lower() == ".keras" and not zipfile.is_zipfile(path):
         raise ModelFileError(f"{path}: corrupt or truncated .keras model (not a zip archive)")
+    suffix = path.suffix.lower()
+    if suffix in (".keras", ".h5", ".hdf5") and path.suffix != suffix:  # Keras reads the
+        with tempfile.TemporaryDirectory() as tmp:                      # lower-case ones
+            link = Path(tmp) / f"model{suffix}"
+            link.symlink_to(path.absolute())
+            return _keras(link, path)
+    return _keras(path, path)
+
+
+def _keras(path, source):
+    """The Keras model in ``path``; errors name ``source``, the file the user gave."""
     import keras
 
     from workbench.nets import layers  # noqa: F401  (registers the custom layers)
@@ -46,12 +61,13 @@ def load_model(path, input_size=None):
         lambdas = _lambda_layers(path) if "Lambda" in str(e) else []
         if lambdas:
             raise ModelFileError(
-                f"{path}: layer {lambdas[0]!r} is a Lambda layer, Python code stored in the "
+                f"{source}: layer {lambdas[0]!r} is a Lambda layer, Python code stored in the "
                 "file: the workbench loads models in Keras' safe mode, which does not run it "
                 "(and no shader could); build the model from standard layers") from None
         first = (str(e).strip().splitlines() or [""])[0]
-        raise ModelFileError(f"{path}: not a readable Keras model ({type(e).__name__}: "
+        raise ModelFileError(f"{source}: not a readable Keras model ({type(e).__name__}: "
                              f"{first})") from e
+
 
 def _lambda_layers(path) -> list[str]:
     """Names of the Lambda layers in a ``.keras`` file's config (without loading it)."""

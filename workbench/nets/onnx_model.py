@@ -8,34 +8,77 @@ only by Transposes to NCHW, :func:`channels_last`) takes it as it is.
 """
 from __future__ import annotations
 
+import contextlib
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 
+class OnnxRuntimeError(ValueError):
+    """ONNX Runtime refused to run the model (its error's first line, naming the model)."""
+
+
 class OnnxModel:
     """``proto`` (an ``onnx.ModelProto``), run by an ONNX Runtime CPU session; ``name`` the
     file's stem or the graph's name; ``input_size`` ``(height, width)`` for a model whose
-    input size is dynamic (the lowering's, :func:`workbench.ir.from_onnx`)."""
+    input size is dynamic (the lowering's, :func:`workbench.ir.from_onnx`), refused in one
+    line where the input fixes its height or width otherwise; ``source`` its file, which
+    messages name (else ``name``)."""
 
-    def __init__(self, proto, name=None, input_size=None):
+    def __init__(self, proto, name=None, input_size=None, source=None):
         self.proto = proto
         self.name = name or proto.graph.name or "onnx_net"
+        self.source = str(source or self.name)
         self.input_size = tuple(input_size) if input_size else None
         self._session = None
+        if self.input_size:
+            self._check_size()
+
+    def _check_size(self):
+        """Refuse an ``input_size`` that a fixed height or width of the input contradicts."""
+        graph = self.proto.graph
+        inits = {t.name for t in graph.initializer}
+        head = next((i for i in graph.input if i.name not in inits), None)
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in head.type.tensor_type.shape.dim] if head is not None else []
+        if len(dims) != 4:
+            return  # (the lowering names what it takes)
+        fixed = dims[1:3] if self.nhwc else dims[2:]
+        for what, given, own in zip(("height", "width"), self.input_size, fixed):
+            if own is not None and own != given:
+                h, w = self.input_size
+                raise ValueError(f"{self.source}: input {head.name!r} has a fixed {what} of "
+                                 f"{own}; the input size {h}x{w} (height x width) gives {given}")
+
+    @contextlib.contextmanager
+    def _refusals(self):
+        """ONNX Runtime's errors as :class:`OnnxRuntimeError`: one line naming the model."""
+        try:
+            yield
+        except Exception as err:
+            if not type(err).__module__.startswith("onnxruntime"):
+                raise
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            first = first.split(" : ")[-1].strip()  # ("[ONNXRuntimeError] : 2 : CODE : why")
+            raise OnnxRuntimeError(f"{self.source}: ONNX Runtime cannot run it "
+                                   f"({type(err).__name__}: {first})") from None
 
     @property
     def session(self):
         """The ONNX Runtime session, made at first use (quiet: warnings only)."""
         if self._session is None:
-            import onnxruntime
-
-            options = onnxruntime.SessionOptions()
-            options.log_severity_level = 4  # (its errors are raised; logged, they would show)
-            self._session = onnxruntime.InferenceSession(
-                self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            self._session = self._make_session(self.proto)
         return self._session
+
+    def _make_session(self, proto):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 4  # (its errors are raised; logged, they would show)
+        with self._refusals():
+            return onnxruntime.InferenceSession(proto.SerializeToString(), options,
+                                                providers=["CPUExecutionProvider"])
 
     @cached_property
     def nhwc(self) -> bool:
@@ -48,7 +91,8 @@ class OnnxModel:
     def __call__(self, x, training=False):
         """The output for NHWC float32 ``x`` (NHWC, or 2-D logits as they are; an NHWC
         model's output as it is)."""
-        out = _run(self.session, None, x, self.nhwc)[0]
+        with self._refusals():
+            out = _run(self.session, None, x, self.nhwc)[0]
         return np.transpose(out, (0, 2, 3, 1)) if out.ndim == 4 and not self.nhwc else out
 
     def predict(self, x, batch_size=32, verbose=0):
@@ -60,18 +104,15 @@ class OnnxModel:
         """The values of the graph's tensors ``names`` for NHWC ``x`` (each NHWC, or as it is
         when not 4-D): ONNX Runtime run on a copy of the graph that outputs them."""
         import onnx
-        import onnxruntime
 
         proto = onnx.ModelProto()
         proto.CopyFrom(self.proto)
         del proto.graph.output[:]
         proto.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
                                  for n in names)
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 4
-        session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
-                                               providers=["CPUExecutionProvider"])
-        values = _run(session, list(names), x, self.nhwc)
+        session = self._make_session(proto)
+        with self._refusals():
+            values = _run(session, list(names), x, self.nhwc)
         return {n: np.transpose(v, (0, 2, 3, 1)) if v.ndim == 4 else v
                 for n, v in zip(names, values)}
 
@@ -115,4 +156,4 @@ def load(path, input_size=None) -> OnnxModel:
         first = (str(e).strip().splitlines() or [""])[0]
         raise ValueError(f"{path}: not a readable ONNX model ({type(e).__name__}: "
                          f"{first})") from None
-    return OnnxModel(proto, path.stem, input_size)
+    return OnnxModel(proto, path.stem, input_size, path)

@@ -176,7 +176,8 @@ def _owned_out(args, names):
     import contextlib
 
     from workbench.files import owned_files
-    return owned_files(args.out, names, args.force) if args.out else contextlib.nullcontext()
+    return (owned_files(args.out, names, args.force, "--out") if args.out is not None else
+            contextlib.nullcontext())
 
 
 def _figure(name) -> list[str]:
@@ -299,10 +300,10 @@ def _names(text) -> list[str]:
 def _bench_out(args):
     """``bench web / beatmup --out``: a file there is refused before minutes of runs."""
     from workbench.files import check_writable
-    if args.out:
+    if args.out is not None:
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise NotADirectoryError(f"{args.out}: is a file; give a folder")
-        check_writable(args.out, folder=True)
+        check_writable(args.out, folder=True, what="--out")
 
 
 def _bench_sr(args):
@@ -635,6 +636,12 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _terminate(signum, frame):
+    """SIGTERM: exit as the shell says a terminated command does, through every ``finally``
+    (child programs stopped, temporary folders removed)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
     import signal
     import threading
@@ -644,6 +651,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     own = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _interrupt) if own else None
+    terminate = signal.signal(signal.SIGTERM, _terminate) if own else None
     _interrupt.seen = False
     try:
         with warnings.catch_warnings():
@@ -678,3 +686,4 @@ def main(argv=None) -> int:
     finally:
         if own:
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, terminate)

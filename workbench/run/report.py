@@ -11,7 +11,8 @@ import os
 import platform
 from pathlib import Path
 
-from workbench.files import PROFILE_ENV, FolderNotReplaceable, figures_dir, sha256, write_text
+from workbench.files import (PROFILE_ENV, FolderNotReplaceable, figures_dir, read_text, sha256,
+                             write_text)
 from workbench.nets import superres
 from workbench.studies import (
     activation_study,
@@ -90,8 +91,8 @@ def publish(report_text: str, path, source: str, force=False) -> Path:
     symbolic link is written through (its target is the file); an empty path is refused."""
     if not str(path):
         raise ValueError("--publish '': give the Markdown file to publish into")
+    text = read_text(path, "--publish")  # (a link loop, a FIFO, a folder: one line)
     path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
-    text = path.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise ValueError(f"{path}: needs one {BEGIN!r} line and, after it, one {END!r} line "
                          "to put the report between")

@@ -458,17 +458,25 @@ def run(model_path=None, which="val", rounds=5, runs=3, driver_names=DRIVERS, ou
     folder) as ``beatmup.md`` / ``beatmup.json``, and printed.  Mesa's shader cache starts
     empty (a folder of the run's own): each side's first compile is a compile, not a cache
     hit.  (The cache stays on: llvmpipe keeps a bounded number of compiled variants in memory,
-    and a net of 1,134 programs would otherwise compile some of them again on every image.)"""
-    import os
+    and a net of 1,134 programs would otherwise compile some of them again on every image.)
+    The model is read first (a bad ``model_path`` refused before any run); the cache is
+    removed at the end."""
     import tempfile
-
-    from workbench import gl
+    from unittest import mock
 
     why = beatmup.available()
     if why:
         raise beatmup.BeatmupUnavailable(why)
-    os.environ["MESA_SHADER_CACHE_DIR"] = tempfile.mkdtemp(prefix="workbench-mesa-cache-")
     model_path = Path(model_path) if model_path else beatmup.model_file()
+    beatmup_model.load(model_path)  # (one line naming the file, before minutes of runs)
+    with tempfile.TemporaryDirectory(prefix="workbench-mesa-cache-") as cache, \
+            mock.patch.dict("os.environ", {"MESA_SHADER_CACHE_DIR": cache}):
+        return _run(model_path, which, rounds, runs, driver_names, out)
+
+
+def _run(model_path, which, rounds, runs, driver_names, out) -> dict:
+    from workbench import gl
+
     saved = {"machine": machine(), "gl": gl.info().get("GL_RENDERER", "?"),
              "x2": x2(rounds=rounds, runs=runs),
              "classifier": classifier(model_path, which, rounds)}
