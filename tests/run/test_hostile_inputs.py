@@ -236,3 +236,73 @@ def test_sample_takes_a_float_image_in_0_1():
     assert picture.dtype == np.uint8 and (picture == 128).all()
     with pytest.raises(ValueError, match=r"a float image takes values in \[0, 1\]"):
         bm.sample(image * 255, bm.InputStep(4, 4))
+
+
+# --- D: late or unclear --------------------------------------------------------------------
+
+def test_bench_beatmup_reads_its_model_before_any_run(tmp_path, monkeypatch):
+    from workbench.studies import beatmup as study
+
+    monkeypatch.setattr(beatmup, "available", lambda: None)
+    monkeypatch.setattr(study, "x2", lambda *a, **k: pytest.fail("X2 ran before the check"))
+    with pytest.raises(FileNotFoundError, match="nope.chunks: no such file"):
+        study.run(tmp_path / "nope.chunks")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda ops: ops["c0"].update(kernel_size="five"),
+     r"op 'c0' \(conv2d\): kernel_size 'five': give a whole number >= 1"),
+    (lambda ops: ops["fc"].pop("output_dims"), r"op 'fc' \(dense\): no output_dims"),
+    (lambda ops: ops["pool"].update(size=9, operator="max"),
+     r"op 'pool' \(pooling2d\): .*"),
+])
+def test_the_chunk_importer_names_the_file_and_op(tmp_path, edit, says):
+    path = _chunks(tmp_path / "m.chunks", edit)
+    with pytest.raises(bm.BeatmupModelError, match="m.chunks: " + says):
+        bm.load(path)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p.mkdir(), "is a folder, not a file"),
+    (lambda p: os.mkfifo(p), r"is a FIFO \(named pipe\), not a file"),
+])
+def test_load_model_says_what_the_path_is(tmp_path, make, says):
+    from workbench.nets.model_files import load_model
+
+    make(tmp_path / "m.keras")
+    with deadline(5), pytest.raises(OSError, match=f"m.keras: {says}"):
+        load_model(tmp_path / "m.keras")
+    with deadline(5), pytest.raises(OSError, match="/dev/zero: is a device, not a file"):
+        load_model("/dev/zero")
+
+
+def test_an_upper_case_keras_suffix_is_taken(tmp_path):
+    from workbench.nets.model_files import load_model
+    from workbench.nets.models import reference_sr
+
+    (tmp_path / "REF.KERAS").write_bytes(reference_sr().read_bytes())
+    assert load_model(tmp_path / "REF.KERAS").count_params() > 0
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p.mkdir(), "is a folder, not a file"),
+    (lambda p: os.mkfifo(p), "is a FIFO (named pipe), not a file"),
+    (lambda p: None, "no such file"),
+    (lambda p: p.write_bytes("chien,caf\xe9\n".encode("latin-1")),
+     "not UTF-8 text (byte 0xe9 at offset 9)"),
+])
+def test_labels_that_are_no_text_file_are_refused(tmp_path, make, says, capsys):
+    make(tmp_path / "labels.txt")
+    with deadline(5):
+        code = main(["export-web", "--labels", str(tmp_path / "labels.txt"),
+                     "--out", str(tmp_path / "page")])
+    assert code == 2
+    assert _one_line(capsys).startswith(f"error: --labels {tmp_path / 'labels.txt'}: {says}")
+    assert not (tmp_path / "page").exists()
+
+
+def test_fetch_data_names_a_root_it_cannot_write(tmp_path, capsys):
+    (tmp_path / "root").write_text("a file")
+    assert main(["fetch-data", "Set5", "--root", str(tmp_path / "root")]) == 2
+    assert _one_line(capsys).startswith(f"error: {tmp_path / 'root'}/sr/Set5: "
+                                        f"{tmp_path / 'root'} is a file, not a folder")

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.data.datasets import REPO_DATA
-from workbench.files import MARKER, FolderNotReplaceable, atomic_dir, check_writable
+from workbench.files import MARKER, FolderNotReplaceable, atomic_dir, check_writable, given_path
 
 MANIFEST = Path(__file__).with_name("data_manifest.json")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -230,6 +230,8 @@ def fetch(names, root, manifest=None, force=False, allow_unverified=False, cache
     """
     manifest = _entries(names, manifest)
     cache = Path(cache) if cache is not None else default_cache()
+    for name in names:  # a root that cannot be written: said before any download, not "offline?"
+        check_writable(Path(root) / manifest[name]["target"], folder=True)
     targets = []
     for name in names:
         entry = manifest[name]
@@ -484,7 +486,7 @@ def run(args):
     names = list(args.names) or [k for k, v in manifest.items() if v["default"]]
     if args.div2k:
         names += [k for k in manifest if k.startswith("DIV2K") and k not in names]
-    root = Path(args.root) if args.root else default_root()
+    root = given_path(args.root, "--root") if args.root is not None else default_root()
     try:
         if getattr(args, "verify", False):
             checks = verify(names, root, manifest)

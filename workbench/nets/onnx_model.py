@@ -74,6 +74,7 @@ class OnnxModel:
     def _make_session(self, proto):
         import onnxruntime
 
+        onnxruntime.set_default_logger_severity(3)  # (what it logs before a session's own level)
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 4  # (its errors are raised; logged, they would show)
         with self._refusals():

@@ -146,11 +146,7 @@ def _upscale(args):
 def _export_web(args):
     from workbench import es2, web
 
-    labels = args.labels
-    if labels:
-        path = Path(labels)
-        labels = ([line.strip() for line in path.read_text().splitlines() if line.strip()]
-                  if path.is_file() else [s.strip() for s in labels.split(",")])
+    labels = _labels(args.labels) if args.labels else None
     from workbench.nets.models import reference_sr
     model_path = args.model or reference_sr()
     check_folder(args.out, args.force)  # before the work
@@ -167,6 +163,17 @@ def _export_web(args):
           f"  python3 -m http.server --bind 127.0.0.1 -d {args.out}   # then "
           f"http://localhost:8000/{check}")
     return 0
+
+
+def _labels(text) -> list[str]:
+    """``--labels``: a UTF-8 text file's lines, or names separated by commas; a path (one
+    there, or a name with a folder or a .txt suffix) that is no readable text file is refused
+    in one line (a folder, a FIFO, a missing file)."""
+    from workbench.files import read_text
+    if os.path.lexists(text) or ("," not in text and ("/" in text or text.endswith(".txt"))):
+        return [line.strip() for line in read_text(text, "--labels").splitlines()
+                if line.strip()]
+    return [name.strip() for name in text.split(",")]
 
 
 def _owned_out(args, names):
