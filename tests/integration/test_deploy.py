@@ -78,10 +78,13 @@ def test_image_larger_than_the_texture_limit_runs_in_tiles(tmp_path, model_path,
 
 
 def test_missing_model_is_named(tmp_path, capsys):
-    assert main(["upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")]) == 2
+    _photo(tmp_path / "in.png")  # (a missing input is named first, before the net loads)
+    argv = ["upscale", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+            "--model", str(tmp_path / "nope.keras")]
+    assert main(argv) == 2
     assert "nope.keras" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="nope.keras"):  # --debug: the traceback
-        main(["--debug", "upscale", "in.png", "out.png", "--model", str(tmp_path / "nope.keras")])
+        main(["--debug", *argv])
 
 
 def _photo(path, size=(8, 6)):
