@@ -2,6 +2,7 @@
 against the least of MemAvailable and the process's own limits (issue 58):
 :func:`workbench.data.memory.available_bytes` and :func:`~workbench.data.memory.require_bytes`.
 """
+import re
 import resource
 import subprocess
 import sys
@@ -161,3 +162,27 @@ def test_a_calibration_source_is_counted_before_its_images_are_read(tmp_path, mo
                        r"needs about 0\.0 GB \(calibration images 0\.0\); 0\.0 GB available "
                        r"under ulimit -v; give fewer \(a count, e.g. cifar10:100\)$"):
         calibration.images(f"{tmp_path}:3", (300, 400))
+
+
+def test_a_run_that_fits_only_in_tiles_is_refused_with_the_tiles_offered(monkeypatch):
+    """net.run on an image whose textures do not fit: refused before any is allocated,
+    offering the tiles that would fit (their count and size, as run_tiled makes them); the
+    count against tiling.tiles on each axis."""
+    from workbench import es2
+    from workbench.es2 import plan, tiling
+    from workbench.nets.models import sr_x2
+
+    net = es2.compile(sr_x2(), check=False)
+    hw = (1500, 1200)
+    need = sum(plan.memory_bytes(net.graph, hw, ("GL textures",)).values())
+    _budget(monkeypatch, need // 3)
+    with pytest.raises(plan.OutOfMemory) as refused:
+        net.run(np.zeros((*hw, 3), np.float32))
+    offered = re.search(r"; in tiles it would fit: (\d+) tiles of (\d+)x\2 "
+                        r"\(es2.tiling.run_tiled", str(refused.value))
+    count, side = int(offered[1]), int(offered[2])
+    margin = tiling.receptive_field(net.graph)
+    assert side < max(hw) and sum(plan.memory_bytes(net.graph, (side, side),
+                                                    ("GL textures",)).values()) <= need // 6
+    assert count == len(tiling.tiles(hw[0], side, margin)) * len(tiling.tiles(hw[1], side,
+                                                                             margin)) > 1

@@ -38,8 +38,11 @@ class Runner:
         (another net's run in the same worker since replaces them)."""
         if self._hw == hw and getattr(self.worker, "allocation", None) is self.textures:
             return
-        plan.require_memory(self.graph, hw, "run it in tiles (es2.tiling.run_tiled, as "
-                            "upscale does) or on a smaller image", ("GL textures",))
+        try:
+            plan.require_memory(self.graph, hw, "run it on a smaller image", ("GL textures",))
+        except plan.OutOfMemory as err:
+            from workbench.es2 import tiling
+            raise plan.OutOfMemory(f"{err}{tiling.offer(self.graph, hw)}") from None
         self.textures = plan.textures(self.graph, hw)
         limit = self.worker.info["GL_MAX_TEXTURE_SIZE"]
         for (name, _), (w, h, _) in self.textures.items():

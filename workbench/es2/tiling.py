@@ -77,6 +77,34 @@ class Tiled(NamedTuple):
     seconds: float        # sum of ``net.timings`` over the runs (GPU passes only)
 
 
+def fitting_side(graph: ir.Graph, side: int, budget: int) -> int:
+    """The largest tile side, from ``side`` down by quarters (to 64 at least), whose GL
+    textures take at most ``budget`` bytes."""
+    while side > 64 and sum(plan.memory_bytes(graph, (side, side), ("GL textures",))
+                            .values()) > budget:
+        side = side * 3 // 4
+    return side
+
+
+def offer(graph: ir.Graph, hw) -> str:
+    """What a run at input size ``hw`` that does not fit memory can do instead, for its
+    refusal: ``"; in tiles it would fit: 12 tiles of 768x768 (es2.tiling.run_tiled, as
+    upscale does)"``, or ``""`` where tiles would not help (a net that cannot be tiled, a
+    margin wider than the tile)."""
+    free = plan.available_memory()
+    try:
+        margin = receptive_field(graph)
+    except ValueError:
+        return ""
+    side = fitting_side(graph, max(hw), (free or 0) // 2) if free else 0
+    if side - 2 * margin < 1 or side >= max(hw):
+        return ""
+    count = len(tiles(hw[0], min(side, hw[0]), margin)) * len(tiles(hw[1], min(side, hw[1]),
+                                                                    margin))
+    return (f"; in tiles it would fit: {count} tiles of {side}x{side} (es2.tiling.run_tiled, "
+            "as upscale does)")
+
+
 def run_tiled(net, image, max_size: int, run=None) -> Tiled:
     """``net`` on an HxWxC ``image`` in tiles whose textures are at most ``max_size`` pixels a
     side (one run when the image fits); ``run``: the function to run a tile, default
@@ -95,9 +123,7 @@ def run_tiled(net, image, max_size: int, run=None) -> Tiled:
         out_bytes = 4 * math.prod(graph.shapes((h, w))[graph.output])
         plan.require_bytes({"output": out_bytes, "its tiles and saving": out_bytes},
                            f"the {w}x{h} image", "use a smaller image", free)
-        while side > 64 and sum(plan.memory_bytes(graph, (side, side), ("GL textures",))
-                                .values()) > (free - out_bytes) // 2:
-            side = side * 3 // 4
+        side = fitting_side(graph, side, (free - out_bytes) // 2)
 
     if h <= side and w <= side:
         return Tiled(run(image), 1, _seconds(net, run))
