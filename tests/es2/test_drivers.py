@@ -374,7 +374,7 @@ def test_a_residual_is_fetched_at_the_centre_tap_and_tune_places_it(tmp_path):
     ``gl_FragCoord.xy / u_out_size`` names, which vc4's compiler schedules with the taps (the
     old fetch: 821 estimated cycles at this commit, now 501; tuned 399); tune places it among
     the terms; bytes = emulator; saved and loaded with its place."""
-    from workbench.es2.ops.orders import LAST
+    from workbench.es2.ops.conv.orders import LAST
 
     keras.utils.set_random_seed(5)
     x = keras.Input((None, None, 8))

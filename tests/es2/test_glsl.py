@@ -26,7 +26,7 @@ import pytest
 from workbench import es2, gl, ir, references
 from workbench.data import metrics
 from workbench.es2 import emulate, glslang, limits, plan
-from workbench.es2.ops.orders import LAST
+from workbench.es2.ops.conv.orders import LAST
 from workbench.ir import cost
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
 from workbench.nets.models import sr_x2
@@ -242,7 +242,7 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
     if "llvmpipe" not in gl.info()["GL_RENDERER"]:
         pytest.skip("the exact order is llvmpipe's")
     from tests.conftest import with_zero_border
-    from workbench.es2.ops.padding import border_tensor
+    from workbench.es2.ops.conv.padding import border_tensor
     from workbench.studies import compilers
 
     keras.utils.set_random_seed(13)

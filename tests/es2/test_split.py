@@ -1,6 +1,6 @@
 """Convolutions too wide for one ES 2.0 program, split over their input packs and, where one
-pack is too many, their kernel rows (workbench.es2.ops.split): llvmpipe's bytes against the
-emulator, the output against TensorFlow, the cost against a hand count, the stored partial sums
+pack is too many, their kernel rows (workbench.es2.ops.conv.split): llvmpipe's bytes against
+the emulator, the output against TensorFlow, the cost against a hand count, the stored partial sums
 against numpy's exact sums, a driver's refusal fitted by splitting rows."""
 import keras
 import numpy as np
@@ -8,7 +8,8 @@ import pytest
 
 from workbench import es2, ir
 from workbench.es2 import emulate, limits
-from workbench.es2.ops import conv, split
+from workbench.es2.ops.conv import split
+from workbench.es2.ops import conv
 from workbench.nets.layers import Act
 
 from .test_bundle import bundled, outputs

@@ -198,7 +198,8 @@ def test_a_tensor_stays_8_bit_where_its_readers_split_would_undo_16_bits(gain):
     64 of ES 2.0: two stages).  Its partial sums keep steps of 2**-(8 + shift): with weights
     ``gain`` times larger the shift falls below 0 (steps coarser than a level) and the linear
     tensor it reads stays 8-bit; with ordinary weights it is stored at 16 bits."""
-    from workbench.es2.ops import conv, split
+    from workbench.es2.ops import conv
+    from workbench.es2.ops.conv import split
 
     rng = np.random.default_rng(7)
     x = inputs = keras.Input((16, 16, 3))

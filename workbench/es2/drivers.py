@@ -9,7 +9,7 @@ a convolution at one input pack a stage, fewer kernel rows a stage, until the dr
 accepts, and keeps VideoCore IV's programs within its two-thread register budget where its
 estimated cycles say that pays.  A colour mask lets several programs write one RGBA target,
 so the bytes stay those of the whole-pack programs: the cost is passes and texel fetches, not
-dB (a row split adds the partial sums' fixed-point step, :mod:`workbench.es2.ops.split`).
+dB (a row split adds the partial sums' fixed-point step, :mod:`workbench.es2.ops.conv.split`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from dataclasses import replace
 from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS, formed
-from workbench.es2.ops.orders import LAST, places_residual
-from workbench.es2.ops.padding import producer_borders
-from workbench.es2.ops.split import finer_rows
+from workbench.es2.ops.conv.orders import LAST, places_residual
+from workbench.es2.ops.conv.padding import producer_borders
+from workbench.es2.ops.conv.split import finer_rows
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
 from workbench.gl import drivers
@@ -72,7 +72,7 @@ def fit(graph, generate, driver: str):
 
     1. Each refused convolution gets the next smaller count of output channels a program
        (4, 2, 1), then, at 1 and one input pack a stage (or one in all), its kernel rows
-       split over more stages (``row_split``, :func:`workbench.es2.ops.split.finer_rows`),
+       split over more stages (``row_split``, :func:`workbench.es2.ops.conv.split.finer_rows`),
        until the driver accepts every program.
     2. Where the driver estimates cycles (vc4), a convolution with single-threaded programs
        computes its padding masks per tap (fewer live registers), kept only when the
@@ -142,9 +142,9 @@ def tune(graph, generate, driver: str, options=None, count=None):
     ``driver``'s compiler runs fastest by its own numbers: each convolution whose programs
     write whole packs is compiled in every summation order (:data:`ORDERS`), with its padding
     masks computed once or per tap, or its input read through a zero border instead
-    (:func:`workbench.es2.ops.padding.bordered`: the copies' programs counted with the
+    (:func:`workbench.es2.ops.conv.padding.bordered`: the copies' programs counted with the
     layer's), with or without unit masks where no tap lies in the padding and the driver
-    estimates cycles (:func:`workbench.es2.ops.padding.unit_mask`: elsewhere they only add
+    estimates cycles (:func:`workbench.es2.ops.conv.padding.unit_mask`: elsewhere they only add
     instructions), and its residual added last, first or after the order's first term
     (:data:`RESIDUAL_PLACES`) where it has them,
     and keeps the form with the fewest spills, then the most threads, then the smallest sum
@@ -230,7 +230,7 @@ def _form_key(passes, reports, layer, count):
 def ordered(graph, options):
     """``graph`` with the summation order (and residual's place, the row split :func:`fit`
     asked, the zero borders and who draws them,
-    :func:`~workbench.es2.ops.padding.producer_borders`) ``options`` chose recorded on its
+    :func:`~workbench.es2.ops.conv.padding.producer_borders`) ``options`` chose recorded on its
     convolutions
     (:class:`~workbench.es2.ops.conv.ConvForm`), for the emulator and a saved net."""
     options = producer_borders(graph, options)

@@ -21,7 +21,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan, saved
 from workbench.es2.ops import conv
-from workbench.es2.ops.padding import producer_borders
+from workbench.es2.ops.conv.padding import producer_borders
 from workbench.es2.record import record
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import VERTEX_SHADER, Pass, constant_textures, generate, programs

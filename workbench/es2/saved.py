@@ -16,7 +16,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import limits, plan
-from workbench.es2.ops.orders import LAST
+from workbench.es2.ops.conv.orders import LAST
 from workbench.es2.record import record, record_of_type
 from workbench.es2.shaders import PRECISIONS, VERTEX_SHADER, Binding, Pass, constant_textures
 from workbench.files import checked_file, content_bytes, json_text, read_json, sha256

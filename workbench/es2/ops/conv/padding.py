@@ -18,7 +18,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
-from workbench.es2.ops import split
+from workbench.es2.ops.conv import split
 from workbench.es2.shaders import (Binding, Pass, coordinates, header, inside_mask, masked,
                                    uniform_declarations, window_varying)
 from workbench.glsl_text import glsl_vec

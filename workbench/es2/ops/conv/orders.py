@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
-from workbench.es2.ops.padding import axis_mask, tap_mask, unit_mask
+from workbench.es2.ops.conv.padding import axis_mask, tap_mask, unit_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
 LAST = -1  # a residual added after all of the order's terms (ConvForm.residual_after)
@@ -33,7 +33,7 @@ def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
     group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
     padding (a luma input's tap: its scalar luma times the tap's own mask, a multiply instead
     of four; 0 or 1, so exact either way), or, ``unit_masks`` where none may, times its
-    column's :func:`~workbench.es2.ops.padding.unit_mask` where the column's mask would be;
+    column's :func:`~workbench.es2.ops.conv.padding.unit_mask` where the column's mask would be;
     ``fetches``: each input pack's texel at GLSL coordinates (a function of them);
     ``present``: the components each input pack has (:meth:`Weights.product`)."""
     def mask(axis, d):
@@ -74,7 +74,7 @@ def chain(op, sums, outs, weights, fetches, padded, inline_masks, constants, pad
     components each input pack has (:meth:`Weights.product`); ``channels``: a program that
     writes only these components of its one pack (the kept rows of each ``mat4 * t``);
     ``rows``: only the taps of these kernel rows (a stage of a row split,
-    :mod:`workbench.es2.ops.split`)."""
+    :mod:`workbench.es2.ops.conv.split`)."""
     many = len(sums) > 1
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     part = "".join("xyzw"[k] for k in kept)

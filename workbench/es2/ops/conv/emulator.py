@@ -1,14 +1,14 @@
 """The emulator of :class:`workbench.ir.Conv` (:func:`emulate`): its sums as its programs
-add them, stage by stage where it is split (:mod:`workbench.es2.ops.split`), in its
-summation order (:mod:`workbench.es2.ops.orders`), before the 8-bit store."""
+add them, stage by stage where it is split (:mod:`workbench.es2.ops.conv.split`), in its
+summation order (:mod:`workbench.es2.ops.conv.orders`), before the 8-bit store."""
 from __future__ import annotations
 
 import numpy as np
 
 from workbench import ir
 from workbench.es2.emulate import F32, luma
-from workbench.es2.ops import split
-from workbench.es2.ops.orders import LAST, emulated_terms, order_of
+from workbench.es2.ops.conv import split
+from workbench.es2.ops.conv.orders import LAST, emulated_terms, order_of
 from workbench.nets import activations, storage
 
 
@@ -22,7 +22,7 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     terms in channel order; a weight 0 where the channel is outside the output's group adds
     exactly 0); a tap in the padding reads zeros, as the shader's masks make it.  The
     residual is added after ``residual_after`` of the order's terms (0: to the bias first;
-    :data:`~workbench.es2.ops.orders.LAST`: last), as the program adds it.  ``fast``: each
+    :data:`~workbench.es2.ops.conv.orders.LAST`: last), as the program adds it.  ``fast``: each
     stage's sums as matrix products instead, in float32 (:func:`_fast_sums`: the same values
     but for the last bits of the sums; a split conv's partial sums still stored in fixed
     point).
@@ -93,7 +93,7 @@ def _padded(op: ir.Conv, x):
 def partial_bound(op: ir.Conv, x) -> float:
     """The largest sum of magnitudes, over an output's input packs and kernel rows, of their
     products on the input ``x``: a bound of every partial sum any split of ``op`` into stages
-    stores (:func:`workbench.es2.ops.split.shift`), measured."""
+    stores (:func:`workbench.es2.ops.conv.split.shift`), measured."""
     padded, (oh, ow) = _padded(op, np.asarray(x, F32))
     kernel, k, s = _dense_kernel(op), op.size, op.stride
     total = np.zeros((oh, ow, op.cout), F32)

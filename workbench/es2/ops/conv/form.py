@@ -1,0 +1,53 @@
+"""A convolution as this back end forms it (:class:`ConvForm`): the IR op plus how its
+programs add their products, where it is split, the bits of its tensors and its borders."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench import ir
+from workbench.es2.ops.conv.orders import LAST
+
+
+@dataclass
+class ConvForm(ir.Conv):
+    """A :class:`workbench.ir.Conv` whose programs add their products in ``order``
+    (:data:`ORDERS`), its residual (if any) added after ``residual_after`` of the order's
+    terms (:func:`place_residual`), as :func:`workbench.es2.drivers.tune` chose for a target's
+    compiler; the emulator follows both.  ``split``: the runs its input packs are
+    split over where one program would exceed the limits, ``row_split``: the bands each
+    run's kernel rows are split over where one input pack a program is still too many (its
+    stages: :mod:`workbench.es2.ops.conv.split`; chosen by :func:`prepare`, or by
+    :func:`workbench.es2.drivers.fit` where a driver refuses).  ``out_bits``, ``in_bits``,
+    ``residual_bits``: 16 where its output, input or residual is a 16-bit tensor
+    (:func:`wide_tensors`; :func:`workbench.es2.fixed16.tensor_bits`).  ``zero_border``: its
+    input read through a zero border instead of masks
+    (:func:`~workbench.es2.ops.conv.padding.bordered`; a field, for its textures), its producer's
+    own (``input_bordered``) or a copy; ``border_out``: ``(left, top, right, bottom)``, its
+    output drawn with that border of zeros for its reader
+    (:func:`~workbench.es2.ops.conv.padding.producer_borders`).  ``partial_bound``: the largest
+    magnitude its partial sums reach on calibration images, with headroom (:func:`measured`;
+    :func:`~workbench.es2.ops.conv.split.shift`).  (How a program holds its weights
+    changes no arithmetic: a layer option of :func:`passes`, not a field.)"""
+    order: str = "chain"
+    residual_after: int = LAST
+    split: int = 1
+    row_split: int = 1
+    out_bits: int = 8
+    in_bits: int = 8
+    residual_bits: int = 8
+    zero_border: bool = False
+    input_bordered: bool = False
+    border_out: tuple | None = None
+    partial_bound: float | None = None  # a bound of its partial sums measured on images
+
+
+FORM = ("order", "residual_after", "row_split", "zero_border", "input_bordered",
+        "border_out")  # the layer options a ConvForm records
+
+
+def formed(op: ir.Conv, **form) -> ConvForm:
+    """``op`` with the fields ``form`` (:data:`FORM`: ``order``, ``residual_after``,
+    ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``; :func:`prepare`:
+    ``split``)."""
+    fields = {k: v for k, v in vars(op).items() if k not in form}
+    return ConvForm(**fields, **form)

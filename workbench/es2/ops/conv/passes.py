@@ -1,0 +1,154 @@
+"""A convolution's programs for a target (:func:`passes`): which output packs each writes,
+how many channels, and the stages of a split op; its limits, and what a driver may ask."""
+from __future__ import annotations
+
+from workbench import ir
+from workbench.es2 import fixed16
+from workbench.es2.limits import Target, check_storage, fits
+from workbench.es2.ops.conv import split
+from workbench.es2.ops.conv.form import formed
+from workbench.es2.ops.conv.orders import LAST, chained, order_of
+from workbench.es2.ops.conv.padding import border_offered, border_passes, bordered
+from workbench.es2.ops.conv.program import program
+from workbench.es2.ops.conv.weights import uniforms_fit
+from workbench.es2.shaders import Pass, masked
+from workbench.nets import activations
+
+
+def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
+           order=None, weights="literals", residual_after=None, row_split=None,
+           zero_border=None, input_bordered=None, border_out=None,
+           unit_masks=False) -> list[Pass]:
+    """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
+    (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
+    what the target's constant budget allows, :func:`channels_per_program`); under 4, each
+    pack is drawn by several programs of that many components each, one target each.
+    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`; ``unit_masks``: see
+    :func:`program`.  ``order``: how they add
+    their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
+    ``weights="uniforms"``: weights set at each draw (:class:`~.weights.Weights`), one pack a
+    program, where they fit the limits' uniform vectors (else literals).
+    ``residual_after``: see :func:`program`, default the op's own.  A 16-bit output
+    (:func:`wide_tensors`): each pack's program drawn once a half; programs of 2 or 1
+    channels each write their half.  A split op
+    (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's as
+    these options make them, one pack each; ``row_split``: its kernel rows split over that
+    many stages a run of input packs (a driver's ask, :func:`workbench.es2.drivers.fit`),
+    default the op's own.  ``zero_border``: its input read through a zero border
+    (:func:`~workbench.es2.ops.conv.padding.bordered`: the copies' programs first, or
+    ``input_bordered``: none, its producer drew it), ``border_out``: its output drawn with a
+    border (:func:`~workbench.es2.ops.conv.padding.producer_borders`), default the op's own."""
+    precision, limits = target.precision, target.limits
+    if row_split:
+        op = formed(op, row_split=row_split)
+    given = {"zero_border": zero_border, "input_bordered": input_bordered,
+             "border_out": border_out}
+    if any(v is not None for v in given.values()):
+        op = formed(op, **{k: v for k, v in given.items() if v is not None})
+    order = order_of(op, order)
+    if residual_after is None:
+        residual_after = getattr(op, "residual_after", LAST)
+    channels = channels or channels_per_program(op, limits.constant_vectors)
+    if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
+        weights = "literals"
+    partials, last = border_passes(op, shapes, precision) if bordered(op) else [], {}
+    if split.count(op) > 1:
+        for pack in range(op.out_packs()):
+            *stages, last[pack] = split.stage_list(op, pack)
+            partials += [program(op, pack, precision, inline_masks=inline_masks, stage=stage)
+                         for stage in stages]
+    if channels < ir.PACK:
+        return partials + [
+            program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order,
+                    residual_after=residual_after, stage=last.get(pack))
+            for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
+            if k < op.cout - pack * ir.PACK]
+    wide = fixed16.tensor_bits(op) == 16
+    draw_buffers = target.draw_buffers if weights == "literals" and not last and not wide else 1
+    return partials + [
+        program(op, packs, precision, inline_masks=inline_masks, order=order, weights=weights,
+                residual_after=residual_after, stage=last.get(packs[0]), half=half,
+                unit_masks=unit_masks)
+        for packs in programs(op, draw_buffers, limits.texture_units,
+                              limits.fetches_per_fragment)
+        for half in (split.halves(op, packs[0]) if wide else [None])]
+
+
+def check(op: ir.Conv, shapes, limits):
+    """The limits of every program of ``op`` (each stage's, where it is split) in its
+    one-target form, and 8-bit storage."""
+    for stage in split.programs(op):
+        split.check_stage(op, stage, limits)
+    check_storage(op.name, activations.of(op), limits)
+
+
+def prepare(op: ir.Conv, shapes, limits, options):
+    """``op`` split over the stages its programs need to fit ``limits``
+    (:func:`workbench.es2.ops.conv.split.stages_needed`), or ``op`` itself where it fits whole."""
+    n, rows = split.stages_needed(op, limits)
+    return op if (n, rows) == (1, 1) else formed(op, split=n, row_split=rows)
+
+
+def fetches(op: ir.Conv, packs) -> int:
+    """Texel fetches per fragment of one program writing output packs ``packs`` of ``op``:
+    each input pack once per tap (shared by the outputs), plus one residual texel per output;
+    a split op's heaviest stage's."""
+    if split.count(op) > 1:
+        return max(stage.fetches(op) for stage in split.programs(op))
+    inputs = {p for pack in packs for p in op.input_packs(pack)}
+    return (op.size ** 2 * len(inputs) * fixed16.textures_a_pack(op, "input")
+            + (len(packs) * fixed16.textures_a_pack(op, "residual") if op.residual else 0))
+
+
+def units(op: ir.Conv, packs) -> int:
+    """Texture units of one program writing output packs ``packs`` of ``op``."""
+    inputs = {p for pack in packs for p in op.input_packs(pack)}
+    return (len(inputs) * fixed16.textures_a_pack(op, "input")
+            + (len(packs) * fixed16.textures_a_pack(op, "residual") if op.residual else 0))
+
+
+def programs(op: ir.Conv, draw_buffers=1, max_units=None, max_fetches=None) -> list[list[int]]:
+    """The output packs of each program of ``op``: runs of up to ``draw_buffers`` consecutive
+    packs that read the same input packs (one group of a grouped conv), a run ended early where
+    one more output would exceed ``max_units`` texture units or ``max_fetches`` per fragment
+    (None: no budget).  ``draw_buffers=1``: one pack per program, the plain ES 2.0 form."""
+    max_units, max_fetches = max_units or float("inf"), max_fetches or float("inf")
+    runs = []
+    for pack in range(op.out_packs()):
+        last = runs[-1] if runs else None
+        if (last and len(last) < draw_buffers
+                and op.input_packs(last[0]) == op.input_packs(pack)
+                and units(op, last + [pack]) <= max_units
+                and fetches(op, last + [pack]) <= max_fetches):
+            last.append(pack)
+        else:
+            runs.append([pack])
+    return runs
+
+
+def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
+    """Output channels one program of ``op`` writes: 4 (a whole pack), or 2 or 1 when its
+    literals would not fit ``constant_vectors`` slots (None: no such budget)."""
+    last = split.programs(op)[-1]  # the last stage's, where it is split
+    for channels in (4, 2, 1):
+        if constant_vectors is None or \
+                split.constant_slots(op, channels, last) <= constant_vectors:
+            return channels
+    return 1
+
+
+def check_program(op: ir.Conv, packs, limits):
+    """One compiled program writing output packs ``packs``: its fetches per fragment (a split
+    op's: its heaviest stage's)."""
+    fits(op.name, "texel fetches per fragment", fetches(op, packs), limits.fetches_per_fragment,
+         limits)
+
+
+def layer_options(op: ir.Conv) -> tuple[str, ...]:
+    """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
+    masks = ("inline_masks",) if masked(op.size, op.padding) else ()
+    masks += ("zero_border",) if border_offered(op) else ()
+    residual = ("residual_after",) if op.residual else ()
+    order = () if chained(op) else ("order", "unit_masks")
+    rows = ("row_split",) if op.size > 1 else ()
+    return ("channels", *masks, *order, *residual, "weights", *rows)
