@@ -33,7 +33,7 @@ from workbench.data import datasets, images, metrics
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import beatmup, drivers
 from workbench.nets import beatmup_model
-from workbench.studies import compilers
+from workbench.studies import compilers, peak
 
 RESULT, TABLE = "beatmup.json", "beatmup.md"
 WOOF = "imagewoof_val"
@@ -99,6 +99,7 @@ def x2_timing(net, picture, rounds=5, runs=3) -> dict:
     return {"input": "x".join(map(str, picture.shape[:2])), "runs": len(ours), "ms": {
         "Beatmup": _spread(theirs), "workbench": _spread(ours)},
         "faster": _faster(theirs, ours),
+        "multiply_adds": peak.net_multiply_adds(net, picture.shape[:2]),
         "compile ms": {"workbench": 1e3 * net.compile_seconds}}
 
 
@@ -219,10 +220,12 @@ def classifier_timing(net, paths, step) -> dict:
         picture = _picture(path)
         result = beatmup.classify_timed(picture)
         theirs += result.times_ms
+        sample = beatmup_model.sample(picture, step)
         ours += _timed(lambda: net.run(beatmup_model.sample(picture, step).astype(np.float32)
                                        / 255, timed=False), len(result.times_ms))
     return {"runs": len(ours), "ms": {"Beatmup": _spread(theirs), "workbench": _spread(ours)},
-            "faster": _faster(theirs, ours)}
+            "faster": _faster(theirs, ours),
+            "multiply_adds": peak.net_multiply_adds(net, sample.shape[:2])}
 
 
 # --- both implementations through the targets' compilers ----------------------------------
@@ -478,6 +481,7 @@ def _run(model_path, which, rounds, runs, driver_names, out) -> dict:
     from workbench import gl
 
     saved = {"machine": machine(), "gl": gl.info().get("GL_RENDERER", "?"),
+             "peak": peak.gl_peak(),
              "x2": x2(rounds=rounds, runs=runs),
              "classifier": classifier(model_path, which, rounds)}
     if drivers.available() is None:
@@ -511,9 +515,15 @@ def machine() -> str:
 
 def section(saved) -> str:
     """The report's text for the saved results."""
+    top = saved.get("peak")
     parts = [f"One run on {saved['machine']}; GL: {saved['gl']} (Beatmup's apps and our shaders "
-             "alike); Mesa's shader cache empty at the start.",
-             x2_section(saved["x2"]), classifier_section(saved["classifier"])]
+             "alike); Mesa's shader cache empty at the start."
+             + (f" GMAC/s: a net's multiply-adds an image over a median time; % of peak: of "
+                f"this GL's measured peak, {peak.peak_text(top)} ({top['shader']}: a plain "
+                "fragment shader of multiply-adds, workbench.studies.peak), on a Pi of the "
+                "QPUs' (12 QPUs x 4 lanes x 1 multiply-add a clock) at the article's V3D clock "
+                "and the board's documented one." if top else ""),
+             x2_section(saved["x2"], top), classifier_section(saved["classifier"], top)]
     comp = saved["compilers"]
     if "skipped" in comp:
         parts.append(f"Compilers: not run ({comp['skipped']}).")
@@ -535,24 +545,28 @@ def section(saved) -> str:
                      "longer of its instructions and its estimated cycles over its threads): "
                      "each fits the article's two times exactly; a board says which a Pi "
                      "follows:\n\n"
-                     + tables.markdown(comp["pi"], digits=3))
+                     + tables.markdown(pi_rates(comp["pi"], _counts(saved)), digits=3))
     return "\n\n".join(parts)
 
 
-def x2_section(x) -> str:
-    """The x2 table and timing of :func:`x2`'s result."""
+def x2_section(x, top=None) -> str:
+    """The x2 table and timing of :func:`x2`'s result (``top``: this GL's peak,
+    :func:`workbench.studies.peak.gl_peak`)."""
     t = x["timing"]
     return ("**x2 SR**, the same 8-bit low-resolution images to both (MATLAB's antialiased "
             "bicubic; PSNR on Y of BT.601 studio range, crop 2):\n\n" + tables.markdown(x["psnr"])
             + f"\n\nOne {t['input']} -> x2 upscale, {t['runs']} runs a side in alternating "
-            f"rounds, median (quartiles): {_pair(t['ms'])}; faster: {t['faster']}. Compile, "
+            f"rounds; the article's times measured on its boards:\n\n"
+            + tables.markdown(timing_rows(t, "x2", top))
+            + f"\n\nFaster here: {t['faster']}. Compile, "
             f"every program with a first draw: Beatmup {t['compile ms']['Beatmup']:.0f} ms, "
             f"workbench {t['compile ms']['workbench']:.0f} ms (each side's first, Mesa's cache "
             "empty).")
 
 
-def classifier_section(c) -> str:
-    """The classifier's tables of :func:`classifier`'s result."""
+def classifier_section(c, top=None) -> str:
+    """The classifier's tables of :func:`classifier`'s result (``top``: as
+    :func:`x2_section`'s)."""
     t = c["timing"]
     return (f"**Classifier**: Beatmup's trained dog classifier on {c['photos']} photos of "
             f"`cls/{WOOF}` ({_which(c['which'])}); the same decoded pixels to both sides; the "
@@ -562,8 +576,10 @@ def classifier_section(c) -> str:
                                                   c["agreement %"].items())
             + ". Largest probability difference: " + "; ".join(
                 f"{k} {v:.4f}" for k, v in c["largest probability difference"].items())
-            + f".\n\nTime per photo, {t['runs']} runs a side alternating photo by photo, "
-            f"median (quartiles): {_pair(t['ms'])}; faster: {t['faster']}. Programs compiled: "
+            + f".\n\nTime per photo, {t['runs']} runs a side alternating photo by photo; "
+            "the article's times measured on its boards:\n\n"
+            + tables.markdown(timing_rows(t, "classifier", top))
+            + f"\n\nFaster here: {t['faster']}. Programs compiled: "
             f"Beatmup {c['programs']['Beatmup']}, workbench {c['programs']['workbench']}; "
             f"start-up to a first result, Mesa's cache empty: Beatmup "
             f"{c['compile s']['Beatmup']:.1f} s (its app: loading, compiling, a first pass), "
@@ -571,9 +587,66 @@ def classifier_section(c) -> str:
             "photo).")
 
 
-def _pair(ms) -> str:
-    return ", ".join(f"{k} {v['median']:.1f} ms ({v['q25']:.1f}-{v['q75']:.1f})"
-                     for k, v in ms.items())
+def timing_rows(t, net, top=None) -> list[dict]:
+    """A timing of :func:`x2_timing` / :func:`classifier_timing` as rows: each side's median
+    (quartiles) here, then the article's measured times of ``net`` ("x2", "classifier") on
+    its boards; with the net's count, GMAC/s and % of the peak: ``top``'s here (this GL's,
+    measured), the QPUs' on a Pi (:func:`qpu_shares`)."""
+    count = t.get("multiply_adds")
+    rows = [{"where": "this machine", "side": side,
+             "median ms (quartiles)": f"{v['median']:.1f} ({v['q25']:.1f}-{v['q75']:.1f})",
+             **(peak.rate_cells(count, v["median"], top and top["gmacs"]) if count else {})}
+            for side, v in t["ms"].items()]
+    for (name, board), ms in MEASURED_MS.items():
+        if name == net:
+            rows.append({"where": board, "side": "Beatmup (the article's time)",
+                         "median ms (quartiles)": f"{ms:.0f}",
+                         **({"GMAC/s": f"{peak.gmacs(count, ms):.2f}",
+                             "% of peak": qpu_shares(peak.gmacs(count, ms), board)}
+                            if count else {})})
+    return rows
+
+
+def qpu_shares(rate, board) -> str:
+    """``rate`` (GMAC/s) as % of the QPUs' peak of ``board`` at the article's V3D clock and at
+    the documented one: ``"a (article's N MHz) / b (documented M MHz)"``."""
+    return " / ".join(f"{peak.share(rate, compilers.qpu_peak_gmacs(mhz)):.1f} ({what} {mhz} MHz)"
+                      for what, mhz in (("article's", ARTICLE_MHZ[board]),
+                                        ("documented", compilers.BOARDS_MHZ[board])))
+
+
+def pi_rates(rows, counts) -> list[dict]:
+    """:func:`pi_model`'s rows with GMAC/s and % of the QPUs' peak at the row's clock, each
+    ``"model; calibrated min-max"`` (the calibrated range over the counts; ``counts``: ``{net:
+    multiply-adds an image}``, a net missing there: no such cells)."""
+    out = []
+    for r in rows:
+        count = counts.get(r["net"])
+        if not count:
+            out.append(r)
+            continue
+        times = [r[f"calibrated ms ({c})"] for c in PI_COUNTS if r[f"calibrated ms ({c})"]]
+        rates = [peak.gmacs(count, ms) for ms in [r["model ms"], *times]]
+        peak_rate = compilers.qpu_peak_gmacs(r["V3D MHz"])
+        out.append({**r, **{name: _model_and_range([f(v) for v in rates]) for name, f in (
+            ("GMAC/s (model; calibrated)", lambda v: v),
+            ("% of QPU peak (model; calibrated)", lambda v: peak.share(v, peak_rate)))}})
+    return out
+
+
+def _model_and_range(values) -> str:
+    """``"model; lo-hi"`` (``values``: the model's, then the calibrated ones; one number
+    where the calibrated ones agree)."""
+    text = f"{values[0]:.2f}"
+    if len(values) > 1:
+        lo, hi = min(values[1:]), max(values[1:])
+        text += f"; {lo:.2f}" + (f"-{hi:.2f}" if f"{hi:.2f}" != f"{lo:.2f}" else "")
+    return text
+
+
+def _counts(saved) -> dict:
+    """``{net: multiply-adds an image}`` of a saved run's timings (none before they were)."""
+    return {net: saved[net]["timing"].get("multiply_adds") for net in ("x2", "classifier")}
 
 
 def _which(which) -> str:

@@ -15,6 +15,7 @@ from workbench.data import datasets
 from workbench.ir import cost
 from workbench.nets import activations, classify, superres
 from workbench.nets.models import dogs_classifier, sr_x2
+from workbench.studies import peak
 
 
 def _spread(seconds) -> dict:
@@ -40,7 +41,9 @@ def bench_sr(model=None, size=256, repeat=5, target=None, **options):
     model, so that the CPU runs the same net).  The first run's seconds (``generate``: the
     compile call, any check, calibration or tuning included; ``compile_link``; ``first_run``;
     ``cpu_first``: its tracing) and the steady state's :func:`_spread` of ``repeat`` runs
-    after them (``gpu``: whole ``net.run``; ``gpu_passes``: its passes alone; ``cpu``)."""
+    after them (``gpu``: whole ``net.run``; ``gpu_passes``: its passes alone; ``cpu``); the
+    net's ``multiply_adds`` an image and this GL's measured ``peak``
+    (:func:`workbench.studies.peak.gl_peak`)."""
     import tensorflow as tf
 
     from workbench.nets.normalise import normalised
@@ -52,7 +55,8 @@ def bench_sr(model=None, size=256, repeat=5, target=None, **options):
     result = {"size": size, "programs": len(net.passes), "repeat": repeat,
               "generate": time.perf_counter() - start,
               "compile_link": net.compile_seconds,  # compile + link + a warm-up draw each
-              "renderer": gl.info()["GL_RENDERER"]}
+              "renderer": gl.info()["GL_RENDERER"],
+              "multiply_adds": peak.net_multiply_adds(net, (size, size)), "peak": peak.gl_peak()}
     start = time.perf_counter()
     net.run(image)  # the driver may still translate shader variants for the real textures
     result["first_run"] = time.perf_counter() - start
@@ -72,14 +76,17 @@ def bench_sr(model=None, size=256, repeat=5, target=None, **options):
 
 def print_sr(r):
     """Print :func:`bench_sr`'s result: a table whose rows each say first run or steady
-    state (the median of ``repeat`` runs, with min-max)."""
+    state (the median of ``repeat`` runs, with min-max); a steady state's GMAC/s, and on the
+    GPU its % of this GL's measured peak."""
     s, steady = r["size"], f"steady state: median of {r['repeat']}"
     gl_name = r["renderer"].split(" (")[0]
 
-    def row(what, kind, t, note=""):
+    def row(what, kind, t, note="", gpu=False):
         if isinstance(t, dict):
             return {"what": what, "kind": kind, "ms": 1000 * t["median"],
-                    "range": f"{1000 * t['min']:.1f}-{1000 * t['max']:.1f}", "note": note}
+                    "range": f"{1000 * t['min']:.1f}-{1000 * t['max']:.1f}", "note": note,
+                    **peak.rate_cells(r["multiply_adds"], 1000 * t["median"],
+                                      r["peak"]["gmacs"] if gpu else None)}
         return {"what": what, "kind": kind, "ms": 1000 * t, "range": "", "note": note}
 
     rows = [row("shader generation (+ check, calibration, tuning where they run)", "first run",
@@ -88,13 +95,17 @@ def print_sr(r):
                 "Pi 3 reference: 3500-4000 ms"),
             row("first net.run (any shader translation left)", "first run", r["first_run"]),
             row(f"GPU ({gl_name}) net.run: upload, passes, read-back", steady, r["gpu"],
-                f"Pi 3 reference: ~{references.SR_PI3_MS:.0f} ms"),
-            row("GPU passes alone", steady, r["gpu_passes"]),
+                f"Pi 3 reference: ~{references.SR_PI3_MS:.0f} ms", gpu=True),
+            row("GPU passes alone", steady, r["gpu_passes"], gpu=True),
             row(f"{r['runtime']} CPU, first call (tracing)", "first run", r["cpu_first"]),
             row(f"{r['runtime']} CPU run", steady, r["cpu"])]
     print(f"x2 SR, {s}x{s} -> {2 * s}x{2 * s}, {r['programs']} programs\n")
     print(tables.markdown(rows, {"what": "", "kind": "first run / steady state", "ms": "ms",
-                                 "range": "min-max", "note": ""}, digits=1))
+                                 "range": "min-max", "GMAC/s": "GMAC/s",
+                                 "% of peak": "% of peak", "note": ""}, digits=1))
+    print(f"\nGMAC/s: the net's {r['multiply_adds'] / 1e9:.3f} G multiply-adds over the median; "
+          f"% of peak: of {gl_name}'s measured peak, {peak.peak_text(r['peak'])} "
+          f"({r['peak']['shader']}: a plain fragment shader of multiply-adds)")
     print(f"\nGPU / CPU time ratio (steady-state medians): "
           f"{r['gpu']['median'] / r['cpu']['median']:.2f}")
 

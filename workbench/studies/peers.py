@@ -54,6 +54,7 @@ from workbench.es2.net import output_spec
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.nets import classify, superres
 from workbench.nets.models import is_name, load_model, load_named, named, reference_sr
+from workbench.studies import peak
 from workbench.web import browser, ort, tfjs
 
 RESULT, TABLE = "peers.json", "peers.md"
@@ -250,6 +251,10 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=PEERS, groupings
     shared = dict(model=label, kind="logits" if logits else "image", size=[size, size],
                   output_shape=list(reference.shape), runs=runs, warmup=warmup,
                   programs=len(net.passes), llvmpipe_compile_ms=1000 * net.compile_seconds,
+                  multiply_adds=peak.net_multiply_adds(net, (size, size)),
+                  layer_multiply_adds={op: c.multiply_adds
+                                       for op, c in net.cost((size, size)).items()},
+                  gl_peak=peak.gl_peak(),
                   llvmpipe_passes=llvmpipe_profile(net, image, profile_runs),
                   reference_compile_s=list(references.SR_PI3_COMPILE_S))
     not_run = unavailable_peers(graph, (size, size), backends)
@@ -298,8 +303,10 @@ def _browser_run(folder, gl, config) -> dict:
                 page.page.add_script_tag(url=script)
         page.page.add_script_tag(url="peers.js")
         base = page.url.rsplit("/", 1)[0]
-        return page.page.evaluate("config => benchPeers(config)", {
+        result = page.page.evaluate("config => benchPeers(config)", {
             **config, "wasmPath": base + "/tfjs/", "ortPath": base + "/ort/"})
+        result["peak"] = peak.browser_peak(page.page, f"WebGL on {GL_NAMES[gl]}, in the page")
+        return result
 
 
 def _score(result, reference, logits):
@@ -335,7 +342,8 @@ def table_rows(result) -> list[dict]:
                "init / compile ms": f"{s['init_ms']:,.0f}",
                "first run ms": f"{s['first_run_ms']:,.1f}",
                "median ms (quartiles; min..max)": f"{s['median_ms']:,.1f} ({q1:,.0f}..{q3:,.0f}; "
-                                                   f"{s['min_ms']:,.0f}..{s['max_ms']:,.0f})"}
+                                                   f"{s['min_ms']:,.0f}..{s['max_ms']:,.0f})",
+               **_rate(result, s["median_ms"])}
         if result["kind"] == "logits":
             row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.2g}"
             row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
@@ -349,6 +357,14 @@ def table_rows(result) -> list[dict]:
                      **{k: "" for k in list(rows[0])[2:]}} if rows else
                     {"side": missing["name"], "convs as": f"not run: {missing['reason']}"})
     return rows
+
+
+def _rate(result, ms) -> dict:
+    """GMAC/s of the net in ``ms`` and its % of the peak of the result's WebGL (measured in
+    the page; a result from before these counts: none)."""
+    if "multiply_adds" not in result:
+        return {}
+    return peak.rate_cells(result["multiply_adds"], ms, result.get("peak", {}).get("gmacs"))
 
 
 def _pairs(result):
@@ -406,25 +422,34 @@ def verdicts(result) -> list[str]:
 
 
 def profile_rows(result, top=None) -> list[dict]:
-    """Per layer (op): the page's and llvmpipe's pass times and their shares of the total, and
-    the page's other rows' (render targets) times."""
+    """Per layer (op), then their total: the page's and llvmpipe's pass times, their shares of
+    the total and the layer's GMAC/s (results with counts), and the page's other rows' (render
+    targets) times."""
     def by_op(passes):
         totals = {}
         for _, op, ms in passes:
             totals[op] = totals.get(op, 0.0) + ms
-        return totals, sum(totals.values())
-    page, page_total = by_op(result["page_passes"])
-    gl, gl_total = by_op(result["llvmpipe_passes"])
+        return {**totals, "total": sum(totals.values())}
+    page, gl = by_op(result["page_passes"]), by_op(result["llvmpipe_passes"])
     variants = {name.removeprefix("ours, ") + " ms": by_op(passes)
                 for name, passes in result.get("variant_passes", {}).items()}
-    rows = [{"layer": op, "page ms": page[op], "page %": 100 * page[op] / page_total,
-             "moderngl ms": gl.get(op, 0.0), "moderngl %": 100 * gl.get(op, 0.0) / gl_total,
-             **{k: v.get(op, 0.0) for k, (v, _) in variants.items()}}
-            for op in sorted(page, key=page.get, reverse=True)]
-    rows.append({"layer": "total", "page ms": page_total, "page %": 100.0,
-                 "moderngl ms": gl_total, "moderngl %": 100.0,
-                 **{k: total for k, (_, total) in variants.items()}})
+    counts = ({**result["layer_multiply_adds"], "total": result["multiply_adds"]}
+              if "layer_multiply_adds" in result else None)
+    rows = [{"layer": op, "page ms": page[op], "page %": 100 * page[op] / page["total"],
+             **_layer_rate("page", counts, op, page[op]),
+             "moderngl ms": gl.get(op, 0.0), "moderngl %": 100 * gl.get(op, 0.0) / gl["total"],
+             **_layer_rate("moderngl", counts, op, gl.get(op)),
+             **{k: v.get(op, 0.0) for k, v in variants.items()}}
+            for op in sorted(page, key=lambda op: (op == "total", -page[op]))]
     return rows[:top] if top else rows
+
+
+def _layer_rate(side, counts, op, ms) -> dict:
+    """``{"<side> GMAC/s": ...}`` of layer ``op`` in ``ms`` (none without counts; empty for a
+    layer without multiply-adds)."""
+    if not counts:
+        return {}
+    return {f"{side} GMAC/s": peak.gmacs(counts[op], ms) if counts.get(op) and ms else None}
 
 
 def top_passes(passes, count=5) -> str:
@@ -463,6 +488,8 @@ def _gl_section(r) -> str:
                             "bilinear chroma, RGB out, on every side)" if r["kind"] == "image"
                             else "") + "."]
     notes += [f"{s['name']}: {s['note']}" for s in r["sides"] if s.get("note")]
+    if "multiply_adds" in r:
+        notes.append(peak_note(r))
     if "cross_origin_isolated" in r:
         isolated = str(r["cross_origin_isolated"]).lower()
         notes.append(f"The page served cross-origin isolated (COOP same-origin, COEP "
@@ -522,10 +549,24 @@ def _gl_section(r) -> str:
             + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
             "target, median of the profile runs; by layer, the one-target page's largest first, "
             "the render-target rows beside it; moderngl: the same passes on this machine's GL "
-            "outside the browser, the es2 runner):\n\n"
+            "outside the browser, the es2 runner; GMAC/s: the layer's multiply-adds over its "
+            "time):\n\n"
             + tables.markdown(profile_rows(r), digits=1)
             + f"\n\nTop passes, page: {top_passes(r['page_passes'])}. "
             f"moderngl: {top_passes(r['llvmpipe_passes'])}.")
+
+
+def peak_note(r) -> str:
+    """What the GMAC/s and % of peak columns are, and the peaks measured."""
+    native = r["gl_peak"]
+    where = (f"the peak of WebGL on {GL_NAMES[r['gl']]} measured in the page, "
+             f"{peak.peak_text(r['peak'])}" if "peak" in r else "no peak (none measured)")
+    return (f"GMAC/s: the net's {r['multiply_adds'] / 1e9:.3f} G multiply-adds an image "
+            f"over the median; % of peak: of {where}, every row alike (for the WASM and CPU "
+            "rows a yardstick of the same CPU, every core through the GL's JIT, not a peak of "
+            f"their own). The peak: a plain fragment shader, {native['shader']} "
+            "(workbench.studies.peak); the same shader natively, moderngl on "
+            f"{native['where']}: {peak.peak_text(native)}.")
 
 
 def save_results(directory, results) -> list[dict]:
