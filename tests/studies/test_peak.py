@@ -107,7 +107,7 @@ def test_bench_beatmup_pi_rows_get_the_qpu_share_at_their_clock():
     ours = {**row, "calibrated ms (cycles)": 50.0}
     [theirs, mine] = beatmup.pi_rates([row, ours], {"x2": 1.44e9})
     assert theirs["GMAC/s (model; calibrated)"] == "7.20; 14.40"
-    assert theirs["% of QPU peak (model; calibrated)"] == "50.00; 100.00"
+    assert theirs["% of QPU peak (model; calibrated)"] == "50.0; 100.0"
     assert mine["GMAC/s (model; calibrated)"] == "7.20; 14.40-28.80"
     assert beatmup.pi_rates([row], {"x2": None}) == [row]  # a run saved before the counts
 

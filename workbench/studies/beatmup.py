@@ -628,20 +628,20 @@ def pi_rates(rows, counts) -> list[dict]:
         times = [r[f"calibrated ms ({c})"] for c in PI_COUNTS if r[f"calibrated ms ({c})"]]
         rates = [peak.gmacs(count, ms) for ms in [r["model ms"], *times]]
         peak_rate = compilers.qpu_peak_gmacs(r["V3D MHz"])
-        out.append({**r, **{name: _model_and_range([f(v) for v in rates]) for name, f in (
-            ("GMAC/s (model; calibrated)", lambda v: v),
-            ("% of QPU peak (model; calibrated)", lambda v: peak.share(v, peak_rate)))}})
+        out.append({**r, "GMAC/s (model; calibrated)": _model_and_range(rates, 2),
+                    "% of QPU peak (model; calibrated)": _model_and_range(
+                        [peak.share(v, peak_rate) for v in rates], 1)})
     return out
 
 
-def _model_and_range(values) -> str:
-    """``"model; lo-hi"`` (``values``: the model's, then the calibrated ones; one number
-    where the calibrated ones agree)."""
-    text = f"{values[0]:.2f}"
-    if len(values) > 1:
-        lo, hi = min(values[1:]), max(values[1:])
-        text += f"; {lo:.2f}" + (f"-{hi:.2f}" if f"{hi:.2f}" != f"{lo:.2f}" else "")
-    return text
+def _model_and_range(values, digits) -> str:
+    """``"model; lo-hi"`` to ``digits`` decimals (``values``: the model's, then the calibrated
+    ones; one number where the calibrated ones agree)."""
+    model, *calibrated = (f"{v:.{digits}f}" for v in values)
+    if not calibrated:
+        return model
+    lo, hi = (f"{v:.{digits}f}" for v in (min(values[1:]), max(values[1:])))
+    return f"{model}; {lo}" + (f"-{hi}" if hi != lo else "")
 
 
 def _counts(saved) -> dict:
