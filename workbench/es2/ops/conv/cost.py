@@ -4,6 +4,7 @@ from __future__ import annotations
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.ops.conv import split
+from workbench.es2.ops.conv.form import form_of
 from workbench.es2.ops.conv.padding import border_textures, bordered
 from workbench.es2.ops.conv.passes import fetches
 from workbench.es2.plan import pack_textures
@@ -14,6 +15,7 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
     """``programs``: output packs per program (:func:`programs`); default one each.  (An
     output drawn with a border: its textures hold the border, its programs draw the output's
     own pixels.)"""
+    op = form_of(op)
     w, h, _ = _output_texture(op, shapes)
     pixels, outputs = h * w, shapes[op.name][0] * shapes[op.name][1]
     if split.count(op) > 1:  # every stage's programs, one pack each
@@ -44,6 +46,7 @@ def textures(op: ir.Conv, shapes) -> dict:
     """Its output packs (two RGBA8 textures each where it is 16-bit), and a split op's partial
     sums: two RGBA8 textures an output pack and partial stage, of the output's size; a
     bordered op's copy of its input (:func:`~workbench.es2.ops.conv.padding.border_textures`)."""
+    op = form_of(op)
     out = {key: _output_texture(op, shapes)
            for key in pack_textures(op.name, shapes, fixed16.textures_a_pack(op))}
     if bordered(op):
@@ -59,13 +62,13 @@ def _output_texture(op, shapes) -> tuple[int, int, str]:
     """``(width, height, "f1")`` of each output texture: the output's size, plus its
     ``border_out`` where it has one."""
     h, w, _ = shapes[op.name]
-    left, top, right, bottom = getattr(op, "border_out", None) or (0, 0, 0, 0)
+    left, top, right, bottom = op.border_out or (0, 0, 0, 0)
     return w + left + right, h + top + bottom, "f1"
 
 
 def origin(op: ir.Conv):
     """Where the output lies in its textures: ``(left, top)`` of its ``border_out``, or None."""
-    drawn = getattr(op, "border_out", None)
+    drawn = form_of(op).border_out
     return tuple(drawn[:2]) if drawn else None
 
 

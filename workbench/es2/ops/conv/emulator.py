@@ -8,7 +8,8 @@ import numpy as np
 from workbench import ir
 from workbench.es2.emulate import F32, luma
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.orders import LAST, emulated_terms, order_of
+from workbench.es2.ops.conv.form import LAST, form_of
+from workbench.es2.ops.conv.orders import emulated_terms, order_of
 from workbench.nets import activations, storage
 
 
@@ -27,7 +28,7 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     but for the last bits of the sums; a split conv's partial sums still stored in fixed
     point).
     """
-    F = np.float16 if np.asarray(x).dtype == np.float16 else F32
+    op, F = form_of(op), np.float16 if np.asarray(x).dtype == np.float16 else F32
     if residual is not None and op.residual_scale is not None:  # (the shader's fetch * scale)
         residual = np.asarray(residual[..., :op.cout], F) * op.residual_scale.astype(F)
     padded, (oh, ow) = _padded(op, x)
@@ -59,7 +60,7 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     out = np.tile(op.bias.astype(F), (oh, ow, 1))
     if partial is not None:
         out += partial
-    after = getattr(op, "residual_after", LAST) if residual is not None else None
+    after = op.residual_after if residual is not None else None
     for n, term in enumerate(summed(order_of(op), *last)):
         if n == after:
             out += residual[..., :op.cout]

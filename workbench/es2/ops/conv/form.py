@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench import ir
-from workbench.es2.ops.conv.orders import LAST
+
+LAST = -1  # a residual added after all of the order's terms (ConvForm.residual_after)
 
 
 @dataclass
@@ -51,3 +52,11 @@ def formed(op: ir.Conv, **form) -> ConvForm:
     ``split``)."""
     fields = {k: v for k, v in vars(op).items() if k not in form}
     return ConvForm(**fields, **form)
+
+
+def form_of(op: ir.Conv) -> ConvForm:
+    """``op`` as this back end forms it: itself where it is a :class:`ConvForm` (what
+    :func:`~workbench.es2.ops.conv.passes.prepare` returns), else the default form (a plain
+    Conv, as the IR or an older saved net holds it: one stage, a chain, 8-bit tensors, no
+    border)."""
+    return op if isinstance(op, ConvForm) else formed(op)

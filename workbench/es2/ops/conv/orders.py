@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
+from workbench.es2.ops.conv.form import LAST
 from workbench.es2.ops.conv.padding import axis_mask, tap_mask, unit_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
-LAST = -1  # a residual added after all of the order's terms (ConvForm.residual_after)
 
 ORDERS = {
     "chain": "the bias, then every product in turn (tap by tap, row by row; pack by pack)",
@@ -159,10 +159,10 @@ def places_residual(order, after) -> bool:
 def chained(op) -> bool:
     """Its programs add their products in a chain, whatever the order asked: where its
     padding holds a value (masked per tap) or its kernel rows are split over stages."""
-    return op.pad_value is not None or getattr(op, "row_split", 1) > 1
+    return op.pad_value is not None or op.row_split > 1
 
 
-def order_of(op, order=None) -> str:
-    """How its (last stage's) programs add their products: ``order``, default the op's own,
-    or a chain (:func:`chained`)."""
-    return "chain" if chained(op) else order or getattr(op, "order", "chain")
+def order_of(op) -> str:
+    """How its (last stage's) programs add their products: its ``order``, or a chain
+    (:func:`chained`)."""
+    return "chain" if chained(op) else op.order

@@ -19,6 +19,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.ops.conv import split
+from workbench.es2.ops.conv.form import form_of
 from workbench.es2.shaders import (Binding, Pass, coordinates, header, inside_mask, masked,
                                    uniform_declarations, window_varying)
 from workbench.glsl_text import glsl_vec
@@ -85,12 +86,13 @@ def producer_borders(graph: ir.Graph, options) -> dict:
     output drawn with that border, zeros outside) and ``input_bordered`` for the reader (no
     copy); a layer that had either and no longer qualifies gets ``()`` / False.  Derived
     anew each time: a producer's border always matches its reader's reading."""
-    readers, makers = graph.readers(), {op.name: op for op in graph.ops}
+    makers = {op.name: form_of(op) if isinstance(op, ir.Conv) else op for op in graph.ops}
+    readers, convs = graph.readers(), [op for op in makers.values() if isinstance(op, ir.Conv)]
     options = {name: dict(o) for name, o in (options or {}).items()}
     borders, bordered_inputs = {}, set()  # producer -> its border; the readers
-    for op in graph.ops:
+    for op in convs:
         producer = makers.get(op.input)
-        if (options.get(op.name, {}).get("zero_border", getattr(op, "zero_border", False))
+        if (options.get(op.name, {}).get("zero_border", op.zero_border)
                 and border_offered(op) and window_border(op)
                 and isinstance(producer, ir.Conv) and producer.stride == 1
                 and not producer.residual and split.count(producer) == 1
@@ -98,13 +100,11 @@ def producer_borders(graph: ir.Graph, options) -> dict:
                 and [r.name for r in readers[op.input]] == [op.name]):
             borders[producer.name] = window_border(op)
             bordered_inputs.add(op.name)
-    for op in graph.ops:
-        if not isinstance(op, ir.Conv):
-            continue
+    for op in convs:
         mine = options.setdefault(op.name, {})
-        if op.name in borders or getattr(op, "border_out", None):
+        if op.name in borders or op.border_out:
             mine["border_out"] = borders.get(op.name, ())
-        if op.name in bordered_inputs or getattr(op, "input_bordered", False):
+        if op.name in bordered_inputs or op.input_bordered:
             mine["input_bordered"] = op.name in bordered_inputs
         if not mine:
             del options[op.name]
@@ -114,7 +114,7 @@ def producer_borders(graph: ir.Graph, options) -> dict:
 def bordered(op) -> bool:
     """Whether ``op``'s programs read its input through a zero border (its ``zero_border``,
     :class:`~workbench.es2.ops.conv.ConvForm`, where :func:`border_offered`)."""
-    return getattr(op, "zero_border", False) and border_offered(op)
+    return op.zero_border and border_offered(op)
 
 
 def border_tensor(op) -> str:
@@ -127,7 +127,7 @@ def border_textures(op, shapes) -> dict:
     draws the border itself: ``input_bordered``): what the windows span,
     ``(n - 1) * stride + size`` on each axis for ``n`` output pixels (the input from the
     padding's (left, top) on, with the padding the windows reach)."""
-    if getattr(op, "input_bordered", False):
+    if op.input_bordered:
         return {}
     (oh, ow, _), c = shapes[op.name], shapes[op.input][2]
     size = ((ow - 1) * op.stride + op.size, (oh - 1) * op.stride + op.size, "f1")

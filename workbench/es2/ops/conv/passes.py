@@ -6,8 +6,8 @@ from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.form import formed
-from workbench.es2.ops.conv.orders import LAST, chained, order_of
+from workbench.es2.ops.conv.form import form_of, formed
+from workbench.es2.ops.conv.orders import chained, order_of
 from workbench.es2.ops.conv.padding import border_offered, border_passes, bordered
 from workbench.es2.ops.conv.program import program
 from workbench.es2.ops.conv.weights import uniforms_fit
@@ -39,15 +39,11 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
     ``input_bordered``: none, its producer drew it), ``border_out``: its output drawn with a
     border (:func:`~workbench.es2.ops.conv.padding.producer_borders`), default the op's own."""
     precision, limits = target.precision, target.limits
-    if row_split:
-        op = formed(op, row_split=row_split)
-    given = {"zero_border": zero_border, "input_bordered": input_bordered,
+    given = {"order": order, "residual_after": residual_after, "row_split": row_split or None,
+             "zero_border": zero_border, "input_bordered": input_bordered,
              "border_out": border_out}
-    if any(v is not None for v in given.values()):
-        op = formed(op, **{k: v for k, v in given.items() if v is not None})
-    order = order_of(op, order)
-    if residual_after is None:
-        residual_after = getattr(op, "residual_after", LAST)
+    op = formed(form_of(op), **{k: v for k, v in given.items() if v is not None})
+    order, residual_after = order_of(op), op.residual_after
     channels = channels or channels_per_program(op, limits.constant_vectors)
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
         weights = "literals"
@@ -77,6 +73,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=Fals
 def check(op: ir.Conv, shapes, limits):
     """The limits of every program of ``op`` (each stage's, where it is split) in its
     one-target form, and 8-bit storage."""
+    op = form_of(op)
     for stage in split.programs(op):
         split.check_stage(op, stage, limits)
     check_storage(op.name, activations.of(op), limits)
@@ -85,7 +82,7 @@ def check(op: ir.Conv, shapes, limits):
 def prepare(op: ir.Conv, shapes, limits, options):
     """``op`` split over the stages its programs need to fit ``limits``
     (:func:`workbench.es2.ops.conv.split.stages_needed`), or ``op`` itself where it fits whole."""
-    n, rows = split.stages_needed(op, limits)
+    n, rows = split.stages_needed(form_of(op), limits)
     return op if (n, rows) == (1, 1) else formed(op, split=n, row_split=rows)
 
 
@@ -140,12 +137,13 @@ def channels_per_program(op: ir.Conv, constant_vectors=None) -> int:
 def check_program(op: ir.Conv, packs, limits):
     """One compiled program writing output packs ``packs``: its fetches per fragment (a split
     op's: its heaviest stage's)."""
-    fits(op.name, "texel fetches per fragment", fetches(op, packs), limits.fetches_per_fragment,
-         limits)
+    fits(op.name, "texel fetches per fragment", fetches(form_of(op), packs),
+         limits.fetches_per_fragment, limits)
 
 
 def layer_options(op: ir.Conv) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
+    op = form_of(op)
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
     masks += ("zero_border",) if border_offered(op) else ()
     residual = ("residual_after",) if op.residual else ()

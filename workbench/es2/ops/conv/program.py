@@ -86,7 +86,7 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     weights = [op.tap_weights(p)[:, :, list(positions)] for p in packs]
     sums = [f"sum{k}" if many else "sum" for k in range(len(packs))]
     vectors = window_uniforms(op, border)
-    drawn = getattr(op, "border_out", None)  # its output drawn inside a zero border
+    drawn = op.border_out  # its output drawn inside a zero border
     parts = stage.reads(op, packs[0]) if stage else []
     samplers += [f"u_part{h}" for h in range(len(parts))]
     bindings += [Binding(f"u_part{h}", *part) for h, part in enumerate(parts)]
@@ -165,7 +165,7 @@ def reads(op: ir.Conv, tensor, packs, samplers, border=False):
     decoded (:func:`workbench.es2.fixed16.fetch_glsl`); ``border``: the input's bordered
     copy (the same texture indices)."""
     name = op.input if tensor == "input" else op.residual
-    if border and tensor == "input" and not getattr(op, "input_bordered", False):
+    if border and tensor == "input" and not op.input_bordered:
         name = border_tensor(op)
     fetches, names, bindings = [], [], []
     for sampler, pack in zip(samplers, packs):

@@ -26,6 +26,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
+from workbench.es2.ops.conv.form import form_of
 from workbench.es2.limits import LimitError, fits
 from workbench.glsl_text import glsl_float
 
@@ -89,7 +90,8 @@ def partial_tensor(op, index) -> str:
 def count(op) -> int:
     """The stages of ``op``: its ``split`` times its ``row_split`` (1 for an op compiled
     whole)."""
-    return getattr(op, "split", 1) * getattr(op, "row_split", 1)
+    op = form_of(op)
+    return op.split * op.row_split
 
 
 def runs(total, n) -> list[tuple[int, ...]]:
@@ -107,7 +109,7 @@ def stages(op, split=None, row_split=None) -> list[tuple[tuple[int, ...], tuple[
     """``(positions, rows)`` of each stage in order: the output pack's input packs in
     ``split`` runs (default the op's own), each run's kernel rows in ``row_split`` bands
     (default the op's own), the run's bands one after the other."""
-    split, row_split = split or getattr(op, "split", 1), row_split or getattr(op, "row_split", 1)
+    split, row_split = split or form_of(op).split, row_split or form_of(op).row_split
     return [(run, rows) for run in runs(packs_per_output(op), split)
             for rows in runs(op.size, row_split)]
 
@@ -140,7 +142,7 @@ def shift(op) -> int:
     """The power of 2 the partial sums are stored times: the largest that keeps their bound
     under 127, at most 15: :func:`weight_bound`, or where a calibration measured a lower one
     (``partial_bound``, :func:`workbench.es2.ops.conv.measured`), that."""
-    bound = min(weight_bound(op), getattr(op, "partial_bound", None) or np.inf)
+    bound = min(weight_bound(op), form_of(op).partial_bound or np.inf)
     return int(min(15, np.floor(np.log2(127.0 / max(bound, 2.0 ** -15)))))
 
 
@@ -232,8 +234,9 @@ def finer_rows(op, row_split=None) -> int | None:
     """The next ``row_split`` of ``op`` (from ``row_split``, default its own) that narrows
     its widest band of kernel rows, where its stages hold one input pack each (or it has
     one); None where they hold more, or one row each."""
-    now = row_split or getattr(op, "row_split", 1)
-    if getattr(op, "split", 1) < packs_per_output(op):
+    op = form_of(op)
+    now = row_split or op.row_split
+    if op.split < packs_per_output(op):
         return None
     widest = -(-op.size // now)
     return next((r for r in range(now + 1, op.size + 1) if -(-op.size // r) < widest), None)
