@@ -248,3 +248,77 @@ def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
         "the net has no ONNX form (workbench.ir.to_onnx): layer 'L1': activation "
         "'relu6_scaled' has no PyTorch layer; written: linear, bounded_relu, relu, sigmoid, "
         "sigmoid_like")
+
+
+def _side(name, grouping, runs, peer=None, psnr=50.0):
+    """A side as _score leaves it (canned)."""
+    return {"name": name, "grouping": grouping, **({"peer": peer} if peer else {}),
+            "runs_ms": runs, "median_ms": float(np.median(runs)), "min_ms": min(runs),
+            "max_ms": max(runs), "psnr_db": psnr}
+
+
+def test_no_float_table_from_canned_results():
+    """Runs, refuses and not run rows: a masked side's runs beside its median with float
+    textures, a refusal's reason beside the medians of every form of that peer, a peer that
+    never ran its reason; the note says what the probe found."""
+    page, mrt = "ours (WebGL 1.0 page)", "ours, 4 render targets (MRT)"
+    result = {"kind": "image", "sides": [
+        _side(page, "a program per output pack", [10, 11, 12]),
+        _side(mrt, "a program per 4 output packs", [4, 5, 6]),
+        _side("TF.js webgl", "split", [60, 66, 70], "webgl", 140),
+        _side("TF.js webgl", "block-diagonal", [67, 68, 69], "webgl", 140)],
+        "not_run": [{"peer": "ort-webgl", "name": "onnxruntime-web webgl", "reason": "no Resize"},
+                    {"peer": "cpu", "name": "TF.js cpu", "reason": "no npm"}],
+        "no_float": {"runs": 5, "probe": {
+            "webgl": {"extensions": [], "rgba32f": False, "rgba16f": False},
+            "webgl2": {"extensions": ["EXT_float_blend"], "rgba32f": True, "rgba16f": False}},
+            "sides": [_side(page, "a program per output pack", [7, 8, 9, 20, 6], psnr=54.6)],
+            "refused": [{"peer": None, "name": mrt, "reason": "no draw buffers"},
+                        {"peer": "webgl", "name": "TF.js webgl", "reason": "Error: no floats"}]}}
+    rows = peers.no_float_rows(result)
+    assert [(r["side"], r["without float textures: ms (quartiles; min..max)"],
+             r["with them: median ms"], r["PSNR vs Keras dB"]) for r in rows] == [
+        (page, "runs: 8.0 (7..9; 6..20)", "11.0", "54.6"),
+        (mrt, "refuses: no draw buffers", "5.0", ""),
+        ("TF.js webgl", "refuses: Error: no floats", "66.0 / 68.0", ""),
+        ("onnxruntime-web webgl", "not run: no Resize", "", "")]  # not TF.js cpu: not WebGL
+    note = peers.no_float_note(result["no_float"])
+    assert ("WebGL 1 offers none of them and renders to RGBA32F: no, RGBA16F: no; WebGL 2 "
+            "offers EXT_float_blend of them and renders to RGBA32F: yes, RGBA16F: no.") in note
+    assert "median of 5 runs" in note
+
+
+def test_without_float_textures_the_page_runs_and_tfjs_webgl_refuses(tmp_path):
+    """The mask takes effect (WebGL 1 and 2 offer no float extension and render to no float
+    texture, which they do unmasked); under it the page (one target, 4 render targets) runs as
+    it does with float textures, the same bytes, and TF.js's WebGL back end refuses: it needs
+    color-renderable floats (it does not fall back)."""
+    for mask, offered in ((None, True), (browser.NO_FLOAT_TEXTURES, False)):
+        with browser.open_page(init_script=mask) as page:
+            probe = page.evaluate(browser.FLOAT_PROBE)
+        for found in probe.values():
+            assert found["rgba32f"] == found["rgba16f"] == offered
+            assert bool(found["extensions"]) == offered
+            assert set(found["extensions"]) <= set(browser.FLOAT_EXTENSIONS)
+    keras.utils.set_random_seed(0)
+    backends = ("webgl",) if tfjs.unavailable() is None else ()
+    [result] = peers.bench_web(sr_x2(), size=16, runs=2, warmup=0, backends=backends,
+                               profile_runs=1, verbose=False, no_float_runs=3)
+    masked = result["no_float"]
+    assert masked["probe"] == probe
+    sides = masked["sides"]
+    assert [s["name"] for s in sides] == [result["sides"][i]["name"] for i in (0, 1)] == [
+        "ours (WebGL 1.0 page)", "ours, 4 render targets (MRT)"]
+    for s, before in zip(sides, result["sides"]):
+        assert len(s["runs_ms"]) == 3 and s["psnr_db"] == before["psnr_db"] >= 40
+    if backends:
+        [refused] = masked["refused"]
+        assert refused["name"] == "TF.js webgl" and refused["reason"].startswith(
+            "Error: TF.js backend webgl did not initialise; ")
+        assert "GL context does not support color renderable floats" in refused["reason"]
+    peers.save_results(tmp_path, result)
+    text = (tmp_path / peers.TABLE).read_text()
+    assert "renders to RGBA32F: no, RGBA16F: no; WebGL 2 offers none" in text
+    assert "| ours, 4 render targets (MRT) | a program per 4 output packs | runs: " in text
+    saved = json.loads((tmp_path / peers.RESULT).read_text())["results"][0]["no_float"]
+    assert saved["refused"] == masked["refused"]

@@ -73,6 +73,11 @@ PAGE_VARIANTS = {f"{n} render targets (MRT)": ({"target": es2.Target.of(draw_buf
                                                 f"a program per {n} output packs")
                  for n in (4, 8)}
 PAGE_PROGRAMS = "a program per output pack"
+# The "no float textures" rows: the page (one target, these variants) and these peers, WebGL
+# without float textures (browser.NO_FLOAT_TEXTURES), NO_FLOAT_RUNS runs each.
+NO_FLOAT_VARIANTS = ("4 render targets (MRT)",)
+NO_FLOAT_PEERS = ("webgl", "ort-webgl")
+NO_FLOAT_RUNS = 5
 GROUPINGS = ("split", "block-diagonal")
 GROUPING_TEXT = {"split": "grouped: a conv per group", "block-diagonal": "grouped: block-diagonal filter",
                  "none": "tf.fused.conv2d", "onnx": "ONNX Conv (group attribute)"}
@@ -221,12 +226,14 @@ def llvmpipe_profile(net, image, count=5) -> list:
 
 
 def bench_web(model=None, size=256, runs=10, warmup=2, backends=PEERS, groupings=GROUPINGS,
-              profile_runs=5, verbose=True, gls=("swiftshader",), threads=None) -> list[dict]:
+              profile_runs=5, verbose=True, gls=("swiftshader",), threads=None,
+              no_float_runs=NO_FLOAT_RUNS) -> list[dict]:
     """The benchmark (module docstring), a browser session with WebGL on each GL of ``gls``
     (keys of :data:`workbench.web.browser.GLS`; one that WebGL does not reach is skipped with a
     line saying why).  ``model``: see :func:`resolve_model`; ``size``: the input's side (a
     fixed-size net uses its own); ``backends``: the peers (:data:`PEERS`); ``threads``: the
-    threaded WASM back ends' (default: the browser's ``navigator.hardwareConcurrency``).
+    threaded WASM back ends' (default: the browser's ``navigator.hardwareConcurrency``);
+    ``no_float_runs``: the runs of the "no float textures" rows (:func:`_no_float_run`; 0: none).
     Returns a result dict per GL that ran, what :func:`save_results` writes; ``skipped`` says
     why the TF.js rows are missing, if they are, ``not_run`` each peer that did not run and
     why."""
@@ -283,6 +290,9 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=PEERS, groupings
                 print(reasons[-1])
                 continue
             _score(result, reference, logits)
+            if no_float_runs:
+                result["no_float"] = _no_float_run(folder, gl, config, no_float_runs)
+                _score(result["no_float"], reference, logits)
             results.append({**shared, **result, "gl": gl, "skipped": skipped,
                             "not_run": [{"peer": p, "name": PEER_NAMES[p], "reason": r}
                                         for p, r in not_run.items()],
@@ -298,15 +308,64 @@ def _browser_run(folder, gl, config) -> dict:
     with web.session(folder, gl=gl, isolated=True) as page:
         if page.state == "error":
             raise web.PageError(page.message)
-        if config["backends"]:
-            for script in ("tfjs/tf.min.js", "tfjs/tf-backend-wasm.min.js"):
-                page.page.add_script_tag(url=script)
-        page.page.add_script_tag(url="peers.js")
-        base = page.url.rsplit("/", 1)[0]
-        result = page.page.evaluate("config => benchPeers(config)", {
-            **config, "wasmPath": base + "/tfjs/", "ortPath": base + "/ort/"})
+        result = _bench_peers(page, config)
         result["peak"] = peak.browser_peak(page.page, f"WebGL on {GL_NAMES[gl]}, in the page")
         return result
+
+
+def _bench_peers(page, config) -> dict:
+    """``benchPeers(config)`` in a loaded page (:class:`workbench.web.Session`), peers.js and
+    (for TF.js peers) TF.js's scripts added first where the page has none yet."""
+    if config["backends"] and not page.page.evaluate("'tf' in window"):
+        for script in ("tfjs/tf.min.js", "tfjs/tf-backend-wasm.min.js"):
+            page.page.add_script_tag(url=script)
+    if not page.page.evaluate("'benchPeers' in window"):
+        page.page.add_script_tag(url="peers.js")
+    base = page.url.rsplit("/", 1)[0]
+    return page.page.evaluate("config => benchPeers(config)", {
+        **config, "wasmPath": base + "/tfjs/", "ortPath": base + "/ort/"})
+
+
+def _no_float_run(folder, gl, config, runs) -> dict:
+    """The "no float textures" rows: the page reloaded under
+    :data:`workbench.web.browser.NO_FLOAT_TEXTURES` (WebGL without float textures), the
+    browser's float probe there, then ``benchPeers`` with ``runs`` runs on the page (one target
+    and :data:`NO_FLOAT_VARIANTS`), then once per WebGL peer of :data:`NO_FLOAT_PEERS` in
+    ``config``.  ``{probe, runs, sides, refused: [{peer, name, reason}]}``; a side refuses with
+    its first error line and the first lines of the first two warnings or errors logged
+    meanwhile (TF.js logs why)."""
+    from playwright.sync_api import Error as ScriptError
+
+    peers = [p for p in NO_FLOAT_PEERS if p in config["backends"]
+             or p.removeprefix("ort-") in config["ort"] and p in ORT_BACKENDS]
+    config = {**config, "runs": runs, "warmup": 1, "profile": 1, "backends": [], "ort": [],
+              "variants": {k: v for k, v in config["variants"].items() if k in NO_FLOAT_VARIANTS}}
+    with web.session(folder, gl=gl, isolated=True) as page:
+        page.page.context.add_init_script(browser.NO_FLOAT_TEXTURES)
+        page.page.reload()
+        result = {"probe": page.page.evaluate(browser.FLOAT_PROBE), "runs": runs, "sides": [],
+                  "refused": []}
+        if page.wait() == "error":
+            names = ["ours (WebGL 1.0 page)", *(f"ours, {k}" for k in config["variants"])]
+            result["refused"] = [{"peer": None, "name": name, "reason": page.message}
+                                 for name in names]
+            return result  # peers.js runs beside the page: no peer rows
+        result["sides"] = _bench_peers(page, config)["sides"]
+        for peer in peers:
+            one = ({"backends": [peer]} if peer in BACKENDS
+                   else {"ort": [peer.removeprefix("ort-")]})
+            logged = len(page.console)
+            try:
+                sides = _bench_peers(page, {**config, **one, "variants": {}})["sides"]
+            except ScriptError as err:
+                said = [m.split(": ", 1)[1].splitlines()[0] for m in page.console[logged:]
+                        if m.startswith(("warning:", "error:"))]
+                lines = [str(err).removeprefix("Page.evaluate: ").splitlines()[0], *said[:2]]
+                result["refused"].append({"peer": peer, "name": PEER_NAMES[peer],
+                                          "reason": "; ".join(lines)})
+            else:
+                result["sides"] += sides[1:]
+    return result
 
 
 def _score(result, reference, logits):
@@ -335,20 +394,11 @@ def table_rows(result) -> list[dict]:
     rows = []
     cells, header = verdict_cells(result)
     for i, s in enumerate(result["sides"]):
-        grouping = GROUPING_TEXT.get(s["grouping"], s["grouping"]) + (
-            " (faster)" if s.get("fastest_grouping") and s["grouping"] in GROUPINGS else "")
-        q1, q3 = timings.quartiles(s["runs_ms"])  # from the runs: peers.json of any age
-        row = {"side": s["name"], "convs as": grouping,
+        row = {"side": s["name"], "convs as": _grouping(s),
                "init / compile ms": f"{s['init_ms']:,.0f}",
                "first run ms": f"{s['first_run_ms']:,.1f}",
-               "median ms (quartiles; min..max)": f"{s['median_ms']:,.1f} ({q1:,.0f}..{q3:,.0f}; "
-                                                   f"{s['min_ms']:,.0f}..{s['max_ms']:,.0f})",
-               **_rate(result, s["median_ms"])}
-        if result["kind"] == "logits":
-            row["max logit diff vs Keras"] = f"{s['max_logit_diff']:.2g}"
-            row["top-1 = Keras"] = "yes" if s["top1_equal"] else "no"
-        else:
-            row["PSNR vs Keras dB"] = f"{s['psnr_db']:.1f}"
+               "median ms (quartiles; min..max)": _spread(s),
+               **_rate(result, s["median_ms"]), **_fidelity_cells(result["kind"], s)}
         if header:
             row[header] = cells.get(i, "")
         rows.append(row)
@@ -357,6 +407,81 @@ def table_rows(result) -> list[dict]:
                      **{k: "" for k in list(rows[0])[2:]}} if rows else
                     {"side": missing["name"], "convs as": f"not run: {missing['reason']}"})
     return rows
+
+
+def _grouping(side) -> str:
+    """The "convs as" cell: the side's grouping, "(faster)" on a peer's faster form."""
+    return GROUPING_TEXT.get(side["grouping"], side["grouping"]) + (
+        " (faster)" if side.get("fastest_grouping") and side["grouping"] in GROUPINGS else "")
+
+
+def _spread(side) -> str:
+    """The median of the side's runs (their quartiles; min..max), in ms."""
+    q1, q3 = timings.quartiles(side["runs_ms"])  # from the runs: peers.json of any age
+    return (f"{side['median_ms']:,.1f} ({q1:,.0f}..{q3:,.0f}; "
+            f"{side['min_ms']:,.0f}..{side['max_ms']:,.0f})")
+
+
+def _fidelity_cells(kind, side) -> dict:
+    """The side's fidelity against Keras: max logit difference and top-1, or PSNR."""
+    if kind == "logits":
+        return {"max logit diff vs Keras": f"{side['max_logit_diff']:.2g}",
+                "top-1 = Keras": "yes" if side["top1_equal"] else "no"}
+    return {"PSNR vs Keras dB": f"{side['psnr_db']:.1f}"}
+
+
+def no_float_rows(result) -> list[dict]:
+    """The "no float textures" table: per side of the masked run ``runs`` and its median
+    (quartiles; min..max), beside its median with float textures (the main table's) and its
+    fidelity; per side that refused ``refuses`` and why; per peer of :data:`NO_FLOAT_PEERS`
+    that did not run at all, why."""
+    masked = result["no_float"]
+    usual = {(s["name"], s["grouping"]): s for s in result["sides"]}
+    rows = []
+    for s in masked["sides"]:
+        before = usual.get((s["name"], s["grouping"]))
+        rows.append({"side": s["name"], "convs as": _grouping(s),
+                     "without float textures: ms (quartiles; min..max)": "runs: " + _spread(s),
+                     "with them: median ms": f"{before['median_ms']:,.1f}" if before else "",
+                     **_fidelity_cells(result["kind"], s)})
+    blank = {k: "" for k in list(rows[0])[4:]} if rows else {}  # the fidelity cells
+    for r in masked["refused"]:
+        before = [s for s in result["sides"]
+                  if (s.get("peer") == r["peer"] if r["peer"] else s["name"] == r["name"])]
+        rows.append({"side": r["name"], "convs as": "",
+                     "without float textures: ms (quartiles; min..max)":
+                         f"refuses: {r['reason']}",
+                     "with them: median ms": " / ".join(f"{s['median_ms']:,.1f}"
+                                                        for s in before),
+                     **blank})
+    for m in result.get("not_run", []):
+        if m["peer"] in NO_FLOAT_PEERS:
+            rows.append({"side": m["name"], "convs as": "",
+                         "without float textures: ms (quartiles; min..max)":
+                             f"not run: {m['reason']}", "with them: median ms": "", **blank})
+    return rows
+
+
+def no_float_note(masked) -> str:
+    """What the "no float textures" rows are, and what the probe found in the masked page."""
+    def probed(version, key):
+        found = masked["probe"][key]
+        if found is None:
+            return f"no {version} context"
+        offered = ", ".join(found["extensions"]) or "none"
+        return (f"{version} offers {offered} of them and renders to RGBA32F: "
+                f"{'yes' if found['rgba32f'] else 'no'}, RGBA16F: "
+                f"{'yes' if found['rgba16f'] else 'no'}")
+    return ("No float textures: the page reloaded with WebGL's float-texture extensions masked "
+            "(an init script before any of the page's: getExtension answers null and "
+            f"getSupportedExtensions omits {', '.join(browser.FLOAT_EXTENSIONS)}, in WebGL 1 "
+            "and 2 contexts; WebGL 2's float textures are core, rendering to them needs "
+            "EXT_color_buffer_float or its half-float twin).  A probe there (every extension "
+            "asked for, a 4x4 float texture as a framebuffer's attachment): "
+            f"{probed('WebGL 1', 'webgl')}; {probed('WebGL 2', 'webgl2')}.  The page (one "
+            f"target, {', '.join(NO_FLOAT_VARIANTS)}) and the WebGL peers, median of "
+            f"{masked['runs']} runs after one warm-up; a side that refuses: its first error "
+            "line and the first two warnings it logged.")
 
 
 def _rate(result, ms) -> dict:
@@ -546,6 +671,8 @@ def _gl_section(r) -> str:
                "percentile is below the other's 25th, else level; the same run. Pair by pair:"
                + verdict if verdict else "")
             + "\n\n" + compile_line
+            + (f"\n\n{no_float_note(r['no_float'])}\n\n{tables.markdown(no_float_rows(r))}"
+               if "no_float" in r else "")
             + "\n\nWhere the time goes (each pass timed until a 1-pixel read-back of its "
             "target, median of the profile runs; by layer, the one-target page's largest first, "
             "the render-target rows beside it; moderngl: the same passes on this machine's GL "

@@ -11,6 +11,11 @@ Vulkan, shaders compiled by its Subzero JIT; the default, what Chromium uses wit
 ``llvmpipe``, Mesa's (ANGLE's OpenGL ES back end on Mesa's EGL, as on a Linux machine whose GL is
 Mesa; shaders compiled by LLVM).
 
+``open_page(init_script=...)`` runs a script in every frame before the page's own:
+:data:`NO_FLOAT_TEXTURES` masks the float-texture extensions (a device without float render
+targets); :data:`FLOAT_PROBE` reports what a WebGL 1 and a WebGL 2 context then offer and
+whether they still render to float textures.
+
 :func:`serve` serves a folder on loopback; ``isolated=True`` adds the headers that make its pages
 cross-origin isolated (``Cross-Origin-Opener-Policy: same-origin``,
 ``Cross-Origin-Embedder-Policy: require-corp``: ``SharedArrayBuffer``, so WebAssembly threads).
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
 import shutil
 import threading
@@ -58,9 +64,11 @@ def chromium_path() -> str:
 
 
 @contextlib.contextmanager
-def open_page(width: int = 1280, height: int = 900, gl: str = "swiftshader"):
+def open_page(width: int = 1280, height: int = 900, gl: str = "swiftshader", init_script=None):
     """A Playwright page in headless Chromium with WebGL on ``gl`` (a key of :data:`GLS`); the
-    browser is closed on exit.  :class:`BrowserUnavailable` when WebGL runs on another GL."""
+    browser is closed on exit.  :class:`BrowserUnavailable` when WebGL runs on another GL.
+    ``init_script``: JavaScript run in every frame before its own scripts (from the first
+    page on: the renderer check runs under it too)."""
     if gl not in GLS:
         raise ValueError(f"unknown GL {gl!r} for WebGL; known: {', '.join(GLS)}")
     try:
@@ -73,6 +81,9 @@ def open_page(width: int = 1280, height: int = 900, gl: str = "swiftshader"):
                                              args=CHROMIUM_FLAGS + GLS[gl])
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
+            if init_script:
+                page.context.add_init_script(init_script)
+                page.goto("about:blank")  # the page under the script
             renderer = page.evaluate(_RENDERER)
             if gl not in renderer.lower():
                 raise BrowserUnavailable(f"Chromium's WebGL runs on {renderer!r}, not on {gl} "
@@ -88,6 +99,58 @@ _RENDERER = """() => {
   const debug = gl.getExtension("WEBGL_debug_renderer_info");
   return gl.getParameter(debug ? debug.UNMASKED_RENDERER_WEBGL : gl.RENDERER);
 }"""
+
+
+# The extensions of float (and half-float) textures, their filtering, rendering and blending.
+FLOAT_EXTENSIONS = ("OES_texture_float", "OES_texture_half_float", "OES_texture_float_linear",
+                    "OES_texture_half_float_linear", "WEBGL_color_buffer_float",
+                    "EXT_color_buffer_float", "EXT_color_buffer_half_float", "EXT_float_blend")
+# An init script: WebGL 1 and 2 contexts without FLOAT_EXTENSIONS (getExtension answers null,
+# getSupportedExtensions leaves them out).  WebGL 1 cannot then make float textures; WebGL 2
+# makes them (core) but renders to them only with EXT_color_buffer_float(_half): FLOAT_PROBE
+# checks that the masked contexts do not.
+NO_FLOAT_TEXTURES = """(() => {
+  const hidden = new Set(%s.map((e) => e.toLowerCase()));
+  for (const context of [self.WebGLRenderingContext, self.WebGL2RenderingContext]) {
+    if (!context) continue;
+    const { getExtension, getSupportedExtensions } = context.prototype;
+    context.prototype.getExtension = function (name) {
+      return hidden.has(String(name).toLowerCase()) ? null : getExtension.call(this, name);
+    };
+    context.prototype.getSupportedExtensions = function () {
+      const all = getSupportedExtensions.call(this);
+      return all && all.filter((e) => !hidden.has(e.toLowerCase()));
+    };
+  }
+})();""" % json.dumps(FLOAT_EXTENSIONS)
+# {webgl, webgl2: {extensions: the float ones offered, rgba32f, rgba16f: a 4x4 texture of that
+# format is a complete framebuffer attachment, every extension of FLOAT_EXTENSIONS asked for
+# first} or null without that context}.
+FLOAT_PROBE = """() => {
+  const probe = (kind, formats) => {
+    const gl = document.createElement("canvas").getContext(kind);
+    if (!gl) return null;
+    for (const name of %s) gl.getExtension(name);
+    const renders = ([internal, type]) => {
+      const texture = gl.createTexture(), framebuffer = gl.createFramebuffer();
+      gl.bindTexture(gl.TEXTURE_2D, texture);
+      gl.texImage2D(gl.TEXTURE_2D, 0, internal, 4, 4, 0, gl.RGBA, type, null);
+      const made = gl.getError() === gl.NO_ERROR;
+      gl.bindFramebuffer(gl.FRAMEBUFFER, framebuffer);
+      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
+      const complete = gl.checkFramebufferStatus(gl.FRAMEBUFFER) === gl.FRAMEBUFFER_COMPLETE;
+      gl.getError();
+      gl.deleteFramebuffer(framebuffer);
+      gl.deleteTexture(texture);
+      return made && complete;
+    };
+    const float = (gl.getSupportedExtensions() || []).filter((e) => /float/i.test(e));
+    return { extensions: float, rgba32f: renders(formats[0]), rgba16f: renders(formats[1]) };
+  };
+  // WebGL 1: RGBA with FLOAT or HALF_FLOAT_OES; WebGL 2: RGBA32F, RGBA16F
+  return { webgl: probe("webgl", [[0x1908, 0x1406], [0x1908, 0x8D61]]),
+           webgl2: probe("webgl2", [[0x8814, 0x1406], [0x881A, 0x140B]]) };
+}""" % json.dumps(FLOAT_EXTENSIONS)
 
 
 # Response headers that make a page cross-origin isolated (``self.crossOriginIsolated``).
