@@ -27,7 +27,9 @@ release without its back end, a net with no ONNX pattern) gets a row saying why 
 Each of :data:`PAGE_VARIANTS` (multiple render targets) is exported beside the page and gets a
 row of its own.  The table's verdict column says for each peer's faster form whether each
 page row is ahead, level or behind, beyond the quartiles (:func:`verdict_cells`; pair by pair
-:func:`verdicts`).  Then the profile:
+:func:`verdicts`).  Then the "no float textures" rows (:func:`_no_float_run`): the page
+reloaded with WebGL's float-texture extensions masked, our page and each WebGL peer again,
+who runs (how fast) and who refuses (why).  Then the profile:
 the page's passes, each timed to a 1-pixel ``readPixels``, and the same passes on llvmpipe
 (:mod:`workbench.es2.runner` timings), by layer and top passes.
 
