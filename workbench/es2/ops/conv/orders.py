@@ -6,6 +6,8 @@ compiler schedules each differently, so :func:`workbench.es2.drivers.tune` keeps
 target's compiler runs fastest."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from workbench import ir
@@ -22,20 +24,50 @@ ORDERS = {
 }
 
 
+@dataclass(frozen=True)
+class Products:
+    """What a program's sums add: ``sums`` (their GLSL names, one an output pack), ``outs``
+    (each one's output channels), ``weights`` (each one's ``[dy, dx, input pack, in, out]``),
+    ``fetches`` (each input pack's texel at GLSL coordinates, a function of them),
+    ``present`` (the components each input pack has, :meth:`Weights.product`),
+    ``constants`` (how the weights are spelled, :class:`~.weights.Weights`) and ``padding``
+    (what each input pack's masked tap adds, :func:`~.padding.padding_terms`)."""
+    sums: list
+    outs: list
+    weights: list
+    fetches: list
+    present: list
+    constants: object
+    padding: list
+
+
+@dataclass(frozen=True)
+class Masks:
+    """A program's taps' masks: ``padded`` where a tap may lie in the padding (masked),
+    ``inline`` (:func:`workbench.es2.shaders.coordinates`), ``unit`` (:func:`~.padding.unit_mask`
+    where none may and the order groups its taps)."""
+    padded: bool
+    inline: bool = False
+    unit: bool = False
+
+
 def taps(size, rows=None):
     """The window's taps ``(dy, dx)``, row by row (``rows``: only those rows)."""
     return [(dy, dx) for dy in (range(size) if rows is None else rows) for dx in range(size)]
 
 
-def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
-            constants, present, unit_masks=False) -> list[str]:
-    """The lines that add the products into ``sums`` in ``order`` (not the chain): a tap's
-    group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in the
-    padding (a luma input's tap: its scalar luma times the tap's own mask, a multiply instead
-    of four; 0 or 1, so exact either way), or, ``unit_masks`` where none may, times its
-    column's :func:`~workbench.es2.ops.conv.padding.unit_mask` where the column's mask would be;
-    ``fetches``: each input pack's texel at GLSL coordinates (a function of them);
-    ``present``: the components each input pack has (:meth:`Weights.product`)."""
+def grouped(op, order, products: Products, masks: Masks) -> list[str]:
+    """The lines that add the ``products`` into their sums in ``order`` (not the chain): a
+    tap's group ``(P0 + P1 + ...)`` over its input packs, times its masks where it may lie in
+    the padding (a luma input's tap: its scalar luma times the tap's own mask, a multiply
+    instead of four; 0 or 1, so exact either way), or, ``masks.unit`` where none may, times
+    its column's :func:`~workbench.es2.ops.conv.padding.unit_mask` where the column's mask
+    would be."""
+    sums, outs, weights, fetches = products.sums, products.outs, products.weights, \
+        products.fetches
+    present, constants = products.present, products.constants
+    padded, inline_masks, unit_masks = masks.padded, masks.inline, masks.unit
+
     def mask(axis, d):
         if padded:
             return f" * {axis_mask(axis, d, inline_masks)}"
@@ -66,15 +98,16 @@ def grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
     return lines
 
 
-def chain(op, sums, outs, weights, fetches, padded, inline_masks, constants, padding,
-          present, channels=None, rows=None) -> list[str]:
-    """The lines that add the products into ``sums`` in a chain, tap by tap and, in a tap,
-    input pack by input pack (``fetches``: each one's texel at GLSL coordinates), times the
-    tap's mask and plus its ``padding`` term where it may lie in the padding; ``present``: the
-    components each input pack has (:meth:`Weights.product`); ``channels``: a program that
-    writes only these components of its one pack (the kept rows of each ``mat4 * t``);
-    ``rows``: only the taps of these kernel rows (a stage of a row split,
-    :mod:`workbench.es2.ops.conv.split`)."""
+def chain(op, products: Products, masks: Masks, channels=None, rows=None) -> list[str]:
+    """The lines that add the ``products`` into their sums in a chain, tap by tap and, in a
+    tap, input pack by input pack, times the tap's mask and plus its padding term where it
+    may lie in the padding; ``channels``: a program that writes only these components of its
+    one pack (the kept rows of each ``mat4 * t``); ``rows``: only the taps of these kernel
+    rows (a stage of a row split, :mod:`workbench.es2.ops.conv.split`)."""
+    sums, outs, weights, fetches = products.sums, products.outs, products.weights, \
+        products.fetches
+    present, constants, padding = products.present, products.constants, products.padding
+    padded, inline_masks = masks.padded, masks.inline
     many = len(sums) > 1
     kept = [k for k in range(ir.PACK) if channels is None or k in channels]
     part = "".join("xyzw"[k] for k in kept)

@@ -2,69 +2,62 @@
 how many channels, and the stages of a split op; its limits, and what a driver may ask."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.form import form_of, formed
-from workbench.es2.ops.conv.orders import chained, order_of
+from workbench.es2.ops.conv.form import FORM, form_of, formed
+from workbench.es2.ops.conv.orders import chained
 from workbench.es2.ops.conv.padding import border_offered, border_passes, bordered
-from workbench.es2.ops.conv.program import program
+from workbench.es2.ops.conv.program import MODE, Mode, program
 from workbench.es2.ops.conv.weights import uniforms_fit
 from workbench.es2.shaders import Pass, masked
 from workbench.nets import activations
 
 
-def passes(op: ir.Conv, shapes, target: Target, channels=None, inline_masks=False,
-           order=None, weights="literals", residual_after=None, row_split=None,
-           zero_border=None, input_bordered=None, border_out=None,
-           unit_masks=False) -> list[Pass]:
+def passes(op: ir.Conv, shapes, target: Target, channels=None, **options) -> list[Pass]:
     """Its programs for ``target``: runs of up to ``target.draw_buffers`` output packs
     (:func:`programs`).  ``channels``: output channels a program writes (4, 2 or 1; default
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
     pack is drawn by several programs of that many components each, one target each.
-    ``inline_masks``: see :func:`workbench.es2.shaders.coordinates`; ``unit_masks``: see
-    :func:`program`.  ``order``: how they add
-    their products (:data:`ORDERS`), default the op's own (a plain Conv: the chain).
-    ``weights="uniforms"``: weights set at each draw (:class:`~.weights.Weights`), one pack a
-    program, where they fit the limits' uniform vectors (else literals).
-    ``residual_after``: see :func:`program`, default the op's own.  A 16-bit output
-    (:func:`wide_tensors`): each pack's program drawn once a half; programs of 2 or 1
-    channels each write their half.  A split op
-    (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's as
-    these options make them, one pack each; ``row_split``: its kernel rows split over that
-    many stages a run of input packs (a driver's ask, :func:`workbench.es2.drivers.fit`),
-    default the op's own.  ``zero_border``: its input read through a zero border
-    (:func:`~workbench.es2.ops.conv.padding.bordered`: the copies' programs first, or
-    ``input_bordered``: none, its producer drew it), ``border_out``: its output drawn with a
-    border (:func:`~workbench.es2.ops.conv.padding.producer_borders`), default the op's own."""
-    precision, limits = target.precision, target.limits
-    given = {"order": order, "residual_after": residual_after, "row_split": row_split or None,
-             "zero_border": zero_border, "input_bordered": input_bordered,
-             "border_out": border_out}
-    op = formed(form_of(op), **{k: v for k, v in given.items() if v is not None})
-    order, residual_after = order_of(op), op.residual_after
+    ``options`` (a driver's, :func:`layer_options`): the form's (:data:`~.form.FORM`: ``order``,
+    ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``;
+    :class:`~.form.ConvForm`), default the op's own, and the :class:`~.program.Mode`'s
+    (``inline_masks``, ``weights``, ``unit_masks``).  ``weights="uniforms"``: weights set at
+    each draw (:class:`~.weights.Weights`), one pack a program, where they fit the limits'
+    uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each pack's
+    program drawn once a half; programs of 2 or 1 channels each write their half.  A split op
+    (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's
+    as these options make them, one pack each.  A zero border
+    (:func:`~workbench.es2.ops.conv.padding.bordered`): the copies' programs first (none where
+    its producer drew it)."""
+    unknown = set(options) - set(FORM) - set(MODE)
+    if unknown:
+        raise TypeError(f"passes() got unexpected keyword arguments {sorted(unknown)}")
+    op = formed(form_of(op), **{k: v for k, v in options.items() if k in FORM and v is not None})
+    limits, precision = target.limits, target.precision
+    mode = Mode(precision, options.get("inline_masks", False))
     channels = channels or channels_per_program(op, limits.constant_vectors)
+    weights = options.get("weights", "literals")
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
         weights = "literals"
     partials, last = border_passes(op, shapes, precision) if bordered(op) else [], {}
     if split.count(op) > 1:
         for pack in range(op.out_packs()):
             *stages, last[pack] = split.stage_list(op, pack)
-            partials += [program(op, pack, precision, inline_masks=inline_masks, stage=stage)
-                         for stage in stages]
+            partials += [program(op, pack, mode, stage=stage) for stage in stages]
     if channels < ir.PACK:
         return partials + [
-            program(op, pack, precision, tuple(range(k, k + channels)), inline_masks, order,
-                    residual_after=residual_after, stage=last.get(pack))
+            program(op, pack, mode, tuple(range(k, k + channels)), last.get(pack))
             for pack in range(op.out_packs()) for k in range(0, ir.PACK, channels)
             if k < op.cout - pack * ir.PACK]
     wide = fixed16.tensor_bits(op) == 16
     draw_buffers = target.draw_buffers if weights == "literals" and not last and not wide else 1
+    mode = replace(mode, weights=weights, unit_masks=options.get("unit_masks", False))
     return partials + [
-        program(op, packs, precision, inline_masks=inline_masks, order=order, weights=weights,
-                residual_after=residual_after, stage=last.get(packs[0]), half=half,
-                unit_masks=unit_masks)
+        program(op, packs, mode, stage=last.get(packs[0]), half=half)
         for packs in programs(op, draw_buffers, limits.texture_units,
                               limits.fetches_per_fragment)
         for half in (split.halves(op, packs[0]) if wide else [None])]

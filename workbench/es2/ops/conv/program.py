@@ -2,12 +2,15 @@
 activation, and what it writes."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.orders import LAST, ORDERS, chain, grouped, places_residual
+from workbench.es2.ops.conv.orders import (LAST, ORDERS, Masks, Products, chain, grouped,
+                                           order_of, places_residual)
 from workbench.es2.ops.conv.padding import bordered, border_tensor, padding_terms, unit_mask
 from workbench.es2.ops.conv.weights import Weights, present_components
 from workbench.es2.shaders import (
@@ -23,9 +26,21 @@ from workbench.es2.shaders import (
 from workbench.nets import activations, storage
 
 
-def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=False,
-            order="chain", weights="literals", residual_after=LAST, stage=None,
-            half=None, unit_masks=False) -> Pass:
+@dataclass(frozen=True)
+class Mode:
+    """How a convolution's programs are written, their arithmetic the same (the same bytes):
+    the shaders' ``precision``, ``inline_masks``, ``weights`` and ``unit_masks`` (see
+    :func:`program`)."""
+    precision: str = "highp"
+    inline_masks: bool = False
+    weights: str = "literals"
+    unit_masks: bool = False
+
+
+MODE = ("inline_masks", "weights", "unit_masks")  # the layer options a Mode records
+
+
+def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pass:
     """Output packs ``packs`` of a convolution (+ residual) + activation: channels
     ``4*pack .. 4*pack+3`` of each; several packs (which read the same input packs) make one
     program with draw buffers, ``gl_FragData[i]`` for ``packs[i]``.  ``channels``: with one
@@ -41,11 +56,12 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     through a zero border, or no padding) and the order groups its taps, each column's
     products times its :func:`~workbench.es2.ops.conv.padding.unit_mask`, exactly 1, and a
     residual read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its
-    own (the same bytes).  ``order``: how the products are added (:data:`ORDERS`; a program
-    that writes part of a pack adds them in a chain).  ``weights``: as literals or uniforms
+    own (the same bytes).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
+    are added (:data:`ORDERS`; a program that writes part of a pack adds them in a chain);
+    ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.conv.weights.WEIGHTS`; uniforms for a program that writes one
     whole pack).
-    ``residual_after``: the residual added after that many of the order's terms
+    Its ``residual_after``: the residual added after that many of the order's terms
     (:func:`place_residual`; vc4 then fetches it with the taps instead of waiting for it at
     the end).  Where ``op`` is :func:`~workbench.es2.ops.conv.padding.bordered`, it reads its
     input through the border, without masks; with ``border_out``, it draws its output's
@@ -56,21 +72,12 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     packs = [packs] if isinstance(packs, int) else list(packs)
     many = len(packs) > 1
     partial = stage is not None and not stage.last
+    order, weights = order_of(op), mode.weights
     if partial:
         channels, order, weights = stage.components, "chain", "literals"
-    if channels is not None and many:
-        raise ValueError("a program that writes part of a pack writes one pack")
     wide = fixed16.tensor_bits(op) == 16 and not partial
-    if wide and (many or (half is None) == (channels is None)
-                 or len({k // 2 for k in channels or ()}) > 1):
-        raise ValueError("a program of a 16-bit output writes one half of one pack: a whole "
-                         "pack's program with its half, or one or two channels of that half")
-    if order not in ORDERS or (order != "chain" and channels is not None):
-        raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
-                         "program that writes part of a pack)")
+    _check(packs, channels, half, wide, order, weights)
     constants = Weights(weights)
-    if weights == "uniforms" and (many or channels is not None):
-        raise ValueError("weights as uniforms: for a program that writes one whole pack")
     every = op.input_packs(packs[0])
     positions = [j for j in stage.positions if j < len(every)] if stage else range(len(every))
     rows = stage.rows if stage else None
@@ -100,8 +107,8 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if wide and half is not None:
         vectors["u_half"] = ("value", float(half), 0.0)
     padded = masked(op.size, op.padding) and not border
-    units = unit_masks and not padded and order != "chain"
-    body = coordinates(op.size, padded, inline_masks, rows)
+    units = mode.unit_masks and not padded and order != "chain"
+    body = coordinates(op.size, padded, mode.inline_masks, rows)
     fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
                                else "") for fetch in residual_fetches]
     if op.residual_scale is not None:  # its stored scale over the sum's
@@ -111,50 +118,86 @@ def program(op: ir.Conv, packs, precision="highp", channels=None, inline_masks=F
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]
     body += [f"    vec4 {s} = {start};" for s, start in zip(sums, starts)]
-    present = [present_components(op, p) for p in in_packs]
-    if order != "chain":
-        terms = grouped(op, order, sums, outs, weights, fetches, padded, inline_masks,
-                        constants, present, units)
-    else:
-        terms = chain(op, sums, outs, weights, fetches, padded, inline_masks, constants,
-                      padding, present, channels, rows)
-    body += place_residual(terms, dict(zip(sums, fetched)), residual_after, order)
-    for k, s in enumerate(sums):
-        if partial:
-            body.append(f"    gl_FragColor = {split.store_glsl(op, stage, s)};")
-            continue
-        target = f"gl_FragData[{k}]" if many else "gl_FragColor"
-        out = activations.glsl(op, s, packs[k])
-        if op.storage != "linear":  # the activation, then its companded value
-            body.append(f"    {s} = {out};")
-            out = storage.ENCODE_GLSL[op.storage].format(x=s)
-        if wide:  # the activation, then its half's two values in 16 bits
-            body.append(f"    {s} = {out};")
-            out = fixed16.store_glsl(s, split.HALVES[channels[0] // 2] if channels else None)
-        body.append(f"    {target} = {out};")
+    products = Products(sums, outs, weights, fetches,
+                        [present_components(op, p) for p in in_packs], constants, padding)
+    masks = Masks(padded, mode.inline_masks, units)
+    terms = grouped(op, order, products, masks) if order != "chain" else \
+        chain(op, products, masks, channels, rows)
+    after = LAST if partial else op.residual_after  # (a partial stage adds none)
+    body += place_residual(terms, dict(zip(sums, fetched)), after, order)
+    body += stores(op, packs, sums, stage if partial else None, channels if wide else False)
     sixteen = parts or partial or wide or any(
         fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
-    source = (header(precision, many) + (fixed16.GLSL if sixteen else "")
+    source = (header(mode.precision, many) + (fixed16.GLSL if sixteen else "")
               + uniform_declarations(samplers, vectors,
                                      out_texel=texel == OUT_TEXEL and bool(parts or residuals))
               + constants.declaration() + "void main() {\n" + "\n".join(body) + "\n}\n")
+    name, outputs, mask = written(op, packs, stage if partial else None,
+                                  channels, half if wide else False)
+    return Pass(name, op.name, source, bindings, outputs, vectors,
+                border=tuple(drawn[:2]) if drawn else None,
+                channels=tuple(mask) if mask is not None else None, arrays=constants.arrays())
+
+
+def _check(packs, channels, half, wide, order, weights):
+    """Refuse what a program cannot be: see :func:`program`."""
+    many = len(packs) > 1
+    if channels is not None and many:
+        raise ValueError("a program that writes part of a pack writes one pack")
+    if wide and (many or (half is None) == (channels is None)
+                 or len({k // 2 for k in channels or ()}) > 1):
+        raise ValueError("a program of a 16-bit output writes one half of one pack: a whole "
+                         "pack's program with its half, or one or two channels of that half")
+    if order not in ORDERS or (order != "chain" and channels is not None):
+        raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
+                         "program that writes part of a pack)")
+    if weights == "uniforms" and (many or channels is not None):
+        raise ValueError("weights as uniforms: for a program that writes one whole pack")
+
+
+def stores(op, packs, sums, partial=None, wide=False) -> list[str]:
+    """The lines that write each of ``sums`` (one of ``packs`` each): a ``partial`` stage's
+    half's sums in fixed point, else its activation, companded (its ``storage``) and, where
+    ``wide`` (a 16-bit output: the program's channels, or None for a whole pack's), its
+    half's two values in 16 bits."""
+    lines = []
+    for k, s in enumerate(sums):
+        if partial:
+            lines.append(f"    gl_FragColor = {split.store_glsl(op, partial, s)};")
+            continue
+        target = f"gl_FragData[{k}]" if len(sums) > 1 else "gl_FragColor"
+        out = activations.glsl(op, s, packs[k])
+        if op.storage != "linear":  # the activation, then its companded value
+            lines.append(f"    {s} = {out};")
+            out = storage.ENCODE_GLSL[op.storage].format(x=s)
+        if wide is not False:  # the activation, then its half's two values in 16 bits
+            lines.append(f"    {s} = {out};")
+            out = fixed16.store_glsl(s, split.HALVES[wide[0] // 2] if wide else None)
+        lines.append(f"    {target} = {out};")
+    return lines
+
+
+def written(op, packs, partial=None, channels=None, half=False):
+    """``(name, outputs, channels)`` of a program of ``packs``: its pass's name, the textures it
+    writes and the components it writes there (None: all); a ``partial`` stage's: its half's
+    texture; ``half`` (not False: a 16-bit output) the half it writes, or None for the half
+    its ``channels`` lie in."""
+    many = len(packs) > 1
     name = f"{op.name}.{packs[0]}" + (f"-{packs[-1]}" if many else "")
     outputs = [(op.name, p) for p in packs]
     mask = channels  # the components it writes (None: all)
     if partial:  # the whole texel of its half's texture
-        name += f".s{stage.index}h{stage.half}"
-        outputs = [(split.partial_tensor(op, stage.index), 2 * packs[0] + stage.half)]
+        name += f".s{partial.index}h{partial.half}"
+        outputs = [(split.partial_tensor(op, partial.index), 2 * packs[0] + partial.half)]
         channels = mask = None
-    elif wide and half is not None:  # its half's texture
+    elif half is not False and half is not None:  # its half's texture
         outputs, name = [(op.name, 2 * packs[0] + half)], name + f".h{half}"
-    elif wide:  # its channels' half's texture: whole, or the two components of its one channel
+    elif half is not False:  # its channels' half's texture: whole, or the two components of one
         outputs = [(op.name, 2 * packs[0] + channels[0] // 2)]
         mask = None if len(channels) == 2 else (0, 1) if channels[0] % 2 == 0 else (2, 3)
     if channels is not None:
         name += ".c" + "".join(map(str, channels))
-    return Pass(name, op.name, source, bindings, outputs, vectors,
-                border=tuple(drawn[:2]) if drawn else None,
-                channels=tuple(mask) if mask is not None else None, arrays=constants.arrays())
+    return name, outputs, mask
 
 
 def reads(op: ir.Conv, tensor, packs, samplers, border=False):
