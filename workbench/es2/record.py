@@ -1,7 +1,7 @@
 """The ES 2.0 op records: everything the back end knows about one IR op type, in one place.
 
 Each op type has one :class:`OpRecord`, written in its own module of :mod:`workbench.es2.ops`
-(``ops/conv.py``, ``ops/dense.py``, ...), which registers it here when the package is
+(``ops/conv/``, ``ops/dense.py``, ...), which registers it here when the package is
 imported.  The rest of the back end (shader generation, the emulator, the limits, the cost,
 the runner's textures, the output decoding, tiling) asks :func:`record` and never looks at
 the op's type: a new op is a new module in ``ops/``.
