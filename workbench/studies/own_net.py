@@ -65,7 +65,8 @@ def train(model, run_dir, steps, data=None, batch=16, patch=48, limit=None, seed
         superres.train(photos.images, run_dir, recipe, model=model)
     else:
         per_epoch = min(steps, 100)
-        recipe = classify.ClassifierRecipe(data=data, epochs=math.ceil(steps / per_epoch),
+        recipe = classify.ClassifierRecipe(data=data, input_size=model.input_shape[1],
+                                           epochs=math.ceil(steps / per_epoch),
                                            steps_per_epoch=per_epoch, batch=batch, limit=limit,
                                            val_limit=limit, seed=seed, keep_best=1)
         classify.train(run_dir, recipe, model=model)
