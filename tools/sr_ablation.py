@@ -3,7 +3,7 @@
 Usage: python tools/sr_ablation.py OUT.jsonl RUNS_DIR STEPS SEEDS ROW [ROW ...]
 ROW: name=option:value,... e.g. "sesr=expand:256"; rows already in OUT are skipped.
 Options: the fields of ``sr_recipes.SRRecipe``, lists with dashes (``widths:32-16-16-12``,
-``scales:1-0.9-0.8`` or ``scales:fsrcnn``, ``kernels:bilinear-bicubic``), and ``data:NAME``,
+``scales:1-0.9-0.8`` or ``scales:fsrcnn``, ``degradations:bilinear-bicubic``), and ``data:NAME``,
 the SR training set under the data root's ``sr/`` (default ``train``; ``train291`` is T91 +
 BSD200).
 """
@@ -26,8 +26,8 @@ def parse(row):
         out[key] = _value(value)
     if "widths" in out:
         out["widths"] = tuple(int(w) for w in str(out["widths"]).split("-"))
-    if "kernels" in out:
-        out["kernels"] = tuple(out["kernels"].split("-"))
+    if "degradations" in out:
+        out["degradations"] = tuple(out["degradations"].split("-"))
     if "scales" in out:
         out["scales"] = (datasets.FSRCNN_SCALES if out["scales"] == "fsrcnn" else
                          tuple(float(f) for f in str(out["scales"]).split("-")))
@@ -58,7 +58,7 @@ def main(out, runs, steps, seeds, *rows):
             start = time.time()
             source = opts.pop("data", "train")
             recipe = SRRecipe.from_dict({**opts, "steps": steps, "seed": seed})
-            key = (source, recipe.kernels, recipe.scales)  # pairs made once per data set
+            key = (source, recipe.degradations, recipe.scales)  # pairs made once per data set
             if key not in data:
                 images = [im for _, im in datasets.sr_images(source).images]
                 data[key] = datasets.sr_training_pairs(images, superres.SCALE, *key[1:])
