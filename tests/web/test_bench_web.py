@@ -246,8 +246,8 @@ def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
     reasons = peers.unavailable_peers(es2.compile(relu6).graph, (8, 8))
     assert set(reasons) == set(peers.ORT_BACKENDS) and reasons["ort-wasm"] == (
         "the net has no ONNX form (workbench.ir.to_onnx): layer 'L1': activation "
-        "'relu6_scaled' has no PyTorch layer; written: linear, bounded_relu, relu, sigmoid, "
-        "sigmoid_like")
+        "'relu6_scaled' has no PyTorch layer; written: bounded_relu, leaky_relu, linear, prelu, "
+        "relu, sigmoid, sigmoid_like")
 
 
 def _side(name, grouping, runs, peer=None, psnr=50.0):

@@ -302,6 +302,11 @@ def _download(name, src, cache, allow_unverified):
     fname = f"{name}/{_basename(url)}"
     known = f"sha256:{digest.lower()}" if digest else None
     pup = pooch.create(path=cache, base_url="", registry={fname: known}, urls={fname: url})
+    if not (Path(cache) / fname).exists():  # (said here: pooch's own logger holds the stderr
+        print(f"downloading {fname} from {url}", flush=True)  # of its import, maybe closed)
+    logger = pooch.get_logger()
+    level = logger.level
+    logger.setLevel("WARNING")
     try:
         path = Path(pup.fetch(fname, downloader=_downloader))
     except ValueError as e:  # pooch: hash mismatch (the download is deleted)
@@ -317,6 +322,8 @@ def _download(name, src, cache, allow_unverified):
         raise FetchError(
             f"{name}: cannot download {url} ({reason.splitlines()[0][:160]}); offline? fetch-data"
             " needs the internet (or copy the data set into the data root by hand)") from None
+    finally:
+        logger.setLevel(level)
     if digest is None:
         actual = _sha256(path)
         print(f"{path.name}: sha256 {actual} (the manifest has none to check against)")

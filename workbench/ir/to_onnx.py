@@ -78,8 +78,10 @@ class _Writer:
         """``op``'s activation on ``out``: its registered ONNX form (``Activation.onnx``)."""
         act = activations.of(op, order) if op.activation else activations.get("linear")
         if act.onnx is None:
+            kinds = sorted({n.split(":")[0] for n in activations.names("onnx")}
+                           | {"leaky_relu", "prelu"})
             raise ValueError(f"layer {op.name!r}: activation {act.name!r} has no PyTorch layer; "
-                             f"written: {', '.join(activations.names('onnx'))}, prelu")
+                             f"written: {', '.join(kinds)}")  # (leaky_relu, prelu: any slope)
         return act.onnx(self, out, op.name)
 
     def resize(self, x, scale, how, layer):  # F.interpolate(scale_factor=scale, mode=how)
