@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,8 +32,16 @@ CROP = 96  # side of the centre crop of a calibration image for a net of any inp
 _COUNTED = re.compile(r"^(?P<source>.+?):(?P<count>\d+)$")
 
 
+class Listed(NamedTuple):
+    """A source (see the module) with its image files already :func:`listed`."""
+    source: str
+    paths: list
+    where: str
+
+
 def images(source, size=None, channels=3, root=None) -> tuple[list[np.ndarray], str]:
-    """``(images, description)`` of ``source`` (see the module) for a net of input ``size``
+    """``(images, description)`` of ``source`` (see the module, or its :class:`Listed` files)
+    for a net of input ``size``
     ``(height, width)`` (None: any) and ``channels`` (3, or 1: luma); the description says in
     a few words where they come from (``"100 images of cifar10 (train)"``).  A source that
     names nothing, or holds no image, is refused in one line naming it; so are images that
@@ -41,7 +50,10 @@ def images(source, size=None, channels=3, root=None) -> tuple[list[np.ndarray], 
     if channels not in (1, 3):
         raise ValueError(f"calibration {source!r}: images for a net of {channels} input "
                          "channels; give the images as arrays (calibration=[HxWxC, ...])")
-    paths, where = listed(source, root)
+    if isinstance(source, Listed):
+        source, paths, where = source
+    else:
+        paths, where = listed(source, root)
     if not paths:
         raise ValueError(f"calibration {source!r}: no images there ({', '.join(IMAGE_SUFFIXES)})")
     h, w = size or (CROP, CROP)

@@ -56,7 +56,7 @@ class Net:
             parts.append(f"fit=True ({len(self.changes)} changes)")
         if p.get("shared"):
             parts.append("shared weights (uniforms)")
-        if p.get("normalised"):
+        if p.get("mean") is not None or p.get("std") is not None:
             parts.append(f"input normalised (mean {p['mean']}, std {p['std']})")
         parts.append(f"calibrated on {p['calibration']}, scaled tensors {p['scaled_bits']}-bit"
                      if p.get("calibration") else "no calibration needed")
@@ -245,15 +245,18 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     graph = calibrate.images_clamped(graph)
     calibrated = calibrate.needed(graph)
     check = (calibrated or graph is not source) if check is None else check
+    checked = calibrated or check
+    if checked and isinstance(calibration, (str, Path)):  # a source's files, listed once
+        from workbench.data import calibration as sources
+        calibration = sources.Listed(calibration, *sources.listed(calibration))
     if graph.input_size:  # its programs, and the images below at that size: before any is made
-        checked = calibrated or check
         plan.require_memory(prepared(graph, table, {"dense": dense}), graph.input_size,
                             "give a smaller --input-size",
                             plan.COMPILE_CHECKED if checked else ("programs",),
                             image_count(calibration) if checked else 0)
     if calibrated:
         calibrate.require_foldable(graph)  # (before any image runs)
-    images, held, described = calibration_images(graph, calibration) if calibrated or check \
+    images, held, described = calibration_images(graph, calibration) if checked \
         else ([], 0, "")
     stored = {}
     if not calibrated:
@@ -307,7 +310,6 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     net.plan = {"limits": table.name, "precision": target.precision,
                 "draw_buffers": target.draw_buffers, "tune": tune, "fit": fit,
                 "shared": bool(shared), "scaled_bits": scaled_bits, "dense": dense,
-                "normalised": mean is not None or std is not None,
                 "mean": None if mean is None else [float(v) for v in np.ravel(mean)],
                 "std": None if std is None else [float(v) for v in np.ravel(std)],
                 "calibration": described if calibrated else None,
@@ -331,7 +333,7 @@ def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:
         found = samples.test_images(graph, count=image_count(None))
         kinds = sorted({name.split("-")[0] for name, _ in found})
         return [x for _, x in found], 2, f"the built-in samples ({' and '.join(kinds)} images)"
-    if isinstance(calibration, (str, Path)):
+    if isinstance(calibration, sources.Listed):
         channels = 3 if graph.input.rgb else graph.input.channels
         images, described = sources.images(calibration, graph.input_size, channels)
     else:
@@ -343,14 +345,13 @@ def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:
 
 
 def image_count(calibration) -> int:
-    """How many images :func:`calibration_images` makes of ``calibration`` (listed, not read)."""
+    """How many images :func:`calibration_images` makes of ``calibration`` (a source's
+    :class:`~workbench.data.calibration.Listed` files: counted, not read)."""
     from workbench.data import calibration as sources
 
     if calibration is None:
         return 6
-    if isinstance(calibration, (str, Path)):
-        return len(sources.listed(calibration)[0])
-    return len(calibration)
+    return len(calibration.paths if isinstance(calibration, sources.Listed) else calibration)
 
 
 class CalibrationWarning(UserWarning):

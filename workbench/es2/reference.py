@@ -159,8 +159,9 @@ def _run(source, graph, images, stored) -> tuple[np.ndarray, dict[str, tuple[flo
     RGB image composed of a luma net's output counts no clipping (its reference's is
     clipped too)."""
     head = [op for op in source.ops if record(op).stored is None]
+    heads = {op.name for op in head}
     found = {op.name: ([], []) for op in graph.ops
-             if record(op).stored is None and op.name in {o.name for o in head}}
+             if record(op).stored is None and op.name in heads}
     outputs = []
     for image in images:
         real = emulate.tensors(source, image, REAL, head)

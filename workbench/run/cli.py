@@ -245,6 +245,7 @@ def _drivers(args):
     for name in names:
         driver(name)  # an unknown name: one line before any work
     options = _compile_options(args)
+    mean, std = options.pop("mean", None), options.pop("std", None)  # (every user net's)
     with _owned_out(args, [compilers.TABLE, compilers.RESULT, *_figure(compilers.FIGURE)]):
         models, sizes = {}, {}
         for name in args.model or ["sr", "sr-mrt4", "cifar10"]:
@@ -253,8 +254,7 @@ def _drivers(args):
                 models[name] = (load_named(entry), {"target": es2.Target.of(
                     draw_buffers=entry.draw_buffers)} if entry.draw_buffers else {})
             else:  # a user's net: the Pi's time at its own size (256x256 where it has none)
-                model = normalised(load_model(name), options.pop("mean", None),
-                                   options.pop("std", None))
+                model = normalised(load_model(name), mean, std)
                 models[Path(name).stem] = (model, options)
                 h, w = ir.from_model(model).input_size or (256, 256)
                 if h == w:

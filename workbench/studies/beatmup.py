@@ -220,12 +220,11 @@ def classifier_timing(net, paths, step) -> dict:
         picture = _picture(path)
         result = beatmup.classify_timed(picture)
         theirs += result.times_ms
-        sample = beatmup_model.sample(picture, step)
         ours += _timed(lambda: net.run(beatmup_model.sample(picture, step).astype(np.float32)
                                        / 255, timed=False), len(result.times_ms))
     return {"runs": len(ours), "ms": {"Beatmup": _spread(theirs), "workbench": _spread(ours)},
             "faster": _faster(theirs, ours),
-            "multiply_adds": peak.net_multiply_adds(net, sample.shape[:2])}
+            "multiply_adds": peak.net_multiply_adds(net, (step.height, step.width))}
 
 
 # --- both implementations through the targets' compilers ----------------------------------
@@ -393,11 +392,11 @@ def calibrate_pi(rows) -> list[dict]:
             if (fit := _calibrate(vc4, board, mhz, key))]
 
 
-def article_rows(model_path=None) -> list[dict]:
+def article_rows() -> list[dict]:
     """:func:`compile_all`'s vc4 rows of the article's own programs alone (Beatmup's apps
     captured, no net of ours compiled: seconds, where :func:`run` takes minutes): what
     :func:`calibrate_pi` solves from."""
-    return compile_all(implementations(model_path, ours=False), ("vc4",))
+    return compile_all(implementations(None, ours=False), ("vc4",))
 
 
 FIT_DIGITS = 6  # decimals of a and d stored in compilers.PI_FITS

@@ -10,6 +10,7 @@ crop, the papers' "Y601", and on full-range Y, the reference article's "Yfull"),
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from pathlib import Path
@@ -93,11 +94,11 @@ def evaluate(model, net, kind, out, data=None, limit=None, sets=("Set5", "Set14"
         save_figure(figures.crops_side_by_side(kept), "my_net_crops", out)
         summary = superres.summarize(records)
         return summary, superres.markdown_table(summary) + "\n\n" + superres.verdict(summary)
+    root = data or datasets.classification_root("cifar10")
+    split = functools.cache(lambda size: datasets.classification_arrays(root, "test", size, limit))
     rows = []
     for label, (m, n) in {"your net": (model, net), "reference": (ref_model, ref_net)}.items():
-        root = data or datasets.classification_root("cifar10")
-        images, labels, _ = datasets.classification_arrays(root, "test", m.input_shape[1],
-                                                           limit)
+        images, labels, _ = split(m.input_shape[1])  # (read once a size)
         result = deploy.compare_classifier(m, n, images, labels, emulate=False)
         rows.append({"net": label, "images": result["images"],
                      "top-1 TF %": 100 * result["top1_TF"],

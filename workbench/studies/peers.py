@@ -257,12 +257,11 @@ def bench_web(model=None, size=256, runs=10, warmup=2, backends=PEERS, groupings
     image = pixels[..., :3].astype(np.float32) / 255  # what every side sees
     logits = output_spec(graph)["kind"] == "logits"
     reference = keras_output(model, graph, image)
+    layers = {op: c.multiply_adds for op, c in net.cost((size, size)).items()}
     shared = dict(model=label, kind="logits" if logits else "image", size=[size, size],
                   output_shape=list(reference.shape), runs=runs, warmup=warmup,
                   programs=len(net.passes), llvmpipe_compile_ms=1000 * net.compile_seconds,
-                  multiply_adds=peak.net_multiply_adds(net, (size, size)),
-                  layer_multiply_adds={op: c.multiply_adds
-                                       for op, c in net.cost((size, size)).items()},
+                  multiply_adds=sum(layers.values()), layer_multiply_adds=layers,
                   gl_peak=peak.gl_peak(),
                   llvmpipe_passes=llvmpipe_profile(net, image, profile_runs),
                   reference_compile_s=list(references.SR_PI3_COMPILE_S))
@@ -342,9 +341,7 @@ def _no_float_run(folder, gl, config, runs) -> dict:
              or p.removeprefix("ort-") in config["ort"] and p in ORT_BACKENDS]
     config = {**config, "runs": runs, "warmup": 1, "profile": 1, "backends": [], "ort": [],
               "variants": {k: v for k, v in config["variants"].items() if k in NO_FLOAT_VARIANTS}}
-    with web.session(folder, gl=gl, isolated=True) as page:
-        page.page.context.add_init_script(browser.NO_FLOAT_TEXTURES)
-        page.page.reload()
+    with web.session(folder, gl=gl, isolated=True, init_script=browser.NO_FLOAT_TEXTURES) as page:
         result = {"probe": page.page.evaluate(browser.FLOAT_PROBE), "runs": runs, "sides": [],
                   "refused": []}
         if page.wait() == "error":

@@ -12,14 +12,6 @@ from workbench.es2 import tiling
 from workbench.es2.record import record
 
 
-def upscale_file(source, output, model_path, target=None, quality=95, **options):
-    """Upscale one image file with the shaders (:func:`upscale_files` of one); returns
-    ``(output shape, GPU seconds, tiles)``."""
-    (shape, seconds, tiles, _), = upscale_files([source], output, model_path, target, quality,
-                                                **options)
-    return shape, seconds, tiles
-
-
 def upscale_files(sources, output, model_path, target=None, quality=95, reference=None,
                   done=None, **options):
     """Upscale image files with the shaders, the net loaded and its programs compiled once;

@@ -382,15 +382,17 @@ class Session:
 
 @contextlib.contextmanager
 def session(directory, image=None, width=1280, height=900, gl="swiftshader", isolated=False,
-            **params):
+            init_script=None, **params):
     """Serve ``directory`` (an exported page) on loopback and open it in headless Chromium
     with WebGL on ``gl`` (:data:`workbench.web.browser.GLS`); yields a :class:`Session` once
     the page is loaded (or shows an error).
 
     ``image``: a URL relative to the page, passed as ``?image=``; ``isolated``: served
-    cross-origin isolated (:func:`workbench.web.browser.serve`); ``params``: the other URL
+    cross-origin isolated (:func:`workbench.web.browser.serve`); ``init_script``: JavaScript
+    run before the page's own (:func:`workbench.web.browser.open_page`); ``params``: the other URL
     parameters (``repeat=3``, ``max_texture_size=64``...; see the module docstring)."""
-    with browser.serve(directory, isolated) as base, browser.open_page(width, height, gl) as page:
+    with browser.serve(directory, isolated) as base, \
+            browser.open_page(width, height, gl, init_script) as page:
         yield _open(page, base, image, params)
 
 
