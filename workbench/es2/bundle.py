@@ -72,18 +72,19 @@ def nudged_band(graph: ir.Graph, image, expected) -> int:
     emulator's in the last bit, so some codes by a step (:mod:`workbench.es2.emulate`), and
     that spreads through the layers after (MobileNetV2-style net on llvmpipe: logits 3 codes
     off where every op is the emulator's within a step)."""
-    spec, most = output_spec(graph), 1
+    spec, most, step = output_spec(graph), 1, 2.0 ** -(8 + fixed16.SHIFT)
     for seed in range(NUDGE_RUNS):
-        rng, values = np.random.default_rng(seed), {graph.input.name: emulate.quantize(image)}
-        for op in graph.ops:
-            values[op.name] = emulate.apply(op, values)
-            if fixed16.tensor_bits(op) == 16:  # values in [0, 1] in steps of 2**-SHIFT
-                v = values[op.name]
-                moves = rng.choice([-1, 0, 1], v.shape, p=[NUDGE_RATE / 2, 1 - NUDGE_RATE,
-                                                            NUDGE_RATE / 2])
-                step = 2.0 ** -(8 + fixed16.SHIFT)
-                values[op.name] = np.clip(v + moves * step, 0, 1 - step).astype(v.dtype)
-        stored = emulate._stored(graph, graph.output, values[graph.output])  # as run(keep)
+        rng = np.random.default_rng(seed)
+
+        def nudged(op, v):  # a 16-bit tensor's values in [0, 1] in steps of 2**-SHIFT
+            if fixed16.tensor_bits(op) != 16:
+                return v
+            moves = rng.choice([-1, 0, 1], v.shape, p=[NUDGE_RATE / 2, 1 - NUDGE_RATE,
+                                                        NUDGE_RATE / 2])
+            return np.clip(v + moves * step, 0, 1 - step).astype(v.dtype)
+
+        values = emulate.tensors(graph, image, after=nudged)
+        stored = emulate.stored(graph, graph.output, values[graph.output])  # as run(keep)
         most = max(most, int(steps(stored, expected, spec).max()))
     return 2 * most
 

@@ -96,14 +96,17 @@ def apply(op, tensors, arithmetic="float32"):
     return record(op).apply(op, tensors, arithmetic)
 
 
-def tensors(graph: ir.Graph, image, arithmetic="float32", ops=None):
+def tensors(graph: ir.Graph, image, arithmetic="float32", ops=None, after=None):
     """Every tensor of a run on an HxWxC image in [0, 1], ``{name: value}``, as the next op
     fetches it (8-bit levels as float32, or float16; a dense layer's
-    logits); ``ops``: the first of ``graph.ops`` to run (default all)."""
+    logits); ``ops``: the first of ``graph.ops`` to run (default all); ``after(op, value)``:
+    what the ops after ``op`` read instead of its ``value`` (default the value itself)."""
     image = graph.input_image(image)  # the GPU runner's checks and uint8 conversion
     values = {graph.input.name: quantize(image, arithmetic)}
     for op in graph.ops if ops is None else ops:
         values[op.name] = apply(op, values, arithmetic)
+        if after is not None:
+            values[op.name] = after(op, values[op.name])
     return values
 
 
@@ -115,7 +118,7 @@ def run(graph: ir.Graph, image, keep=False, arithmetic="float32"):
     values = tensors(graph, image, arithmetic)
     if not keep:
         return output(graph, values)
-    return {name: _stored(graph, name, t) for name, t in values.items()}
+    return {name: stored(graph, name, t) for name, t in values.items()}
 
 
 def output(graph: ir.Graph, values) -> np.ndarray:
@@ -132,7 +135,7 @@ def _levels(graph, name) -> bool:
     return name == graph.input.name or record(graph.op(name)).stored is None
 
 
-def _stored(graph, name, t):
+def stored(graph, name, t):
     """A tensor as the GPU stores it (uint8 packs; a dense layer's logits as its texture)."""
     if not _levels(graph, name):
         op = graph.op(name)
@@ -160,7 +163,7 @@ def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
     values = {name: fixed16.tensor_values(data, shapes[name][2], arithmetic)
               if _bits(graph, name) == 16 else load(data[..., :shapes[name][2]], arithmetic)
               for name, data in stored.items() if name in shapes and _levels(graph, name)}
-    return {op.name: _stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
+    return {op.name: stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
 
 
 def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, np.ndarray]:
