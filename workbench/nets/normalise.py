@@ -52,13 +52,12 @@ def _onnx(model, mean, std):
     import onnx
     from onnx import helper, numpy_helper
 
-    from workbench.nets.onnx_model import OnnxModel
+    from workbench.nets.onnx_model import OnnxModel, first_input
 
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     graph = proto.graph
-    inits = {t.name for t in graph.initializer}
-    head = next(i for i in graph.input if i.name not in inits)
+    head = first_input(graph)
     nhwc = model.nhwc
     dims = head.type.tensor_type.shape.dim
     channels = dims[3 if nhwc else 1].dim_value

@@ -37,9 +37,7 @@ class OnnxModel:
 
     def _check_size(self):
         """Refuse an ``input_size`` that a fixed height or width of the input contradicts."""
-        graph = self.proto.graph
-        inits = {t.name for t in graph.initializer}
-        head = next((i for i in graph.input if i.name not in inits), None)
+        head = first_input(self.proto.graph)
         dims = [d.dim_value if d.HasField("dim_value") else None
                 for d in head.type.tensor_type.shape.dim] if head is not None else []
         if len(dims) != 4:
@@ -85,9 +83,7 @@ class OnnxModel:
     def nhwc(self) -> bool:
         """Whether the model's input is NHWC (:func:`channels_last`)."""
         graph = self.proto.graph
-        inits = {t.name for t in graph.initializer}
-        name = next(i.name for i in graph.input if i.name not in inits)
-        return bool(channels_last(graph, name))
+        return bool(channels_last(graph, first_input(graph).name))
 
     def __call__(self, x, training=False):
         """The output for NHWC float32 ``x`` (NHWC, or 2-D logits as they are; an NHWC
@@ -116,6 +112,13 @@ class OnnxModel:
             values = _run(session, list(names), x, self.nhwc)
         return {n: np.transpose(v, (0, 2, 3, 1)) if v.ndim == 4 else v
                 for n, v in zip(names, values)}
+
+
+def first_input(graph):
+    """The ONNX ``graph``'s first input that is not an initializer (older exporters list the
+    weights among the inputs), its ``ValueInfoProto``; None if there is none."""
+    inits = {t.name for t in graph.initializer}
+    return next((i for i in graph.input if i.name not in inits), None)
 
 
 def channels_last(graph, name) -> list:
