@@ -37,6 +37,7 @@ from workbench.es2 import limits, plan
 from workbench.es2.shaders import draw_area
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import drivers
+from workbench.studies import peak
 
 RESULT, TABLE, FIGURE = "drivers.json", "drivers.md", "drivers_instructions"  # of the SR nets;
 # a notebook that writes another table beside them names it (classifier_deploy:
@@ -203,10 +204,11 @@ def calibrated_ms(fit, clocks, draws) -> float:
     return fit["a"] * clocks / (fit["V3D MHz"] * 1e3) + fit["d"] * draws
 
 
-def calibrated_pi(net, reports, hw, fits) -> dict:
+def calibrated_pi(net, reports, hw, fits, draw_list=None) -> dict:
     """``{count: ms}`` of ``net`` at ``hw = (height, width)`` under each fit of ``fits``
-    (``{count: fit}``, one board's: :func:`stored_fits`), its clocks from vc4's ``reports``."""
-    draw_list = draws(net, hw)
+    (``{count: fit}``, one board's: :func:`stored_fits`), its clocks from vc4's ``reports``;
+    ``draw_list``: its :func:`draws` at ``hw`` where the caller has them."""
+    draw_list = draw_list or draws(net, hw)
     return {count: calibrated_ms(fit, v3d_clocks(weighted(reports, draw_list,
                                                           FIT_STATS[count])), len(draw_list))
             for count, fit in fits.items()}
@@ -233,20 +235,20 @@ def pi_rows(results, sizes, fits=None) -> list[dict]:
             if not row or not all(r["ok"] for r in row["reports"]):
                 continue
             net, reports, hw = row["net"], row["reports"], (side, side)
-            predicted = predict_pi(net, reports, hw)["ms"]
-            gmac = sum(c.multiply_adds for c in net.cost(hw).values()) / 1e9
+            predicted, draw_list = predict_pi(net, reports, hw)["ms"], draws(net, hw)
+            macs = sum(c.multiply_adds for c in net.cost(hw).values())
             for board, mhz in BOARDS_MHZ.items():
-                ms = calibrated_pi(net, reports, hw, fits[board])
+                ms = calibrated_pi(net, reports, hw, fits[board], draw_list)
                 fast, slow = min(ms.values()), max(ms.values())
-                rate = {"min": gmac / slow * 1e3, "max": gmac / fast * 1e3}
+                rate = {"min": peak.gmacs(macs, slow), "max": peak.gmacs(macs, fast)}
                 rows.append({"net": label, "compiled for": row["compiled_for"],
                              "input": f"{side}x{side}", "board": board, "V3D MHz": mhz,
                              "predicted ms": round(predicted[board], 1),
                              **{f"calibrated ms ({count})": v for count, v in ms.items()},
                              "calibrated ms min": fast, "calibrated ms max": slow,
-                             "GMAC an image": gmac,
+                             "GMAC an image": macs / 1e9,
                              **{f"GMAC/s {end}": v for end, v in rate.items()},
-                             **{f"% of QPU peak {end}": 100 * v / qpu_peak_gmacs(mhz)
+                             **{f"% of QPU peak {end}": peak.share(v, qpu_peak_gmacs(mhz))
                                 for end, v in rate.items()}})
     return rows
 
