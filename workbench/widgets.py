@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 import io
-from types import SimpleNamespace
 
 import ipywidgets as w
 import numpy as np
@@ -56,14 +55,14 @@ def storage(name, y) -> tuple[float, float]:
     """``(scale, offset)`` ES 2.0 stores the values ``y`` of activation ``name`` with, as
     ``(y - offset) / scale``: ``(1, 0)`` for one bounded to [0, 1]; for an unbounded one (a
     ReLU, a leaky ReLU, linear) the scale :mod:`workbench.es2.calibrate` gives when ``y`` are
-    the calibration values (its ``HEADROOM`` past the top).  ES 3.1 stores those in float."""
+    the calibration values (:func:`~workbench.es2.calibrate.tensor_storage`: its ``HEADROOM``
+    past the top).  ES 3.1 stores those in float."""
     from workbench.es2 import calibrate
 
     low, high = activations.get(name).output_range or (-np.inf, np.inf)
     if low >= 0 and high <= 1:
         return 1.0, 0.0
-    no_ties = SimpleNamespace(ops=())  # one tensor alone: no conv's residual ties its scale
-    scale, offset = calibrate.stored_as(no_ties, {"y": (np.min(y), np.max(y))})["y"]
+    scale, offset = calibrate.tensor_storage(np.min(y), np.max(y))
     return float(scale), float(offset)
 
 

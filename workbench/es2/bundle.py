@@ -84,7 +84,7 @@ def nudged_band(graph: ir.Graph, image, expected) -> int:
             return np.clip(v + moves * step, 0, 1 - step).astype(v.dtype)
 
         values = emulate.tensors(graph, image, after=nudged)
-        stored = emulate.stored(graph, graph.output, values[graph.output])  # as run(keep)
+        stored = emulate.as_stored(graph, graph.output, values[graph.output])  # as run(keep)
         most = max(most, int(steps(stored, expected, spec).max()))
     return 2 * most
 

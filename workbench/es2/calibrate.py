@@ -103,34 +103,39 @@ def ranges(graph: ir.Graph, images) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def stored_as(graph: ir.Graph, found,
               headroom=HEADROOM) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``(scale, offset)`` per channel of each calibrated tensor (``found``: :func:`ranges`),
-    so that ``(x - offset) / scale`` holds every calibration value in [0, 1]: the measured
-    range with 0 in it, widened by ``headroom`` times its span past each end that is not 0
-    (offset its lower end, scale its span, at least :data:`FLOOR` of the tensor's widest).
-    A channel that never leaves a constant ``c`` (a dead ReLU: 0) is stored exactly, as 0
-    (offset ``c``), at the tensor's widest scale (so its producer's weights are not
-    amplified); the larger scale of the two where a conv's residual ties two calibrated
-    tensors (a residual stored otherwise, a bounded one, is re-scaled where it is read:
-    ``Conv.residual_scale``)."""
+    as :func:`tensor_storage` stores one alone; the larger scale of the two where a conv's
+    residual ties two calibrated tensors (a residual stored otherwise, a bounded one, is
+    re-scaled where it is read: ``Conv.residual_scale``)."""
     if not headroom >= 0:
         raise ValueError(f"headroom: the share of a channel's span kept past its calibrated "
                          f"range, 0 or more, not {headroom!r}")
-    scales, offsets = {}, {}
-    for name, (low, high) in found.items():
-        low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
-        bottom, top = np.minimum(low, 0), np.maximum(high, 0)
-        span = top - bottom
-        bottom, top = bottom - headroom * span * (bottom < 0), top + headroom * span * (top > 0)
-        constant = high - low <= 1e-6 * np.maximum(1, np.maximum(np.abs(low), np.abs(high)))
-        varying = (top - bottom)[~constant]
-        widest = varying.max() if varying.size else max(float(np.abs(low).max()), 1.0)
-        scales[name] = np.where(constant, widest, np.maximum(top - bottom, widest * FLOOR))
-        offsets[name] = np.where(constant, low, bottom)
+    stored = {name: tensor_storage(low, high, headroom) for name, (low, high) in found.items()}
+    scales = {name: scale for name, (scale, _) in stored.items()}
     tied = [(op.name, op.residual) for op in graph.ops
             if op.residual and op.name in found and op.residual in found]
     for _ in range(len(tied)):  # until every tie agrees (a chain of residual blocks)
         for a, b in tied:
             scales[a] = scales[b] = np.maximum(scales[a], scales[b])
-    return {name: (scales[name], offsets[name]) for name in scales}
+    return {name: (scales[name], offset) for name, (_, offset) in stored.items()}
+
+
+def tensor_storage(low, high, headroom=HEADROOM) -> tuple[np.ndarray, np.ndarray]:
+    """``(scale, offset)`` per channel of one tensor whose calibration values span ``[low,
+    high]`` (per channel, or scalars), so that ``(x - offset) / scale`` holds them in [0, 1]:
+    the measured range with 0 in it, widened by ``headroom`` times its span past each end that
+    is not 0 (offset its lower end, scale its span, at least :data:`FLOOR` of the tensor's
+    widest).  A channel that never leaves a constant ``c`` (a dead ReLU: 0) is stored
+    exactly, as 0 (offset ``c``), at the tensor's widest scale (so its producer's weights are
+    not amplified)."""
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    bottom, top = np.minimum(low, 0), np.maximum(high, 0)
+    span = top - bottom
+    bottom, top = bottom - headroom * span * (bottom < 0), top + headroom * span * (top > 0)
+    constant = high - low <= 1e-6 * np.maximum(1, np.maximum(np.abs(low), np.abs(high)))
+    varying = (top - bottom)[~constant]
+    widest = varying.max() if varying.size else max(float(np.abs(low).max()), 1.0)
+    return (np.where(constant, widest, np.maximum(top - bottom, widest * FLOOR)),
+            np.where(constant, low, bottom))
 
 
 def require_foldable(graph: ir.Graph):

@@ -118,7 +118,7 @@ def run(graph: ir.Graph, image, keep=False, arithmetic="float32"):
     values = tensors(graph, image, arithmetic)
     if not keep:
         return output(graph, values)
-    return {name: stored(graph, name, t) for name, t in values.items()}
+    return {name: as_stored(graph, name, t) for name, t in values.items()}
 
 
 def output(graph: ir.Graph, values) -> np.ndarray:
@@ -135,7 +135,7 @@ def _levels(graph, name) -> bool:
     return name == graph.input.name or record(graph.op(name)).stored is None
 
 
-def stored(graph, name, t):
+def as_stored(graph, name, t):
     """A tensor as the GPU stores it (uint8 packs; a dense layer's logits as its texture)."""
     if not _levels(graph, name):
         op = graph.op(name)
@@ -163,7 +163,7 @@ def stepwise(graph: ir.Graph, stored: dict, arithmetic="float32"):
     values = {name: fixed16.tensor_values(data, shapes[name][2], arithmetic)
               if _bits(graph, name) == 16 else load(data[..., :shapes[name][2]], arithmetic)
               for name, data in stored.items() if name in shapes and _levels(graph, name)}
-    return {op.name: stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
+    return {op.name: as_stored(graph, op.name, apply(op, values, arithmetic)) for op in graph.ops}
 
 
 def steps_apart(graph: ir.Graph, stored: dict, other: dict) -> dict[str, np.ndarray]:
