@@ -1,8 +1,24 @@
 """Imported by pytest before the test modules: ``import workbench`` first, so that its
 TensorFlow settings (oneDNN, log level) hold before any test imports TensorFlow."""
+import os
+import stat
+
 import pytest
 
 import workbench  # noqa: F401
+
+
+def mode(path):
+    """The permission bits of ``path``."""
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.fixture
+def umask():
+    """Run the test under umask 022 and give it back; returns a setter for other masks."""
+    old = os.umask(0o022)
+    yield lambda m: os.umask(m)
+    os.umask(old)
 
 
 def skip_module_without_chromium():

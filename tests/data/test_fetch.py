@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workbench.data import fetch as fetch_mod
+from workbench.data import catalog, converters
 from workbench.data.datasets import image_folder_files, sr_images
-from workbench.data.fetch import FetchError, fetch, load_manifest, missing, require, verify
+from workbench.data.catalog import FetchError, load_manifest, missing, require, verify
+from workbench.data.fetch import fetch
 from workbench.data.images import load_image
-from workbench.files import MARKER
+from workbench.folders import MARKER
 from workbench.run.cli import main
 
 
@@ -129,7 +130,7 @@ def test_fetch_unknown_name(tmp_path, toy_zip):
 def test_cli(tmp_path, toy_zip, monkeypatch, capsys):
     manifest_path = tmp_path / "manifest.json"
     manifest_path.write_text(json.dumps(manifest_for(toy_zip, sha256(toy_zip))))
-    monkeypatch.setattr(fetch_mod, "MANIFEST", manifest_path)
+    monkeypatch.setattr(catalog, "MANIFEST", manifest_path)
     root = tmp_path / "data"
     assert main(["fetch-data", "--root", str(root)]) == 0  # default names
     assert len(sr_images("Toy", root=root)) == 2
@@ -145,7 +146,7 @@ def test_package_manifest_is_well_formed():
     assert [k for k, v in manifest.items() if v["default"]] == ["Set5", "Set14", "train", "cifar10"]
     for name, entry in manifest.items():
         assert entry["target"].startswith(("sr/", "cls/")) and entry["files"], name
-        assert entry.get("convert") in (None, *fetch_mod.CONVERTERS), name
+        assert entry.get("convert") in (None, *converters.CONVERTERS), name
         for f in entry["files"]:
             assert f["url"].startswith("https://"), f
             assert f["sha256"] is None or re.fullmatch("[0-9a-f]{64}", f["sha256"]), f
@@ -286,7 +287,7 @@ def test_verify_finds_corruption_and_fetch_repairs_its_own_folder(tmp_path, toy_
 def test_cli_verify_reports_without_fetching(tmp_path, toy_zip, monkeypatch, capsys):
     manifest_path = tmp_path / "manifest.json"
     manifest_path.write_text(json.dumps(manifest_for(toy_zip, sha256(toy_zip))))
-    monkeypatch.setattr(fetch_mod, "MANIFEST", manifest_path)
+    monkeypatch.setattr(catalog, "MANIFEST", manifest_path)
     root = tmp_path / "data"
     assert main(["fetch-data", "--root", str(root), "--verify"]) == 1
     assert capsys.readouterr().out == (f"Toy: {root / 'sr' / 'Toy'} missing; fetch it with:"

@@ -11,7 +11,7 @@ import pytest
 from workbench import es2, es31, web
 from workbench.__main__ import main
 from workbench.es2 import saved
-from workbench.files import MARKER, FolderNotReplaceable, write_folder
+from workbench.folders import MARKER, FolderNotReplaceable, write_folder
 from workbench.nets.models import sr_x2
 
 
@@ -99,7 +99,7 @@ def test_a_folder_with_files_the_workbench_did_not_write_is_kept(tmp_path):
 def test_the_swap_is_one_step_where_linux_offers_it(tmp_path, monkeypatch):
     """A process killed between the two renames of the old swap left nothing at the path;
     with RENAME_EXCHANGE there is no such moment (the second rename is never needed)."""
-    from workbench import files
+    from workbench import folders
 
     net = es2.compile(_sr(1))
     net.save(tmp_path / "net")
@@ -107,7 +107,7 @@ def test_the_swap_is_one_step_where_linux_offers_it(tmp_path, monkeypatch):
     real = os.rename
     monkeypatch.setattr(os, "rename", lambda a, b: renames.append((a, b)) or real(a, b))
     net.save(tmp_path / "net")
-    assert files._exchange(tmp_path / "net", tmp_path / "net")  # the kernel has it here
+    assert folders._exchange(tmp_path / "net", tmp_path / "net")  # the kernel has it here
     assert renames == [] and sorted(p.name for p in tmp_path.iterdir()) == ["net"]
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from workbench.files import (MARKER, FolderNotReplaceable, checked_file, read_json,
-                             write_folder)
+from workbench.files import checked_file, read_json
+from workbench.folders import MARKER, FolderNotReplaceable, write_folder
 from workbench.gl import beatmup
 from workbench.nets import beatmup_model as bm
 from workbench.run import report
@@ -242,9 +242,11 @@ def test_sample_takes_a_float_image_in_0_1():
 
 def test_bench_beatmup_reads_its_model_before_any_run(tmp_path, monkeypatch):
     from workbench.studies import beatmup as study
+    from workbench.studies import beatmup_measure
 
     monkeypatch.setattr(beatmup, "available", lambda: None)
-    monkeypatch.setattr(study, "x2", lambda *a, **k: pytest.fail("X2 ran before the check"))
+    monkeypatch.setattr(beatmup_measure, "x2",
+                        lambda *a, **k: pytest.fail("X2 ran before the check"))
     with pytest.raises(FileNotFoundError, match="nope.chunks: no such file"):
         study.run(tmp_path / "nope.chunks")
 

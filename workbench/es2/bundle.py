@@ -32,7 +32,8 @@ from workbench.es2 import emulate, fixed16, plan, saved
 from workbench.es2.samples import test_images
 from workbench.es2.net import output_spec
 from workbench.es2.shaders import draw_area, uniform_values
-from workbench.files import content_bytes, sha256, write_folder
+from workbench.files import content_bytes, sha256
+from workbench.folders import write_folder
 from workbench.nets import superres
 
 RUNNER = "bundle_run.py"  # shipped beside this module, written as run.py
@@ -149,5 +150,5 @@ def files(net, model, inputs=None, threshold=None) -> dict:
 
 def bundle(net, model, directory, inputs=None, threshold=None, force=False) -> Path:
     """Write the bundle into the folder ``directory`` at once; a folder the workbench did not
-    write is replaced only with ``force`` (see :func:`workbench.files.write_folder`)."""
+    write is replaced only with ``force`` (see :func:`workbench.folders.write_folder`)."""
     return write_folder(directory, files(net, model, inputs, threshold), force)

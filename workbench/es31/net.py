@@ -11,7 +11,8 @@ from workbench import gl, ir
 from workbench.es31 import saved
 from workbench.es31.kernels import LOAD_COUNTER_BINDING, STORAGES, Kernel, Options, Target
 from workbench.es31.record import rules, tensor_images
-from workbench.files import content_bytes, sha256, write_folder
+from workbench.files import content_bytes, sha256
+from workbench.folders import write_folder
 from workbench.ir.cost import Cost
 
 

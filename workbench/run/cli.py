@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from workbench.files import FolderNotReplaceable, check_folder
+from workbench.folders import FolderNotReplaceable, check_folder
 
 # OSError: permissions, a full disk, a name too long; the GL errors: a driver's or the GL
 # worker's refusal (its first line; --debug shows the worker's traceback)
@@ -178,11 +178,12 @@ def _labels(text) -> list[str]:
 
 def _owned_out(args, names):
     """The command's writes of ``names`` into its ``--out``, a folder the user may own:
-    :func:`workbench.files.owned_files` (a user's file of one of those names is refused before
-    the work, unless ``--force``); the default, the figures folder, is the workbench's."""
+    :func:`workbench.folders.owned_files` (a user's file of one of those names is refused
+    before the work, unless ``--force``); the default, the figures folder, is the
+    workbench's."""
     import contextlib
 
-    from workbench.files import owned_files
+    from workbench.folders import owned_files
     return (owned_files(args.out, names, args.force, "--out") if args.out is not None else
             contextlib.nullcontext())
 

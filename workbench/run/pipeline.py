@@ -69,15 +69,15 @@ def ensure_data(notebooks, data: dict, root=None, manifest=None):
     """Fetch the data sets ``notebooks`` read (``data[notebook]``) that are missing under
     ``root`` (default: the data root); raises ValueError in one line naming what to fetch,
     and how, when that fails (offline)."""
-    from workbench.data import fetch
+    from workbench.data import catalog, fetch
 
     needed = list(dict.fromkeys(d for n in notebooks for d in data.get(n, ())))
-    absent, command = fetch.missing(needed, root, manifest) if needed else ([], None)
+    absent, command = catalog.missing(needed, root, manifest) if needed else ([], None)
     if absent:
         print(f"fetching the data the run needs: {', '.join(absent)}", flush=True)
         try:
-            fetch.fetch(absent, root if root is not None else fetch.default_root(), manifest)
-        except (fetch.FetchError, OSError) as err:
+            fetch.fetch(absent, root if root is not None else catalog.default_root(), manifest)
+        except (catalog.FetchError, OSError) as err:
             first = str(err).splitlines()[0]
             raise ValueError(f"the run needs {', '.join(absent)}, which could not be fetched "
                              f"({first}); fetch with: {command}") from None

@@ -11,8 +11,8 @@ import os
 import platform
 from pathlib import Path
 
-from workbench.files import (PROFILE_ENV, FolderNotReplaceable, figures_dir, read_text, sha256,
-                             write_text)
+from workbench.files import PROFILE_ENV, figures_dir, read_text, sha256, write_text
+from workbench.folders import FolderNotReplaceable
 from workbench.nets import superres
 from workbench.studies import (
     activation_study,
@@ -87,7 +87,7 @@ def publish(report_text: str, path, source: str, force=False) -> Path:
     the command that made it) and signed with its sha256 (:data:`SIGNED`).  The rest of the
     file is kept; ValueError naming the file when it lacks the two lines.  What is between
     them is replaced only when empty or signed and unchanged (else
-    :class:`~workbench.files.FolderNotReplaceable` naming the file, unless ``force``).  A
+    :class:`~workbench.folders.FolderNotReplaceable` naming the file, unless ``force``).  A
     symbolic link is written through (its target is the file); an empty path is refused."""
     if not str(path):
         raise ValueError("--publish '': give the Markdown file to publish into")

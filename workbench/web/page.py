@@ -62,7 +62,8 @@ from workbench import ir
 from workbench.data.images import to_uint8
 from workbench.es2 import plan, saved, shaders, tiling
 from workbench.es2.net import output_spec
-from workbench.files import content_bytes, json_text, sha256, write_folder
+from workbench.files import content_bytes, json_text, sha256
+from workbench.folders import write_folder
 from workbench.web import browser
 
 PAGE_FILES = ("index.html", "workbench.js", "net.js", "gl.js", "tiles.js", "outputs.js",
@@ -289,7 +290,7 @@ def export(net, directory, labels=None, force=False, check_model=None) -> Path:
     docstring); returns the path of ``index.html``.  ``labels``: class names of a classifier's
     outputs.  ``check_model``: the net's Keras model, to embed the self-check (test inputs,
     TF's outputs, the emulator's bytes; :mod:`workbench.web.check`).  A folder the workbench
-    did not write is replaced only with ``force`` (see :func:`workbench.files.write_folder`)."""
+    did not write is replaced only with ``force`` (see :func:`workbench.folders.write_folder`)."""
     web = resources.files("workbench") / "web"
     files = net.files()
     manifest = files["manifest.json"]
