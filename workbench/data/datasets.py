@@ -303,13 +303,14 @@ def augment_batch(images, pad):
 
 
 def image_folder(root, split, size, *, batch=64, classes=None, limit=None, augment=False,
-                 shuffle=False, repeat=False, seed=0, cache=None):
+                 shuffle=None, repeat=False, cache=None):
     """A classification dataset from image folders: ``(tf.data.Dataset, class_names)``.
 
     Batches are ``(images, labels)``: float32 RGB in [0, 1] (N, size, size, 3) and int32
     class indices; images are resized and centre-cropped to ``size`` (see
-    :func:`load_square_uint8`).  ``classes`` and ``limit``: see :func:`image_folder_files`.  ``augment``: random flip and random crop with
-    ``size // 8`` pixels of zero padding.  ``shuffle`` reshuffles every epoch; ``repeat``
+    :func:`load_square_uint8`).  ``classes`` and ``limit``: see :func:`image_folder_files`.
+    ``augment``: random flip and random crop with ``size // 8`` pixels of zero padding.
+    ``shuffle``: a seed to reshuffle every epoch with (None: the files' order); ``repeat``
     makes the dataset infinite (for :func:`workbench.nets.training.fit`).  ``cache``: decode
     every image once and keep the uint8 array in memory (default: when it fits in 1 GB);
     otherwise files are decoded on the fly in parallel.
@@ -323,8 +324,8 @@ def image_folder(root, split, size, *, batch=64, classes=None, limit=None, augme
         ds = tf.data.Dataset.from_tensor_slices((load_images_uint8(paths, size), labels))
     else:
         ds = tf.data.Dataset.from_tensor_slices(([str(p) for p in paths], labels))
-    if shuffle:
-        ds = ds.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    if shuffle is not None:
+        ds = ds.shuffle(len(paths), seed=shuffle, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
     if not cache:

@@ -222,8 +222,8 @@ def train(run_dir, recipe: ClassifierRecipe, verbose=2, model=None):
     keras.utils.set_random_seed(recipe.seed)
     train_ds, _ = datasets.image_folder(root, "train", recipe.input_size, batch=recipe.batch,
                                         classes=names, limit=recipe.limit,
-                                        augment=recipe.augment, shuffle=True, repeat=True,
-                                        seed=recipe.seed)
+                                        augment=recipe.augment, shuffle=recipe.seed,
+                                        repeat=True)
     val_ds = validation_data(recipe)
 
     given = model if model is not None else recipe.init_model

@@ -136,9 +136,10 @@ class CollapsibleConv(keras.layers.Layer):
 
 def sr_x2_recipe(expand=None, qat=False, init="he", anchor=None, anchor_scale=0.5,
                  anchor_storage="linear", widths=SR_WIDTHS, kernels=SR_KERNELS,
-                 groups=SR_GROUPS, scale=2, activation="bounded_relu"):
+                 groups=SR_GROUPS, activation="bounded_relu"):
     """The training-time x2 SR net.  With no option it is :func:`models.sr_x2`; layer
     names ``L1``..``L5`` (+ ``_act``, ``_q8``) match it.  See the module docstring."""
+    scale = 2  # sub-pixels a side (the x2 net)
     if init not in ("he", "identity"):
         raise ValueError(f"init must be 'he' or 'identity', not {init!r}")
     ident = init == "identity"
@@ -363,8 +364,8 @@ class SRRecipe(training.Recipe):
                 isinstance(f, (int, float)) and 0 < f <= 1 for f in self.scales):
             self._refuse("scales", "want factors in (0, 1]")
 
-    def net(self, scale=2):
+    def net(self):
         """The fresh training-time net of this recipe (:func:`sr_x2_recipe`)."""
         return sr_x2_recipe(expand=self.expand, qat=self.qat, init=self.init, anchor=self.anchor,
                             anchor_scale=self.anchor_scale, anchor_storage=self.anchor_storage,
-                            widths=self.widths or SR_WIDTHS, scale=scale)
+                            widths=self.widths or SR_WIDTHS)

@@ -64,7 +64,7 @@ def train(train_images, run_dir, recipe: SRRecipe, verbose=2, model=None):
                                   augment=recipe.flips, teacher=teach,
                                   teacher_weight=recipe.teacher_weight)
     net = (model if model is not None else load_model(recipe.init_model) if recipe.init_model
-           else recipe.net(SCALE))
+           else recipe.net())
     _require_x2(net, recipe.init_model or "model")
     layout = sr_recipes.layout(net)  # what is trained, whatever made it
 
@@ -134,7 +134,7 @@ def trace_net(weights, recipe=TRACE_RECIPE, seed=0):
     every back end); when that file does not exist the net is initialised from ``seed`` by the
     running back end and its weights written there."""
     keras.utils.set_random_seed(seed)
-    model = recipe.net(SCALE)
+    model = recipe.net()
     if Path(weights).exists():
         model.load_weights(weights)
     else:
