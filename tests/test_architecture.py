@@ -212,11 +212,10 @@ CONSUMERS = {"the ES 2.0 back end": "workbench.es2",
              "the ES 3.1 back end": "workbench.es31",
              "the TF.js peer": "workbench.web.tfjs"}
 # Where asking an op its type is the job: the lowerings (Keras; ONNX, and its mirror that
-# writes IR graphs as ONNX), the ES 2.0 and ES 3.1 back ends' records (a module per op each),
-# the zoo's writer of Keras layers as PyTorch's ONNX (Keras layer types, whose names
-# the checker cannot tell from the IR's).  Elsewhere a consumer asks its table.
+# writes IR graphs as ONNX), the ES 2.0 and ES 3.1 back ends' records (a module per op
+# each).  Elsewhere a consumer asks its table.
 OP_TYPE_HOMES = ("workbench/ir/lower.py", "workbench/ir/keras_layers.py", "workbench/ir/onnx/",
-                 "workbench/ir/lowering.py", "workbench/ir/to_onnx.py", "workbench/nets/zoo.py",
+                 "workbench/ir/lowering.py", "workbench/ir/to_onnx.py",
                  "workbench/es2/ops/", "workbench/es31/ops/")
 
 

@@ -101,7 +101,7 @@ def main(argv=None):
             f"Net: {card['net']}; {card['parameters']:,} parameters, "
             f"{card['multiply_adds']:,} multiply-adds at 32x32. `{card['model']}` (Keras) and "
             f"`{card['onnx']}` (the same weights as PyTorch's exporter writes them, "
-            "`zoo.to_onnx_torch_style`).\n"
+            "`tools/torch_style_onnx.py`).\n"
             f"Recipe: {json.dumps(card['recipe'])}; {run['seconds']:.0f} s of training on "
             f"{machine} (shared with other work).\nData: {card['data']}.\n\n"
             "Through ES 2.0 (Mesa llvmpipe), its ReLUs and linear tensors stored with a scale "

@@ -1,7 +1,7 @@
 """Train the zoo's two nets briefly on CIFAR-10 and print top-1 on 500 test images
 (:func:`workbench.nets.zoo.train_briefly`), to measure how many steps each needs to be clearly
 above chance and how long that takes; optionally write each trained net as ONNX
-(:func:`workbench.nets.zoo.to_onnx_torch_style`) and measure it against Keras with ONNX Runtime.
+(:func:`torch_style_onnx.to_onnx_torch_style`) and measure it against Keras with ONNX Runtime.
 
   python tools/zoo_train.py [--nets mobilenet_v2,resnet] [--steps 100,200,300] [--out DIR]
   python tools/zoo_train.py --steps 1000 --save models   # the reference checkpoints
@@ -20,6 +20,7 @@ import platform
 import sys
 
 import workbench  # noqa: F401  (TF settings first)
+from torch_style_onnx import to_onnx_torch_style  # beside this script
 from workbench.nets import zoo
 
 NETS = {"mobilenet_v2": zoo.mobilenet_v2_style, "resnet": zoo.resnet_style}
@@ -58,14 +59,14 @@ def main(argv=None):
                                               learning_rate=args.lr)
             if args.out:
                 os.makedirs(args.out, exist_ok=True)
-                proto = zoo.to_onnx_torch_style(model,
-                                                os.path.join(args.out, f"{name}_{steps}.onnx"))
+                proto = to_onnx_torch_style(model,
+                                            os.path.join(args.out, f"{name}_{steps}.onnx"))
                 result["onnx_max_diff"] = onnx_max_diff(model, proto)
             if args.save:
                 os.makedirs(args.save, exist_ok=True)
                 model.save(os.path.join(args.save, f"cifar10_{name}.keras"))
-                proto = zoo.to_onnx_torch_style(model, os.path.join(args.save,
-                                                                    f"cifar10_{name}.onnx"))
+                proto = to_onnx_torch_style(model, os.path.join(args.save,
+                                                                f"cifar10_{name}.onnx"))
                 result["onnx_max_diff"] = onnx_max_diff(model, proto)
             print(json.dumps({"net": name, **result, "parameters": model.count_params(),
                               "multiply_adds": zoo.multiply_adds(model), "cpus": os.cpu_count(),

@@ -1,5 +1,6 @@
 """The zoo's two nets (a MobileNetV2-style and a ResNet-style net): their shapes and layer
-kinds, and their ONNX in PyTorch's export patterns equal to Keras under ONNX Runtime."""
+kinds, and their ONNX in PyTorch's export patterns (tools/torch_style_onnx.py) equal to Keras
+under ONNX Runtime."""
 import keras
 import numpy as np
 import onnx
@@ -7,6 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from tools.torch_style_onnx import to_onnx_torch_style
 from workbench.nets import zoo
 from workbench.nets.classify import calibrate_batchnorm
 
@@ -96,20 +98,20 @@ def test_keras_padding_is_same_everywhere_and_torch_padding_pads_explicitly():
 def test_onnx_runtime_equals_keras(name, padding):
     model = calibrated(BUILDERS[name], padding)
     images = np.random.default_rng(1).random((6, 32, 32, 3), dtype=np.float32)
-    np.testing.assert_allclose(run_onnx(zoo.to_onnx_torch_style(model), images),
+    np.testing.assert_allclose(run_onnx(to_onnx_torch_style(model), images),
                                model(images, training=False).numpy(), rtol=0, atol=1e-4)
     # the logits too (the probabilities of random weights are close to uniform)
     logits = keras.Model(model.input, model.get_layer("logits").output)
     expected = logits(images, training=False).numpy()
     assert expected.std() > 0.3
-    np.testing.assert_allclose(run_onnx(zoo.to_onnx_torch_style(logits), images), expected,
+    np.testing.assert_allclose(run_onnx(to_onnx_torch_style(logits), images), expected,
                                rtol=0, atol=1e-4)
 
 
 def test_the_graph_is_in_torchs_patterns(net, tmp_path):
     name, model = net
     path = tmp_path / f"{name}.onnx"
-    proto = zoo.to_onnx_torch_style(model, path)
+    proto = to_onnx_torch_style(model, path)
     assert onnx.load(path) == proto
     onnx.checker.check_model(proto, full_check=True)
     assert proto.opset_import[0].version == 17
@@ -162,7 +164,7 @@ def test_batchnorm_elsewhere_is_a_node_and_other_layers_are_refused():
     y = keras.layers.BatchNormalization(name="bn")(y)                # after the activation
     out = keras.layers.Dense(2, name="d")(keras.layers.GlobalAveragePooling2D()(y))
     model = keras.Model(inputs, out)
-    proto = zoo.to_onnx_torch_style(model)
+    proto = to_onnx_torch_style(model)
     assert [n.op_type for n in proto.graph.node] == [
         "Conv", "Relu", "BatchNormalization", "GlobalAveragePool", "Flatten", "Gemm"]
     images = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)
@@ -170,17 +172,17 @@ def test_batchnorm_elsewhere_is_a_node_and_other_layers_are_refused():
 
     pooled = keras.layers.MaxPooling2D(name="pooling")(inputs)
     with pytest.raises(ValueError, match=r"^layer 'pooling' \(MaxPooling2D\) is not taken") as e:
-        zoo.to_onnx_torch_style(keras.Model(inputs, pooled))
+        to_onnx_torch_style(keras.Model(inputs, pooled))
     assert "\n" not in str(e.value)
     leaky = keras.layers.ReLU(negative_slope=0.1, name="leaky")(inputs)
     with pytest.raises(ValueError, match="layer 'leaky'.*negative_slope"):
-        zoo.to_onnx_torch_style(keras.Model(inputs, leaky))
+        to_onnx_torch_style(keras.Model(inputs, leaky))
     padded = keras.layers.ReLU(name="after_pad")(keras.layers.ZeroPadding2D(1)(inputs))
     with pytest.raises(ValueError, match="layer 'after_pad'.*reads a ZeroPadding2D"):
-        zoo.to_onnx_torch_style(keras.Model(inputs, padded))
+        to_onnx_torch_style(keras.Model(inputs, padded))
     tanh = keras.layers.Conv2D(4, 3, activation="tanh", name="tanh_conv")(inputs)
     with pytest.raises(ValueError, match="layer 'tanh_conv': activation 'tanh'"):
-        zoo.to_onnx_torch_style(keras.Model(inputs, tanh))
+        to_onnx_torch_style(keras.Model(inputs, tanh))
 
 
 def test_without_cifar10_one_line_names_what_is_missing(tmp_path, monkeypatch):
@@ -202,5 +204,5 @@ def test_trained_briefly_it_is_above_chance_and_onnx_still_equals_keras():
         pytest.skip(str(error))
     model, result = zoo.train_briefly(zoo.resnet_style(), steps=40, limit=100)
     assert result["top1"] > 0.25, result
-    np.testing.assert_allclose(run_onnx(zoo.to_onnx_torch_style(model), images[:50]),
+    np.testing.assert_allclose(run_onnx(to_onnx_torch_style(model), images[:50]),
                                model(images[:50], training=False).numpy(), rtol=0, atol=1e-4)
