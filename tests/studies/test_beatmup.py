@@ -1,4 +1,4 @@
-"""The side-by-side study with Beatmup (workbench.studies.beatmup).
+"""The side-by-side study with Beatmup (workbench.studies.beatmup_measure, beatmup_pi).
 
 References: bicubic and the PSNR of our reference checkpoint measured without the study (the
 same function, metrics.psnr, on the same low-resolution image), the Imagewoof folder's own
@@ -14,7 +14,7 @@ from workbench.data import datasets, images
 from workbench.es2.drivers import two_thread_cycles
 from workbench.gl import beatmup as peer
 from workbench.gl import drivers
-from workbench.studies import beatmup, compilers
+from workbench.studies import beatmup_measure, beatmup_pi, compilers
 
 needs_peer = pytest.mark.skipif(peer.available() is not None, reason=peer.available() or "")
 
@@ -22,14 +22,15 @@ needs_peer = pytest.mark.skipif(peer.available() is not None, reason=peer.availa
 @needs_peer
 def test_x2_side_by_side_on_one_set5_and_one_set14_image(monkeypatch):
     monkeypatch.setattr(datasets, "sr_images", _first_image(datasets.sr_images))
-    result = beatmup.x2(sets=("Set5", "Set14"), rounds=1, runs=1)
+    result = beatmup_measure.x2(sets=("Set5", "Set14"), rounds=1, runs=1)
     assert all(r["images"] == 1 for r in result["psnr"])
     methods = [[r["method"] for r in result["psnr"] if r["set"].startswith(name)]
                for name in ("Set5", "Set14")]
-    assert methods[0] == methods[1] == ["bicubic", beatmup.BEATMUP_X2, "workbench reference"]
+    assert methods[0] == methods[1] == [
+        "bicubic", beatmup_measure.BEATMUP_X2, "workbench reference"]
     psnr = {r["method"]: r["PSNR Y (dB)"] for r in result["psnr"][:3]}
     # both nets beat bicubic; ours by more (docs/results.md: +1.0 dB on Set5 as a whole)
-    assert psnr["bicubic"] + 0.5 < psnr[beatmup.BEATMUP_X2] < psnr["workbench reference"]
+    assert psnr["bicubic"] + 0.5 < psnr[beatmup_measure.BEATMUP_X2] < psnr["workbench reference"]
     timing = result["timing"]
     assert timing["runs"] == 1 and set(timing["ms"]) == {"Beatmup", "workbench"}
     assert all(v["median"] > 0 for v in timing["ms"].values())
@@ -43,10 +44,10 @@ def _first_image(load):
 
 def test_woof_files_are_the_validation_photos_of_its_classes():
     base = datasets.data_root()
-    if base is None or not (base / "cls" / beatmup.WOOF).is_dir():
+    if base is None or not (base / "cls" / beatmup_measure.WOOF).is_dir():
         pytest.skip("no cls/imagewoof_val in the data folder")
-    val, every = beatmup.woof_files("val"), beatmup.woof_files("all")
-    on_disk = sorted((base / "cls" / beatmup.WOOF).glob("*/*"))
+    val, every = beatmup_measure.woof_files("val"), beatmup_measure.woof_files("all")
+    on_disk = sorted((base / "cls" / beatmup_measure.WOOF).glob("*/*"))
     assert len(every) == len(on_disk) == 3929
     assert len(val) == sum(p.name.startswith("ILSVRC2012_val_") for p in on_disk) - 17 == 145
     assert {label for _, label in every} - {label for _, label in val} == {None}  # dingo
@@ -61,14 +62,14 @@ def test_the_calibration_solves_the_articles_two_times():
             "two-thread cycle-fragments (G)": 0.8, "draws": 1173}
     rows = {("x2", "Beatmup"): x2, ("classifier", "Beatmup"): dogs}
     board = "Raspberry Pi 3 B / B+"
-    for key in beatmup.PI_COUNTS.values():
-        a, d = beatmup._calibrate(rows, board, 400, key)
+    for key in beatmup_pi.PI_COUNTS.values():
+        a, d = beatmup_pi._calibrate(rows, board, 400, key)
         for row, net in ((x2, "x2"), (dogs, "classifier")):
             clocks = row[key] * 1e9 / 16 * 4 / 12
             assert a * clocks / 400e3 + d * row["draws"] == pytest.approx(
-                beatmup.MEASURED_MS[(net, board)])
+                beatmup_measure.MEASURED_MS[(net, board)])
     # by hand: clocks 1.0e8 / 3 and 0.875e8 / 3 -> ms 83.33 a + 32 d = 130, 72.92 a + 1173 d = 328
-    a, d = beatmup._calibrate(rows, board, 400)
+    a, d = beatmup_pi._calibrate(rows, board, 400)
     assert a == pytest.approx(np.linalg.solve([[250 / 3, 32], [218.75 / 3, 1173]], [130, 328])[0])
     assert compilers.v3d_clocks(16 * 12) == 4
     # a side with the article's estimated cycles but fewer instructions: the same time by
@@ -78,11 +79,12 @@ def test_the_calibration_solves_the_articles_two_times():
             "two-thread cycle-fragments (G)": 0.95}
     table = [{"target": "vc4", "net": net, "implementation": "Beatmup", **row}
              for net, row in (("x2", x2), ("classifier", dogs))] + [ours]
-    mine = [r for r in beatmup.pi_model(table) if r["implementation"] == "ours"
+    mine = [r for r in beatmup_pi.pi_model(table) if r["implementation"] == "ours"
             and r["board"] == board and r["clock from"] == "documented"][0]
-    assert mine["calibrated ms (cycles)"] == pytest.approx(beatmup.MEASURED_MS[("x2", board)])
+    article = beatmup_measure.MEASURED_MS[("x2", board)]
+    assert mine["calibrated ms (cycles)"] == pytest.approx(article)
     assert mine["calibrated ms (instructions)"] < mine["calibrated ms (cycles)"]
-    assert mine["calibrated ms (two threads)"] == pytest.approx(beatmup.MEASURED_MS[("x2", board)])
+    assert mine["calibrated ms (two threads)"] == pytest.approx(article)
 
 
 def test_two_threads_pay_the_longer_of_the_instructions_and_half_the_estimate():
@@ -103,13 +105,13 @@ def test_the_x2_layer_budget_sums_to_the_cycle_fragments(monkeypatch):
     """Per layer, cycles a low-resolution pixel times the pixels add up to the net's
     fragment-weighted cycles (compilers.weighted); Beatmup's L1 costs what vc4 said of its 12
     programs (849 cycles each, measured by hand) a pixel."""
-    found = beatmup.implementations(peer.model_file(), nets=("x2",))
-    rows = beatmup.layer_budget(found)
+    found = beatmup_pi.implementations(peer.model_file(), nets=("x2",))
+    rows = beatmup_pi.layer_budget(found)
     assert [r["layer"] for r in rows][:5] == ["L1", "L2", "L3", "L4", "L5"]
     assert rows[0]["multiply-adds a pixel"] == 48 * 25
     check, draw_list, _ = found["x2"]["workbench"]
     total = compilers.weighted([asdict(r) for r in check("vc4")], draw_list)
-    pixels = beatmup.SIZE ** 2
+    pixels = beatmup_measure.SIZE ** 2
     assert sum(r["workbench: cycles a pixel"] for r in rows) * pixels == pytest.approx(total)
     assert rows[0]["Beatmup: cycles a pixel"] == 12 * 849
 

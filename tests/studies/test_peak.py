@@ -11,7 +11,7 @@ import re
 import pytest
 
 from workbench import gl
-from workbench.studies import beatmup, bench, peak, peers
+from workbench.studies import beatmup_measure, beatmup_pi, bench, peak, peers
 
 
 def test_gmacs_and_share_are_the_hand_computed_ones():
@@ -91,7 +91,7 @@ def _timing(ms_beatmup, ms_ours, count):
 
 
 def test_bench_beatmup_timing_rows_here_and_on_the_boards():
-    rows = beatmup.timing_rows(_timing(50.0, 25.0, 4.727e8), "x2", {"gmacs": 18.908})
+    rows = beatmup_measure.timing_rows(_timing(50.0, 25.0, 4.727e8), "x2", {"gmacs": 18.908})
     assert [r["where"] for r in rows] == ["this machine", "this machine",
                                           "Raspberry Pi 3 B / B+", "Raspberry Pi Zero W"]
     assert [r["GMAC/s"] for r in rows] == ["9.45", "18.91", "3.64", "2.76"]
@@ -103,13 +103,13 @@ def test_bench_beatmup_timing_rows_here_and_on_the_boards():
 
 def test_bench_beatmup_pi_rows_get_the_qpu_share_at_their_clock():
     row = {"board": "Raspberry Pi 3 B / B+", "V3D MHz": 300, "net": "x2", "model ms": 200.0,
-           **{f"calibrated ms ({c})": 100.0 for c in beatmup.PI_COUNTS}}
+           **{f"calibrated ms ({c})": 100.0 for c in beatmup_pi.PI_COUNTS}}
     ours = {**row, "calibrated ms (cycles)": 50.0}
-    [theirs, mine] = beatmup.pi_rates([row, ours], {"x2": 1.44e9})
+    [theirs, mine] = beatmup_pi.pi_rates([row, ours], {"x2": 1.44e9})
     assert theirs["GMAC/s (model; calibrated)"] == "7.20; 14.40"
     assert theirs["% of QPU peak (model; calibrated)"] == "50.0; 100.0"
     assert mine["GMAC/s (model; calibrated)"] == "7.20; 14.40-28.80"
-    assert beatmup.pi_rates([row], {"x2": None}) == [row]  # a run saved before the counts
+    assert beatmup_pi.pi_rates([row], {"x2": None}) == [row]  # a run saved before the counts
 
 
 def test_bench_sr_rows_have_gmacs_and_the_gpu_rows_a_share(capsys):

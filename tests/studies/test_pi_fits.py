@@ -1,5 +1,5 @@
 """The calibrated Raspberry Pi model of any net (workbench.studies.compilers: pi_rows,
-stored_fits; workbench.studies.beatmup: calibrate_pi, write_pi_fits).
+stored_fits; workbench.studies.beatmup_pi: calibrate_pi, write_pi_fits).
 
 References: the article's measured times (references.py) met by the stored fits from the
 stored counts; the fits solved again from Beatmup's programs through vc4 (needs `make beatmup`
@@ -18,7 +18,7 @@ from workbench.files import read_json
 from workbench.gl import beatmup as peer
 from workbench.gl import drivers
 from workbench.nets.models import sr_x2
-from workbench.studies import beatmup, compilers
+from workbench.studies import beatmup_measure, beatmup_pi, compilers
 
 needs_drivers = pytest.mark.skipif(drivers.available() is not None,
                                    reason=drivers.available() or "")
@@ -40,11 +40,11 @@ def _clocks(fragment_counts):
 def test_the_stored_fits_meet_the_articles_times_from_the_stored_counts():
     stored = read_json(compilers.PI_FITS)
     measured = {(m["net"], m["board"]): m["ms"] for m in stored["measured ms"]}
-    assert measured == beatmup.MEASURED_MS
+    assert measured == beatmup_measure.MEASURED_MS
     programs = {p["net"]: p for p in stored["article's programs (vc4)"]}
     assert len(stored["fits"]) == 2 * 2 * 3  # boards x clocks assumed x counts
     for fit in stored["fits"]:
-        column = beatmup.PI_COUNTS[fit["count"]]
+        column = beatmup_pi.PI_COUNTS[fit["count"]]
         for net in ("x2", "classifier"):
             p = programs[net]
             ms = fit["a"] * _clocks(p[column] * 1e9) / (fit["V3D MHz"] * 1e3) \
@@ -59,8 +59,8 @@ def test_the_stored_fits_are_those_of_the_articles_programs_through_vc4():
     fits and the counts are the stored ones, to the stored decimals."""
     stored = read_json(compilers.PI_FITS)
     assert stored["mesa"] == drivers.MESA_VERSION and stored["beatmup"] == peer.COMMIT
-    rows = beatmup.article_rows()
-    fresh = beatmup.calibrate_pi(rows)
+    rows = beatmup_pi.article_rows()
+    fresh = beatmup_pi.calibrate_pi(rows)
     key = ("board", "clock from", "V3D MHz", "count")
     assert [[f[k] for k in key] for f in fresh] == [[f[k] for k in key] for f in stored["fits"]]
     for new, old in zip(fresh, stored["fits"]):

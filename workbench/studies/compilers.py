@@ -20,7 +20,7 @@ and what the latency-hiding of 2-thread programs saves beyond the estimate.
 
 Calibrated (:func:`calibrated_pi`): ``ms = a * clocks / MHz + d * draws``, ``a`` and ``d``
 solved per board from the article's two nets (Beatmup's programs through the same vc4) and
-their two measured times (:func:`workbench.studies.beatmup.calibrate_pi`, stored in
+their two measured times (:func:`workbench.studies.beatmup_pi.calibrate_pi`, stored in
 :data:`PI_FITS`), the clocks counted three ways (vc4's estimated cycles, its instructions, its
 two threads interleaved): any net's Pi time is the range of the three.  Multiply-adds per
 second are the net's (:meth:`~workbench.es2.net.Net.cost`) over that time, beside the QPUs'
@@ -50,7 +50,7 @@ BOARDS_MHZ = {"Raspberry Pi 3 B / B+": 400, "Raspberry Pi Zero W": 300}
 # input side they are predicted at (a classifier preset's random weights have a trained one's
 # programs)
 PI_SIZES = {"sr": ("sr", 256), "sr-mrt4": ("sr", 256), "dogs120": ("dogs120", 385)}
-# The calibrated Pi model's fits (written by workbench.studies.beatmup.write_pi_fits)
+# The calibrated Pi model's fits (written by workbench.studies.beatmup_pi.write_pi_fits)
 PI_FITS = Path(__file__).with_name("pi_fits.json")
 # What a fit counts of a vc4 program, by the fit's name: a key of its statistics or a function
 # of them (fragment-weighted: :func:`weighted`)
