@@ -31,7 +31,8 @@ def ci_run(tmp_path_factory):
     mp.setenv("WORKBENCH_FIGURES", str(root / "figures"))  # the run writes to figures/ci/
     notebooks = list(pipeline.load_profile("ci"))
     only = notebooks if _have_cifar() else [n for n in notebooks if n not in NEED_CIFAR]
-    status = pipeline.run("ci", only=only, runs_dir=root / "runs", artifacts_dir=root / "artifacts")
+    status = pipeline.run("ci", only=only, places=pipeline.Places(
+        runs_dir=root / "runs", artifacts_dir=root / "artifacts"))
     yield root, status, only
     mp.undo()
 

@@ -40,11 +40,11 @@ def project(tmp_path):
                    "b": {"log": str(log), "fail": True}},
     }))
 
-    def run(profile="p", **kw):
-        return pipeline.run(profile, profiles=profiles, notebooks_dir=books,
-                            artifacts_dir=tmp_path / "artifacts",
-                            runs_dir=tmp_path / "runs" / str(len(list(tmp_path.glob("runs/*")))),
-                            **kw)
+    def run(profile="p", data_root=None, manifest=None, **kw):
+        runs = tmp_path / "runs" / str(len(list(tmp_path.glob("runs/*"))))
+        return pipeline.run(profile, places=pipeline.Places(
+            profiles, books, runs_dir=runs, artifacts_dir=tmp_path / "artifacts",
+            data_root=data_root, manifest=manifest), **kw)
     return tmp_path, log, run
 
 
@@ -76,8 +76,9 @@ def test_an_upstream_listed_after_its_reader_is_refused(project):
                                        sort_keys=False))
     with pytest.raises(ValueError, match="notebook 'b' declares upstream \\['a'\\], which must run "
                                          "before it"):
-        pipeline.run("late", profiles=profiles, notebooks_dir=root / "notebooks",
-                     artifacts_dir=root / "artifacts", runs_dir=root / "runs" / "late")
+        pipeline.run("late", places=pipeline.Places(
+            profiles, root / "notebooks", runs_dir=root / "runs" / "late",
+            artifacts_dir=root / "artifacts"))
 
 
 def test_dependency_order_and_skip_when_unchanged(project):
@@ -191,8 +192,9 @@ def test_each_profile_writes_its_own_figures_folder(tmp_path, monkeypatch):
                                                   "results_dir": "{figures}"}}
                                         for p in ("quick", "ci")}))
     for profile in ("quick", "ci"):
-        pipeline.run(profile, profiles=profiles, notebooks_dir=books, dependencies={"a": []},
-                     artifacts_dir=tmp_path / "artifacts" / profile, runs_dir=tmp_path / "runs")
+        pipeline.run(profile, dependencies={"a": []}, places=pipeline.Places(
+            profiles, books, runs_dir=tmp_path / "runs",
+            artifacts_dir=tmp_path / "artifacts" / profile))
         folder = str(tmp_path / "figures" / profile)
         assert (tmp_path / f"{profile}.txt").read_text().split("\n") == [folder, folder]
 
@@ -228,8 +230,8 @@ def test_jobs_run_notebooks_side_by_side_and_an_alone_one_by_itself(tmp_path):
     profiles = tmp_path / "profiles.yml"
     profiles.write_text(yaml.safe_dump({"p": {n: {"log": str(log)} for n in spec}},
                                        sort_keys=False))
-    status = pipeline.run("p", profiles=profiles, notebooks_dir=books, jobs=2,
-                          artifacts_dir=tmp_path / "artifacts", runs_dir=tmp_path / "runs")
+    status = pipeline.run("p", jobs=2, places=pipeline.Places(
+        profiles, books, runs_dir=tmp_path / "runs", artifacts_dir=tmp_path / "artifacts"))
     assert status == {n: "ok" for n in spec}
     times = {}
     for line in log.read_text().split("\n")[:-1]:
@@ -268,9 +270,9 @@ def test_overrides_write_a_folder_of_their_own(tmp_path, monkeypatch, capsys):
         "model_path": "{artifacts}/model.keras", "shaders": "{figures}/shaders"}}}))
 
     def run(**overrides):
-        return pipeline.run("quick", profiles=profiles, notebooks_dir=books,
-                            dependencies={"deploy": []}, artifacts_dir=tmp_path / "artifacts",
-                            runs_dir=tmp_path / "runs", overrides=overrides)
+        return pipeline.run("quick", overrides=overrides, dependencies={"deploy": []},
+                            places=pipeline.Places(profiles, books, runs_dir=tmp_path / "runs",
+                                                   artifacts_dir=tmp_path / "artifacts"))
     assert run() == {"deploy": "ok"}
     profile_results = _files(figures / "quick")
     assert profile_results[Path("result.txt")].endswith(b"artifacts/model.keras")

@@ -23,6 +23,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -238,16 +239,32 @@ def custom_folders(profile, params, overrides, defaults, names) -> dict[str, Pat
     return folders
 
 
-def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides=None,
-        force=False, profiles=PROFILES, notebooks_dir=None, dependencies=None, data=None,
-        data_root=None, manifest=None, verbose=False, jobs=1):
+@dataclass(frozen=True)
+class Places:
+    """Where a run's files live and come from; None: the workbench's own.  ``profiles``: the
+    profiles' YAML (:data:`PROFILES`); ``notebooks_dir``: the notebooks
+    (:data:`NOTEBOOKS_DIR`); ``runs_dir``: the executed notebooks (``runs/<timestamp>/``);
+    ``artifacts_dir``: the profile's artifacts and the run's state
+    (``runs/artifacts/<profile>/``); ``data_root``: the data sets; ``manifest``: the data
+    manifest's entries, where missing data is fetched from (:func:`ensure_data`)."""
+
+    profiles: Path | str = PROFILES
+    notebooks_dir: Path | str | None = None
+    runs_dir: Path | str | None = None
+    artifacts_dir: Path | str | None = None
+    data_root: Path | str | None = None
+    manifest: dict | None = None
+
+
+def run(profile="quick", only=None, overrides=None, force=False, places=Places(),
+        dependencies=None, data=None, verbose=False, jobs=1):
     """Execute the profile's notebooks (or those in ``only``) in the profile's order; returns
     ``{name: status}``; one line a notebook (``verbose``: papermill's cell-by-cell trace and
     every cell's output as it comes).  ``overrides``: ``{"NOTEBOOK.KEY" or "KEY": value}`` (see
-    :func:`scope_overrides`).  Each notebook declares its upstream notebooks and its data
-    beside its parameters (:func:`declarations`; ``dependencies`` and ``data`` replace them).
-    Missing data is fetched first (:func:`ensure_data`; ``data_root`` and ``manifest``
-    replace the data root and the manifest).  Figures go to ``figures/<profile>/`` (the
+    :func:`scope_overrides`).  ``places``: where its files live (:class:`Places`).  Each
+    notebook declares its upstream notebooks and its data beside its parameters
+    (:func:`declarations`; ``dependencies`` and ``data`` replace them).  Missing data is
+    fetched first (:func:`ensure_data`).  Figures go to ``figures/<profile>/`` (the
     ``{figures}`` of the profile's values), those of a notebook whose overrides change its
     parameters to a folder of its own (:func:`custom_folders`: its ``{figures}`` and its
     ``results_dir``, unless ``-p`` gives one; its last run recorded apart from the profile's).
@@ -269,12 +286,12 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     if verbose and not trace.handlers:  # let papermill stream each cell's output
         trace.addHandler(logging.StreamHandler(sys.stderr))
         trace.setLevel(logging.INFO)
-    notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
-    params = load_profile(profile, profiles, notebooks_dir)
+    notebooks_dir = Path(places.notebooks_dir or NOTEBOOKS_DIR)
+    params = load_profile(profile, places.profiles, notebooks_dir)
     dependencies = dependencies or upstream_of(notebooks_dir, params)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    runs_dir = Path(runs_dir or project_root() / "runs" / stamp)
-    artifacts = Path(artifacts_dir or project_root() / "runs" / "artifacts" / profile)
+    runs_dir = Path(places.runs_dir or project_root() / "runs" / stamp)
+    artifacts = Path(places.artifacts_dir or project_root() / "runs" / "artifacts" / profile)
     names = {"artifacts": str(artifacts), "figures": str(figures_dir(profile))}
     state_path = artifacts / "pipeline-state.json"
     state = read_json(state_path, default={})
@@ -289,7 +306,7 @@ def run(profile="quick", only=None, runs_dir=None, artifacts_dir=None, overrides
     key = {n: f"{n}:{custom[n].name}" if n in custom else n for n in selected}  # in ``state``
     declared = {n: declarations(notebooks_dir / f"{n}.ipynb") for n in selected}
     data = data if data is not None else {n: declared[n]["data"] for n in selected}
-    ensure_data(selected, data, data_root, manifest)
+    ensure_data(selected, data, places.data_root, places.manifest)
     runs_dir.mkdir(parents=True, exist_ok=True)
     status, prints = {}, {}
 
