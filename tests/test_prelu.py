@@ -205,7 +205,7 @@ def test_the_page_tfjs_and_onnxruntime_run_a_prelu_classifier():
     with tf.prelu) and onnxruntime-web (the IR written as ONNX: PRelu, the zero added, Clip)
     give Keras' top-1; the peers its logits to float32 rounding."""
     from tests.web.test_bench_web import needs_ort, needs_tfjs  # skips without Chromium
-    from workbench.studies import peers
+    from workbench.studies import web_bench
 
     for needs in (needs_tfjs, needs_ort):
         if needs.args[0]:
@@ -217,8 +217,8 @@ def test_the_page_tfjs_and_onnxruntime_run_a_prelu_classifier():
     y = L.MaxPooling2D(2)(L.MaxPooling2D(2)(y))  # (the page times a pooled Dense at many sizes)
     model = keras.Model(inputs, L.Dense(5)(L.GlobalAveragePooling2D()(y)))
     model.get_layer("p1").set_weights([SLOPES.reshape(1, 1, 8)])
-    [result] = peers.bench_web(model, size=16, runs=1, warmup=0, backends=("wasm", "ort-wasm"),
-                               profile_runs=1, verbose=False)
+    [result] = web_bench.bench_web(model, size=16, runs=1, warmup=0,
+                                   backends=("wasm", "ort-wasm"), profile_runs=1, verbose=False)
     sides = {s["name"]: s for s in result["sides"]}
     assert {s.get("peer") for s in sides.values()} >= {"wasm", "ort-wasm"}
     diffs = {name: s["max_logit_diff"] for name, s in sides.items()}

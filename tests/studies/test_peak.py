@@ -11,7 +11,7 @@ import re
 import pytest
 
 from workbench import gl
-from workbench.studies import beatmup_measure, beatmup_pi, bench, peak, peers
+from workbench.studies import beatmup_measure, beatmup_pi, bench, peak, peers, web_bench
 
 
 def test_gmacs_and_share_are_the_hand_computed_ones():
@@ -137,7 +137,7 @@ def test_ctrl_c_in_bench_web_stops_it_with_130_and_writes_no_table(tmp_path, mon
     def interrupted(folder, gl_name, config):  # Ctrl-C inside the browser's run
         runs.append(gl_name)
         raise KeyboardInterrupt
-    monkeypatch.setattr(peers, "_browser_run", interrupted)
+    monkeypatch.setattr(web_bench, "_browser_run", interrupted)
     code = main(["bench", "web", "--size", "16", "--runs", "1", "--backends", "", "--gl",
                  "swiftshader", "--out", str(tmp_path / "out")])
     assert runs == ["swiftshader"]

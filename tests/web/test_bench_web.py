@@ -21,7 +21,7 @@ from workbench import es2, ir
 from workbench.__main__ import main
 from workbench.nets.models import sr_x2
 from workbench.nets.sr_recipes import sr_x2_recipe
-from workbench.studies import peers
+from workbench.studies import peers, web_bench
 from workbench.web import browser, ort, tfjs  # noqa: E402
 
 pytestmark = pytest.mark.gl
@@ -73,13 +73,14 @@ def test_sr_page_tfjs_and_onnxruntime_match_keras(tmp_path, anchor):
         kernel, bias = model.get_layer("L5").get_weights()
         model.get_layer("L5").set_weights([np.random.default_rng(0).normal(0, 0.2, kernel.shape),
                                            bias])
-    [result] = peers.bench_web(model, size=16, runs=2, warmup=1, profile_runs=1, verbose=False)
+    [result] = web_bench.bench_web(model, size=16, runs=2, warmup=1, profile_runs=1,
+                                   verbose=False)
     # a pinned release without it, or a nearest Resize it lacks (the anchor): a row says so
-    webgl_missing = ort.webgl_unavailable() or peers.webgl_nearest(ir.from_keras(model))
+    webgl_missing = ort.webgl_unavailable() or web_bench.webgl_nearest(ir.from_keras(model))
     assert bool(webgl_missing) >= bool(anchor)
     ran = [p for p in peers.PEERS if not (p == "ort-webgl" and webgl_missing)]
     sides = _check_sides(result, ran)
-    pages = 1 + len(peers.PAGE_VARIANTS)  # the page, then the page with 4 and with 8 render targets
+    pages = 1 + len(web_bench.PAGE_VARIANTS)  # the page, then with 4 and with 8 render targets
     assert len(sides) == pages + 2 * len(peers.BACKENDS) + len(ran) - len(peers.BACKENDS)
     assert result["output_shape"] == [32, 32, 3]
     assert sides[0]["psnr_db"] >= 40
@@ -137,7 +138,7 @@ def test_classifier_preset_from_the_command_line_on_both_gls(tmp_path, capsys):
         assert [r["gl"] for r in results] == ["swiftshader", "llvmpipe"]  # the default: both
         assert "llvmpipe" in results[1]["renderer"] and "### WebGL on Mesa llvmpipe" in out
     assert "SwiftShader" in results[0]["renderer"] and "max logit diff vs Keras" in out
-    pages = 1 + len(peers.PAGE_VARIANTS)
+    pages = 1 + len(web_bench.PAGE_VARIANTS)
     for result in results:
         sides = _check_sides(result, ["wasm"])
         assert len(sides) == pages + 2
@@ -176,11 +177,11 @@ def test_a_pooling_classifier_on_the_page_tfjs_and_onnxruntime():
         x = layer(x)
     ran = ["wasm"] + [p for p in peers.ORT_BACKENDS
                       if not (p == "ort-webgl" and ort.webgl_unavailable())]
-    [result] = peers.bench_web(keras.Model(inputs, x), runs=2, warmup=1,
-                               backends=("wasm", *peers.ORT_BACKENDS), profile_runs=1,
-                               verbose=False)
+    [result] = web_bench.bench_web(keras.Model(inputs, x), runs=2, warmup=1,
+                                   backends=("wasm", *peers.ORT_BACKENDS), profile_runs=1,
+                                   verbose=False)
     sides = _check_sides(result, ran, grouped=False)  # no grouped conv: one TF.js form
-    assert [s["engine"] for s in sides].count("page") == 1 + len(peers.PAGE_VARIANTS)
+    assert [s["engine"] for s in sides].count("page") == 1 + len(web_bench.PAGE_VARIANTS)
     assert result["kind"] == "logits" and all(s["top1_equal"] for s in sides)
     assert sides[0]["max_logit_diff"] <= 8 / 256
     assert all(s["max_logit_diff"] < 1e-4 for s in sides if s["engine"] != "page")
@@ -193,12 +194,12 @@ def test_without_tfjs_only_the_page_runs(tmp_path, monkeypatch, capsys):
     with a line."""
     monkeypatch.setenv(tfjs.CACHE_ENV, str(tmp_path / "empty"))
     monkeypatch.setenv(ort.CACHE_ENV, str(tmp_path / "empty"))
-    monkeypatch.setattr(peers, "PAGE_VARIANTS",
+    monkeypatch.setattr(web_bench, "PAGE_VARIANTS",
                         {"mediump": ({"target": es2.Target.of(precision="mediump")}, "m")})
     monkeypatch.setitem(browser.GLS, "llvmpipe", browser.GLS["swiftshader"])
     keras.utils.set_random_seed(0)
-    [result] = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1,
-                               gls=("llvmpipe", "swiftshader"))
+    [result] = web_bench.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1,
+                                   gls=("llvmpipe", "swiftshader"))
     assert result["gl"] == "swiftshader" and result["llvmpipe_compile_ms"] > 0
     assert [s["name"] for s in result["sides"]] == ["ours (WebGL 1.0 page)", "ours, mediump"]
     assert result["sides"][1]["grouping"] == "m" and result["sides"][1]["psnr_db"] >= 40
@@ -234,8 +235,8 @@ def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
     assert ort.webgl_unavailable() == (f"onnxruntime-web {ort.ORT_WEB_VERSION} ships no WebGL "
                                        "back end (no dist/ort.webgl.min.js; it was deprecated)")
     keras.utils.set_random_seed(0)
-    [result] = peers.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1,
-                               backends=peers.ORT_BACKENDS, verbose=False)
+    [result] = web_bench.bench_web(sr_x2(), size=8, runs=1, warmup=0, profile_runs=1,
+                                   backends=peers.ORT_BACKENDS, verbose=False)
     _check_sides(result, ["ort-wasm"])
     assert result["sides"][-1]["psnr_db"] > 100
     assert result["not_run"] == [{"peer": "ort-webgl", "name": "onnxruntime-web webgl",
@@ -243,7 +244,7 @@ def test_a_release_without_onnxruntime_webgl_says_so(tmp_path, monkeypatch):
     text = peers._gl_section(result)
     assert f"| onnxruntime-web webgl | not run: {ort.webgl_unavailable()} |" in text
     relu6 = sr_x2(activation="relu6_scaled")
-    reasons = peers.unavailable_peers(es2.compile(relu6).graph, (8, 8))
+    reasons = web_bench.unavailable_peers(es2.compile(relu6).graph, (8, 8))
     assert set(reasons) == set(peers.ORT_BACKENDS) and reasons["ort-wasm"] == (
         "the net has no ONNX form (workbench.ir.to_onnx): layer 'L1': activation "
         "'relu6_scaled' has no PyTorch layer; written: bounded_relu, leaky_relu, linear, prelu, "
@@ -302,8 +303,8 @@ def test_without_float_textures_the_page_runs_and_tfjs_webgl_refuses(tmp_path):
             assert set(found["extensions"]) <= set(browser.FLOAT_EXTENSIONS)
     keras.utils.set_random_seed(0)
     backends = ("webgl",) if tfjs.unavailable() is None else ()
-    [result] = peers.bench_web(sr_x2(), size=16, runs=2, warmup=0, backends=backends,
-                               profile_runs=1, verbose=False, no_float_runs=3)
+    [result] = web_bench.bench_web(sr_x2(), size=16, runs=2, warmup=0, backends=backends,
+                                   profile_runs=1, verbose=False, no_float_runs=3)
     masked = result["no_float"]
     assert masked["probe"] == probe
     sides = masked["sides"]

@@ -346,13 +346,13 @@ def _bench_draw_buffers(args):
 
 
 def _bench_web(args):
-    from workbench.studies import peers
+    from workbench.studies import peers, web_bench
     _bench_out(args)
     _require_memory(args)
     backends = ",".join(peers.PEERS) if args.backends is None else args.backends
     with _owned_out(args, [peers.TABLE, peers.RESULT]):
-        peers.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
-                  gls=_names(args.gl))
+        web_bench.run(args.model, args.size, args.runs, args.out, backends=_names(backends),
+                      gls=_names(args.gl))
 
 
 def _bench_es31(args):
