@@ -16,6 +16,7 @@ import pytest
 from workbench import es2, ir
 from workbench.__main__ import main
 from workbench.es2 import limits, tiling
+from workbench.es2.ops import conv
 from workbench.nets.layers import Act, DepthToSpace, GroupConv2D
 from workbench.nets.models import sr_x2
 
@@ -117,6 +118,7 @@ def test_channels_per_output_budget():
     # Beatmup's Pi budget (< 100 channels for kernels over 1x1) binds once units do not:
     # 25 packs fit 32 units, 100 channels do not fit 96
     graph = ir.from_keras(_model(100, GroupConv2D(4, 3, name="wide"), Act("bounded_relu")))
+    graph = replace(graph, ops=[conv.formed(op) for op in graph.ops])  # whole: one stage
     table = replace(limits.profile("videocore4"), texture_units=32, fetches_per_fragment=1024)
     with pytest.raises(limits.LimitError, match="^layer 'wide': input channels sampled per output "
                        "= 100 exceeds the videocore4 limit of 96$"):

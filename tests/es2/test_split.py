@@ -78,7 +78,7 @@ def test_partial_sums_keep_their_bound_without_saturating():
     reverse) through the stored partial sums: within one step of the exact sum."""
     rng = np.random.default_rng(2)
     for scale in (0.01, 1.0, 30.0):
-        op = ir.Conv(
+        op = conv.ConvForm(
             "c", "x", rng.normal(0, scale, (1, 1, 64, 4)).astype(np.float32),
             np.zeros(4, np.float32))
         step = 2.0 ** -(8 + split.shift(op))
@@ -157,7 +157,7 @@ def test_a_9x9_conv_over_one_pack_splits_its_rows(tmp_path):
     """81 fetches of one input pack (ES 2.0 allows 64), refused until now: its rows in 2
     stages, 5 rows (45 fetches) and 4 (36 + 2)."""
     model = window_model(9, 3)
-    whole = ir.from_model(model).op("wide")
+    whole = conv.formed(ir.from_model(model).op("wide"))  # one stage
     with pytest.raises(limits.LimitError, match="texel fetches per fragment = 81"):
         conv.check(whole, None, limits.ES2)  # what compile said of it before
     net = es2.compile(model)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from workbench import ir
 from workbench.es2.limits import LimitError
-from workbench.es2.ops.conv import FORM, ORDERS, formed
+from workbench.es2.ops.conv import FORM, ORDERS
 from workbench.es2.ops.conv.orders import LAST, places_residual
 from workbench.es2.ops.conv.padding import producer_borders
 from workbench.es2.ops.conv.split import finer_rows
@@ -164,7 +164,7 @@ def tune(graph, generate, driver: str, options=None, count=None):
         raise ValueError(f"tune: count {count!r} is not one the {driver} driver gives; "
                          f"{'one of ' + ', '.join(COUNTS) if estimates else 'instructions'}")
 
-    def form_of(layer, form):  # the layer's options under ``form``, as far as it has them
+    def under(layer, form):  # the layer's options under ``form``, as far as it has them
         allowed = layer_options(graph.op(layer))
         return {**options.get(layer, {}), **{k: v for k, v in form.items() if k in allowed}}
 
@@ -182,7 +182,7 @@ def tune(graph, generate, driver: str, options=None, count=None):
                 form.get("unit_masks") and (form.get("inline_masks")
                                             or form.get("order") == "chain")):
             continue
-        trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
+        trial = {**options, **{layer: under(layer, form) for layer in layers}}
         trials.append((trial, generate(trial)))
     _reports([p for _, ps in trials for p in ps], driver)  # every new program in one child
     tried = [(options, passes, reports)] + [(trial, ps, _reports(ps, driver))
@@ -238,7 +238,7 @@ def ordered(graph, options):
     def form(op):
         return {k: v for k, v in options.get(op.name, {}).items() if k in FORM}
 
-    return replace(graph, ops=[formed(op, **form(op)) if form(op) else op for op in graph.ops])
+    return replace(graph, ops=[replace(op, **form(op)) if form(op) else op for op in graph.ops])
 
 
 def _padded(op) -> bool:

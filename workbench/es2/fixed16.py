@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.es2.record import record
 from workbench.es2.texels import REAL, dtype, load, store
 
 RANGE = (-128.0, 128.0)
@@ -96,18 +97,12 @@ def saturated(b):
 SHIFT = 7
 
 
-BITS = {"output": "out_bits", "input": "in_bits", "residual": "residual_bits"}  # a ConvForm's
-
-
-def tensor_bits(op, tensor="output") -> int:
-    """The bits a value of ``op``'s ``"output"``, ``"input"`` or ``"residual"`` is stored
-    in: 8 (one RGBA8 texture a pack) or 16 (two, :data:`SHIFT`)."""
-    return getattr(op, BITS[tensor], 8)
-
-
-def textures_a_pack(op, tensor="output") -> int:
-    """RGBA8 textures a pack of ``op``'s ``tensor`` (:func:`tensor_bits`) takes: 1 or 2."""
-    return tensor_bits(op, tensor) // 8
+def tensor_bits(op) -> int:
+    """The bits a value of ``op``'s output is stored in: 8 (one RGBA8 texture a pack) or 16
+    (two, :data:`SHIFT`), as its record says (``bits``: a conv's form,
+    :meth:`~workbench.es2.ops.conv.ConvForm.bits`); 8 where it says none."""
+    bits = record(op).bits
+    return bits(op) if bits else 8
 
 
 def fetch_glsl(first, second, where) -> str:

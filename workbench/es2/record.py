@@ -36,7 +36,9 @@ input size; ``limits``: a :class:`workbench.es2.limits.Limits`):
 * ``layer_options(op)``: the keywords of ``passes`` a driver may set for this layer
   (:func:`workbench.es2.drivers.fit`);
 * ``origin(op)`` -> ``(left, top)`` of its output in its textures where they hold a border
-  around it (default, or None: at (0, 0), the texture the output's size).
+  around it (default, or None: at (0, 0), the texture the output's size);
+* ``bits(op)`` -> the bits a value of its output is stored in, 8 or 16 (default 8: one
+  RGBA8 texture a pack; :func:`workbench.es2.fixed16.tensor_bits`).
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ class OpRecord:
     prepare: Callable | None = None
     prepared: type | None = None
     origin: Callable | None = None
+    bits: Callable | None = None
 
 
 RECORDS = Table("the ES 2.0 back end")  # IR op type -> its OpRecord

@@ -1,15 +1,15 @@
 """A compiled ES 2.0 net as a folder (:meth:`workbench.es2.net.Net.save`, :func:`files`):
 ``<pass>.glsl``, ``vertex.glsl``, ``weights.npz``, the constant textures (``.npy``) and
 ``manifest.json``, which states the conventions, the target, every op with the back end's
-choices (its prepared form's fields: a dense layer's number format and blocks) and every
-pass; and read back, every file checked against its sha256 (:func:`read`) and the manifest
-against its own (``manifest_sha256``, :func:`sealed`): an edit the workbench did not make is
-refused, not run.
+choices (its prepared form's fields: a convolution's stages, order, bits and borders, a dense
+layer's number format and blocks) and every pass; and read back, every file checked against
+its sha256 (:func:`read`) and the manifest against its own (``manifest_sha256``,
+:func:`sealed`): an edit the workbench did not make is refused, not run.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -145,15 +145,14 @@ def _loaded_target(manifest: dict, passes) -> limits.Target:
 
 def read(directory) -> tuple[ir.Graph, list[Pass], limits.Target, dict | None, dict]:
     """The graph, passes, target, reference check (its JSON, or None) and plan (``{}`` where
-    it was saved without one) of a net written by
-    :meth:`~workbench.es2.net.Net.save`
-    (shaders as saved, graph for shapes/emulator; an op with fields its IR type lacks, the
-    back end's choices, as its record's ``prepared`` type).  Refused in one line naming the
-    file: a manifest not JSON (:func:`workbench.files.read_json`: bounded in size and depth)
-    or not holding its own sha256 (edited, or saved before manifests had one), that lacks a
-    key, names an unknown op or precision, or a file outside the
-    folder or one its ``files`` does not list with the sha256 it has (every listed file is
-    checked); a ``weights.npz`` holding pickled objects."""
+    it was saved without one) of a net written by :meth:`~workbench.es2.net.Net.save`
+    (shaders as saved, graph for shapes/emulator; each op as its record's ``prepared`` type
+    with the back end's choices the manifest holds: their defaults where a folder saved before
+    holds none, as of an unsplit conv).  Refused in one line naming the file: a manifest not
+    JSON (:func:`workbench.files.read_json`: bounded in size and depth) or not holding its own
+    sha256 (edited, or saved before manifests had one), that lacks a key, names an unknown op
+    or precision, or a file outside the folder or one its ``files`` does not list with the
+    sha256 it has (every listed file is checked); a ``weights.npz`` holding pickled objects."""
     directory = Path(directory)
     manifest_path = directory / "manifest.json"
     if not manifest_path.exists():
@@ -220,8 +219,7 @@ def _read(directory: Path, manifest: dict):
                 desc[key] = tuple(desc[key])
         if "residual_first" in desc:  # folders saved before residual_after: first or last
             desc["residual_after"] = 0 if desc.pop("residual_first") else LAST
-        if set(desc) - {f.name for f in fields(kind)}:  # the back end's choices: as prepared
-            kind = record_of_type(kind).prepared or kind
+        kind = record_of_type(kind).prepared or kind  # with the back end's choices
         ops.append(kind(**desc, **arrays))
     size = manifest.get("input_size")
     graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],

@@ -20,7 +20,7 @@ from workbench.es2.emulate import FAST, REAL, quantize
 from workbench.es2.ops.conv.calibration import measured, wide_tensors, widened
 from workbench.es2.ops.conv.cost import cost, origin, textures, tile
 from workbench.es2.ops.conv.emulator import emulate
-from workbench.es2.ops.conv.form import FORM, ConvForm, form_of, formed
+from workbench.es2.ops.conv.form import FORM, ConvForm, formed
 from workbench.es2.ops.conv.orders import ORDERS
 from workbench.es2.ops.conv.passes import (channels_per_program, check, check_program,
                                            layer_options, passes, prepare, programs)
@@ -32,10 +32,11 @@ __all__ = ["FORM", "ORDERS", "ConvForm", "apply", "channels_per_program", "emula
 
 
 def apply(op: ir.Conv, tensors, arithmetic):
-    """The stored output, as the next op fetches it (8 or 16 bits)."""
-    op, res = form_of(op), tensors[op.residual] if op.residual else None
+    """The stored output, as the next op fetches it (8 or 16 bits); ``op``: a
+    :class:`ConvForm`, or a plain Conv of an IR graph (:func:`emulate`)."""
+    op, res = formed(op), tensors[op.residual] if op.residual else None
     out = emulate(op, tensors[op.input], res, fast=arithmetic in (REAL, FAST))
-    if fixed16.tensor_bits(op) == 16:
+    if op.out_bits == 16:
         return fixed16.stored_tensor(out, arithmetic)
     return quantize(out, arithmetic)
 
@@ -43,4 +44,4 @@ def apply(op: ir.Conv, tensors, arithmetic):
 RECORD = register(ir.Conv, OpRecord(
     "Conv", passes=passes, apply=apply, check=check, cost=cost, tile=tile, textures=textures,
     check_program=check_program, layer_options=layer_options, prepare=prepare,
-    prepared=ConvForm, origin=origin))
+    prepared=ConvForm, origin=origin, bits=ConvForm.bits))

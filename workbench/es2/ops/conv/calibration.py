@@ -1,6 +1,7 @@
 """What a calibration decides of a net's convolutions: the measured bound of their partial
 sums (:func:`measured`) and the tensors they store at 16 bits (:func:`wide_tensors`,
-:func:`widened`)."""
+:func:`widened`), on a graph before compile prepares it (:func:`~.passes.prepare`): its
+convolutions the IR's, or the :class:`~.form.ConvForm` these made of them."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -63,11 +64,14 @@ def split_undoes(reader: ir.Conv, wide, limits) -> bool:
     splits ``reader`` over more stages (:func:`workbench.es2.ops.conv.split.stages_needed`) whose
     partial sums keep steps coarser than an 8-bit level (:func:`~.split.shift` < 0: its folded
     weights are large): each stage's rounding then costs more than the 16 bits keep (a ReLU
-    classifier's 3x3 convs, shift -3: GPU top-1 = ONNX Runtime's 99.5 -> 97 %)."""
+    classifier's 3x3 convs, shift -3: GPU top-1 = ONNX Runtime's 99.5 -> 97 %).  (``reader``:
+    as calibration has it, before :func:`~.passes.prepare`: the IR's, or formed with its
+    ``partial_bound``.)"""
+    reader = formed(reader)
     if split.shift(reader) >= 0:
         return False
     stages = [int(np.prod(split.stages_needed(op, limits)))
-              for op in (reader, formed(reader, **_bits(reader, wide)))]
+              for op in (reader, replace(reader, **_bits(reader, wide)))]
     return stages[1] > stages[0]
 
 

@@ -2,20 +2,18 @@
 from __future__ import annotations
 
 from workbench import ir
-from workbench.es2 import fixed16
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.form import form_of
+from workbench.es2.ops.conv.form import ConvForm
 from workbench.es2.ops.conv.padding import border_textures, bordered
 from workbench.es2.ops.conv.passes import fetches
 from workbench.es2.plan import pack_textures
 from workbench.ir.cost import Cost
 
 
-def cost(op: ir.Conv, shapes, programs=None) -> Cost:
+def cost(op: ConvForm, shapes, programs=None) -> Cost:
     """``programs``: output packs per program (:func:`programs`); default one each.  (An
     output drawn with a border: its textures hold the border, its programs draw the output's
     own pixels.)"""
-    op = form_of(op)
     w, h, _ = _output_texture(op, shapes)
     pixels, outputs = h * w, shapes[op.name][0] * shapes[op.name][1]
     if split.count(op) > 1:  # every stage's programs, one pack each
@@ -32,23 +30,22 @@ def cost(op: ir.Conv, shapes, programs=None) -> Cost:
                 texel_fetches=outputs * sum(n * fetches(op, packs)
                                             for n, packs in zip(copies, programs))
                 + sum(bw * bh for bw, bh, _ in border.values()),
-                texture_bytes=pixels * 4 * op.out_packs() * fixed16.textures_a_pack(op),
+                texture_bytes=pixels * 4 * op.out_packs() * op.textures_a_pack(),
                 programs=sum(copies) + len(border))
 
 
-def writers(op: ir.Conv, pack) -> int:
+def writers(op: ConvForm, pack) -> int:
     """Programs that write output pack ``pack`` (of a 2-channel program of a 16-bit output,
     one a half it has channels in; else one)."""
-    return len(split.halves(op, pack)) if fixed16.tensor_bits(op) == 16 else 1
+    return len(split.halves(op, pack)) if op.out_bits == 16 else 1
 
 
-def textures(op: ir.Conv, shapes) -> dict:
+def textures(op: ConvForm, shapes) -> dict:
     """Its output packs (two RGBA8 textures each where it is 16-bit), and a split op's partial
     sums: two RGBA8 textures an output pack and partial stage, of the output's size; a
     bordered op's copy of its input (:func:`~workbench.es2.ops.conv.padding.border_textures`)."""
-    op = form_of(op)
     out = {key: _output_texture(op, shapes)
-           for key in pack_textures(op.name, shapes, fixed16.textures_a_pack(op))}
+           for key in pack_textures(op.name, shapes, op.textures_a_pack())}
     if bordered(op):
         out.update(border_textures(op, shapes))
     h, w, _ = shapes[op.name]
@@ -66,9 +63,9 @@ def _output_texture(op, shapes) -> tuple[int, int, str]:
     return w + left + right, h + top + bottom, "f1"
 
 
-def origin(op: ir.Conv):
+def origin(op: ConvForm):
     """Where the output lies in its textures: ``(left, top)`` of its ``border_out``, or None."""
-    drawn = form_of(op).border_out
+    drawn = op.border_out
     return tuple(drawn[:2]) if drawn else None
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from workbench import ir
 from workbench.es2.emulate import F32, luma
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.form import LAST, form_of
+from workbench.es2.ops.conv.form import LAST, formed
 from workbench.es2.ops.conv.orders import emulated_terms, order_of
 from workbench.nets import activations, storage
 
@@ -18,17 +18,18 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     mediump: the arithmetic follows ``x``'s type), companded by its ``storage`` law, before
     the 8-bit store.
 
-    Summed as the shader sums, in the op's ``order`` (:data:`ORDERS`; a plain Conv: the
-    chain): the products are per tap and input pack of 4 channels ``mat4 * vec4`` (its 4
-    terms in channel order; a weight 0 where the channel is outside the output's group adds
-    exactly 0); a tap in the padding reads zeros, as the shader's masks make it.  The
-    residual is added after ``residual_after`` of the order's terms (0: to the bias first;
+    ``op``: a :class:`~.form.ConvForm`, or a plain Conv of an IR graph (its default form:
+    :func:`~.form.formed`; the emulator runs those too).  Summed as the shader sums, in the
+    op's ``order`` (:data:`ORDERS`; a plain Conv: the chain): the products are per tap and
+    input pack of 4 channels ``mat4 * vec4`` (its 4 terms in channel order; a weight 0 where
+    the channel is outside the output's group adds exactly 0); a tap in the padding reads
+    zeros, as the shader's masks make it.  The residual is added after ``residual_after`` of the order's terms (0: to the bias first;
     :data:`~workbench.es2.ops.conv.orders.LAST`: last), as the program adds it.  ``fast``: each
     stage's sums as matrix products instead, in float32 (:func:`_fast_sums`: the same values
     but for the last bits of the sums; a split conv's partial sums still stored in fixed
     point).
     """
-    op, F = form_of(op), np.float16 if np.asarray(x).dtype == np.float16 else F32
+    op, F = formed(op), np.float16 if np.asarray(x).dtype == np.float16 else F32
     if residual is not None and op.residual_scale is not None:  # (the shader's fetch * scale)
         residual = np.asarray(residual[..., :op.cout], F) * op.residual_scale.astype(F)
     padded, (oh, ow) = _padded(op, x)

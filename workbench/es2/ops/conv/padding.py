@@ -17,9 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
-from workbench.es2 import fixed16
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.form import form_of
 from workbench.es2.shaders import (Binding, Pass, coordinates, header, inside_mask, masked,
                                    uniform_declarations, window_varying)
 from workbench.glsl_text import glsl_vec
@@ -85,8 +83,9 @@ def producer_borders(graph: ir.Graph, options) -> dict:
     without a residual) other than the net's output, ``border_out`` for the producer (its
     output drawn with that border, zeros outside) and ``input_bordered`` for the reader (no
     copy); a layer that had either and no longer qualifies gets ``()`` / False.  Derived
-    anew each time: a producer's border always matches its reader's reading."""
-    makers = {op.name: form_of(op) if isinstance(op, ir.Conv) else op for op in graph.ops}
+    anew each time: a producer's border always matches its reader's reading.  (``graph``: as
+    prepared, its convolutions :class:`~.form.ConvForm`.)"""
+    makers = {op.name: op for op in graph.ops}
     readers, convs = graph.readers(), [op for op in makers.values() if isinstance(op, ir.Conv)]
     options = {name: dict(o) for name, o in (options or {}).items()}
     borders, bordered_inputs = {}, set()  # producer -> its border; the readers
@@ -96,7 +95,7 @@ def producer_borders(graph: ir.Graph, options) -> dict:
                 and border_offered(op) and window_border(op)
                 and isinstance(producer, ir.Conv) and producer.stride == 1
                 and not producer.residual and split.count(producer) == 1
-                and fixed16.tensor_bits(producer) == 8 and producer.name != graph.output
+                and producer.out_bits == 8 and producer.name != graph.output
                 and [r.name for r in readers[op.input]] == [op.name]):
             borders[producer.name] = window_border(op)
             bordered_inputs.add(op.name)
@@ -132,7 +131,7 @@ def border_textures(op, shapes) -> dict:
     (oh, ow, _), c = shapes[op.name], shapes[op.input][2]
     size = ((ow - 1) * op.stride + op.size, (oh - 1) * op.stride + op.size, "f1")
     return {(border_tensor(op), i): size
-            for i in range(ir.packs(c) * fixed16.textures_a_pack(op, "input"))}
+            for i in range(ir.packs(c) * op.textures_a_pack("input"))}
 
 
 def border_passes(op, shapes, precision) -> list[Pass]:

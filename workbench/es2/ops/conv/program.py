@@ -75,7 +75,7 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     order, weights = order_of(op), mode.weights
     if partial:
         channels, order, weights = stage.components, "chain", "literals"
-    wide = fixed16.tensor_bits(op) == 16 and not partial
+    wide = op.out_bits == 16 and not partial
     _check(packs, channels, half, wide, order, weights)
     constants = Weights(weights)
     every = op.input_packs(packs[0])
@@ -127,7 +127,7 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     body += place_residual(terms, dict(zip(sums, fetched)), after, order)
     body += stores(op, packs, sums, stage if partial else None, channels if wide else False)
     sixteen = parts or partial or wide or any(
-        fixed16.tensor_bits(op, t) == 16 for t in ("input", "residual"))
+        op.bits(t) == 16 for t in ("input", "residual"))
     source = (header(mode.precision, many) + (fixed16.GLSL if sixteen else "")
               + uniform_declarations(samplers, vectors,
                                      out_texel=texel == OUT_TEXEL and bool(parts or residuals))
@@ -212,7 +212,7 @@ def reads(op: ir.Conv, tensor, packs, samplers, border=False):
         name = border_tensor(op)
     fetches, names, bindings = [], [], []
     for sampler, pack in zip(samplers, packs):
-        if fixed16.tensor_bits(op, tensor) == 16:
+        if op.bits(tensor) == 16:
             pair = (sampler, sampler + "b")
             names += pair
             bindings += [Binding(pair[0], name, 2 * pack), Binding(pair[1], name, 2 * pack + 1)]

@@ -26,7 +26,6 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2 import fixed16
-from workbench.es2.ops.conv.form import form_of
 from workbench.es2.limits import LimitError, fits
 from workbench.glsl_text import glsl_float
 
@@ -57,13 +56,13 @@ class Stage:
     def units(self, op) -> int:
         """Texture units of its program: its run's input packs' textures, the partial sums it
         starts from and, in the last stage, the residual's."""
-        return len(self.positions) * fixed16.textures_a_pack(op, "input") \
+        return len(self.positions) * op.textures_a_pack("input") \
             + _extra_inputs(self, op)
 
     def fetches(self, op) -> int:
         """Texel fetches a fragment of its program: each input pack's textures once a tap,
         one texel of each partial-sum texture and of the residual's."""
-        return self.taps(op) * len(self.positions) * fixed16.textures_a_pack(op, "input") \
+        return self.taps(op) * len(self.positions) * op.textures_a_pack("input") \
             + _extra_inputs(self, op)
 
     def taps(self, op) -> int:
@@ -90,7 +89,6 @@ def partial_tensor(op, index) -> str:
 def count(op) -> int:
     """The stages of ``op``: its ``split`` times its ``row_split`` (1 for an op compiled
     whole)."""
-    op = form_of(op)
     return op.split * op.row_split
 
 
@@ -109,7 +107,7 @@ def stages(op, split=None, row_split=None) -> list[tuple[tuple[int, ...], tuple[
     """``(positions, rows)`` of each stage in order: the output pack's input packs in
     ``split`` runs (default the op's own), each run's kernel rows in ``row_split`` bands
     (default the op's own), the run's bands one after the other."""
-    split, row_split = split or form_of(op).split, row_split or form_of(op).row_split
+    split, row_split = split or op.split, row_split or op.row_split
     return [(run, rows) for run in runs(packs_per_output(op), split)
             for rows in runs(op.size, row_split)]
 
@@ -134,7 +132,7 @@ def halves(op, pack) -> list[int]:
 def _extra_inputs(stage: Stage, op) -> int:
     """Texture units (and fetches a fragment) a stage needs beyond its input packs: the
     partial sums it starts from, and the residual's textures in the last stage."""
-    residual = fixed16.textures_a_pack(op, "residual") if stage.last and op.residual else 0
+    residual = op.textures_a_pack("residual") if stage.last and op.residual else 0
     return (0 if stage.index == 0 else (1 if stage.half is not None else 2)) + residual
 
 
@@ -142,7 +140,7 @@ def shift(op) -> int:
     """The power of 2 the partial sums are stored times: the largest that keeps their bound
     under 127, at most 15: :func:`weight_bound`, or where a calibration measured a lower one
     (``partial_bound``, :func:`workbench.es2.ops.conv.measured`), that."""
-    bound = min(weight_bound(op), form_of(op).partial_bound or np.inf)
+    bound = min(weight_bound(op), op.partial_bound or np.inf)
     return int(min(15, np.floor(np.log2(127.0 / max(bound, 2.0 ** -15)))))
 
 
@@ -234,7 +232,6 @@ def finer_rows(op, row_split=None) -> int | None:
     """The next ``row_split`` of ``op`` (from ``row_split``, default its own) that narrows
     its widest band of kernel rows, where its stages hold one input pack each (or it has
     one); None where they hold more, or one row each."""
-    op = form_of(op)
     now = row_split or op.row_split
     if op.split < packs_per_output(op):
         return None
