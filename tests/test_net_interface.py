@@ -85,3 +85,10 @@ def test_emulate_predicts_run_or_says_it_cannot(compiled, image):
         return
     gpu(name)  # (its 8-bit levels: the two divide by 255 in their own float order)
     assert np.array_equal(np.round(net.emulate(image) * 255), np.round(net.run(image) * 255))
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_an_unknown_option_is_refused_as_python_does(name, model):
+    with pytest.raises(TypeError, match=r"^compile\(\) got an unexpected keyword argument "
+                                        r"'tiles'$"):
+        BACKENDS[name].compile(model, tiles=True)

@@ -22,10 +22,11 @@ from workbench import ir
 from workbench.es2 import drivers, emulate, fixed16, limits, mediump, plan, saved
 from workbench.es2.ops import conv
 from workbench.es2.ops.conv.padding import producer_borders
+from workbench.es2.options import Options
 from workbench.es2.record import record
 from workbench.es2.runner import Runner
 from workbench.es2.shaders import VERTEX_SHADER, Pass, constant_textures, generate, programs
-from workbench.files import write_folder
+from workbench.folders import write_folder
 
 
 class Net:
@@ -151,7 +152,7 @@ class Net:
     def save(self, directory, force=False):
         """Write :meth:`files` into the folder ``directory`` at once (a save interrupted over
         an older one leaves that intact); a folder the workbench did not write is replaced
-        only with ``force`` (see :func:`workbench.files.write_folder`)."""
+        only with ``force`` (see :func:`workbench.folders.write_folder`)."""
         return write_folder(directory, self.files(), force)
     def files(self) -> dict:
         """The saved net, ``{file name: content}`` (:func:`workbench.es2.saved.files`)."""
@@ -178,10 +179,8 @@ def output_spec(graph: ir.Graph) -> dict:
     return {"tensor": graph.output, "packs": ir.packs(c), "kind": "image", "channels": c}
 
 
-def compile(model, target: limits.Target | str | None = None, *, luma_input=None,
-            dense="fixed16", mediump_warn_db=None, check_driver=False, fit=False, tune=False,
-            shared=False, calibration=None, headroom=None, scaled_bits=16, mean=None,
-            std=None, check=None, force=False) -> Net:
+def compile(model, target: limits.Target | str | None = None, options: Options | None = None,
+            **keywords) -> Net:
     """Keras or ONNX model -> IR -> limits check -> passes.
 
     ``target``: what to compile for, a :class:`workbench.es2.limits.Target` (the device's
@@ -189,68 +188,29 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     ``Target.of(device, precision, draw_buffers)`` checks them once), or for short a device
     profile's name (``"videocore4"``, see :data:`workbench.es2.limits.PROFILES`), meaning
     ``Target.of(name)`` (its precision and render targets); default ``Target()``: the
-    :data:`~workbench.es2.limits.ES2` limits, highp, one render target.  ``dense``: number
-    format of a final Dense layer, ``"fixed16"`` or ``"float"`` (see
-    :class:`workbench.es2.ops.dense.Gemv`).  ``mediump_warn_db``: warn
-    (:class:`workbench.es2.mediump.MediumpWarning`) when on a float16-mediump GPU an op's
-    output is predicted below this PSNR against highp.  ``check_driver``: compile every
-    program with the device's own compiler (its Mesa driver on a drm-shim,
-    :mod:`workbench.es2.drivers`; ``True``: the profile's ``driver``, or a driver's name,
-    ``"vc4"``) and refuse, naming program, driver and message, what it refuses; ``fit``:
-    instead split the refused layers' programs until it takes them (``net.changes`` says
-    what changed);
-    ``tune``: fit, then keep the form of each layer's programs that the driver runs fastest
-    by its own numbers (:func:`workbench.es2.drivers.tune`; ``True``: its estimated cycles
-    where it gives them, vc4, else its instructions; or the count's name,
-    :data:`workbench.es2.drivers.COUNTS`: ``"two threads"`` for a vc4 program's instructions
-    or its estimated cycles over its two threads, whichever is longer).  ``shared``: the
-    weights of each layer whose programs can hold them as uniform arrays set at each draw, so
-    that one program serves every layer of its shape (fewer programs to compile; the same
-    bytes).
-    ``calibration``: the images on which the ranges of unbounded tensors (a ReLU's, a linear
-    add's) are measured, which are then stored with a scale (:mod:`workbench.es2.calibrate`):
-    HxWxC arrays in [0, 1], or a source as :func:`workbench.data.calibration.images` reads it
-    (``"cifar10:100"``, a folder, a glob; a fifth of them, from 10 on, held back for the
-    check); default the built-in samples (:func:`workbench.es2.samples.test_images`, with a
-    warning that says so).  ``headroom``: the share of each channel's calibrated span kept
-    past its measured ends (default :data:`workbench.es2.calibrate.HEADROOM`).  ``mean``,
-    ``std``: the exporter's input normalisation, as torchvision writes it (per channel, on
-    [0, 1] pixels), prepended to the model (:func:`workbench.nets.normalise.normalised`).
-    ``check``: run the net (the emulator) against the model's reference runtime on the
-    calibration images (:mod:`workbench.es2.reference`; ``net.reference``); default where the
-    net was calibrated (the samples' warning then says so) or its output image clamped to
-    [0, 1] (:func:`workbench.es2.calibrate.images_clamped`); below its bound the net is
-    refused in one line unless ``force``.  ``scaled_bits``: 16 stores such a tensor (a
-    ReLU6's y / 6 too) in 16-bit fixed point, two RGBA8 textures a pack, where only
-    convolutions read it and the shaders are highp (:func:`workbench.es2.ops.conv.wide_tensors`:
-    twice the fetches and draws of those layers; the MobileNetV2-style net's GPU top-1 =
-    TF's on 98.6 -> 99.4 % of 500 CIFAR-10 images); 8 in one RGBA8 texture a pack."""
+    :data:`~workbench.es2.limits.ES2` limits, highp, one render target.  ``options``: how
+    (:class:`workbench.es2.Options`, where each is documented; default ``Options()``);
+    ``keywords``: its fields for short, over those of ``options`` (``compile(model,
+    tune=True)``; an unknown one: TypeError, as Python's)."""
     from workbench.es2 import calibrate, reference
     from workbench.nets.normalise import normalised
 
-    if not isinstance(tune, bool) and tune not in drivers.COUNTS:
-        raise ValueError(f"tune must be True, False or one of {', '.join(drivers.COUNTS)}, "
-                         f"not {tune!r}")
-    if dense not in ("fixed16", "float"):
-        raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
-    if scaled_bits not in (8, 16):
-        raise ValueError(f"scaled_bits must be 8 or 16, not {scaled_bits!r}")
-    for name, value in {"fit": fit, "shared": shared, "force": force, "check": check}.items():
-        if not isinstance(value, bool) and not (name == "check" and value is None):
-            raise ValueError(f"{name} must be True or False, not {value!r}")
+    opts = Options.of(options, keywords)
     target = _target(target)
     table = target.limits
-    model = normalised(model, mean, std)
-    graph = source = ir.from_model(model, luma_input=luma_input)  # (the float graph: the check's)
+    model = normalised(model, opts.mean, opts.std)
+    graph = source = ir.from_model(model, luma_input=opts.luma_input)  # (the check's: float)
     graph = calibrate.images_clamped(graph)
     calibrated = calibrate.needed(graph)
-    check = (calibrated or graph is not source) if check is None else check
+    check = (calibrated or graph is not source) if opts.check is None else opts.check
     checked = calibrated or check
+    calibration = opts.calibration
     if checked and isinstance(calibration, (str, Path)):  # a source's files, listed once
         from workbench.data import calibration as sources
         calibration = sources.Listed(calibration, *sources.listed(calibration))
+    storage = {"dense": opts.dense}
     if graph.input_size:  # its programs, and the images below at that size: before any is made
-        plan.require_memory(prepared(graph, table, {"dense": dense}), graph.input_size,
+        plan.require_memory(prepared(graph, table, storage), graph.input_size,
                             "give a smaller --input-size",
                             plan.COMPILE_CHECKED if checked else ("programs",),
                             image_count(calibration) if checked else 0)
@@ -267,18 +227,17 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
                           "give some (--calibration cifar10:100, a folder or a glob)",
                           CalibrationWarning, stacklevel=2)
         used = images[:len(images) - held]
-        graph, stored = calibrate.calibrated(
-            graph, used, calibrate.HEADROOM if headroom is None else headroom)
+        graph, stored = calibrate.calibrated(graph, used, opts.calibration_headroom)
         graph = conv.measured(graph, used)
-    if scaled_bits == 16 and target.precision == "highp":  # (float16 cannot hold its codes)
+    if opts.scaled_bits == 16 and target.precision == "highp":  # (float16 cannot hold its codes)
         graph = conv.widened(graph, conv.wide_tensors(graph, table))
-    graph = prepared(graph, table, {"dense": dense})
+    graph = prepared(graph, table, storage)
     limits.check(graph, table)
-    if mediump_warn_db is not None:
-        mediump.warn_below(graph, mediump_warn_db)
+    if opts.mediump_warn_db is not None:
+        mediump.warn_below(graph, opts.mediump_warn_db)
 
     base = {op.name: {"weights": "uniforms"} for op in graph.ops
-            if shared and "weights" in drivers.layer_options(op)}
+            if opts.shared and "weights" in drivers.layer_options(op)}
 
     def passes_with(layer_options=None):
         options = {name: {**base.get(name, {}), **(layer_options or {}).get(name, {})}
@@ -288,36 +247,30 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         return passes
 
     changes = []
-    fit = fit or tune
+    check_driver, tune = opts.check_driver, opts.tune
+    fit = opts.fit or tune
     gpu = (check_driver if isinstance(check_driver, str) else table.driver) \
         if (check_driver or fit) else None
     if (check_driver or fit) and gpu is None:
         raise ValueError(f"device {table.name!r} names no driver to check with; name one "
                          "(check_driver='vc4') or a device profile that has one")
     if fit:
-        passes, _, changes, options = drivers.fit(graph, passes_with, gpu)
+        passes, _, changes, layers = drivers.fit(graph, passes_with, gpu)
         if tune:
-            passes, _, tuned, options = drivers.tune(graph, passes_with, gpu, options,
-                                                     None if tune is True else tune)
+            passes, _, tuned, layers = drivers.tune(graph, passes_with, gpu, layers,
+                                                    None if tune is True else tune)
             changes += tuned
-        graph = drivers.ordered(graph, options)
+        graph = drivers.ordered(graph, layers)
     else:
         passes = passes_with()
         if gpu:
             drivers.require(Net(graph, passes, target), gpu)
     net = Net(graph, passes, target)
     net.changes = changes
-    net.plan = {"limits": table.name, "precision": target.precision,
-                "draw_buffers": target.draw_buffers, "tune": tune, "fit": fit,
-                "shared": bool(shared), "scaled_bits": scaled_bits, "dense": dense,
-                "mean": None if mean is None else [float(v) for v in np.ravel(mean)],
-                "std": None if std is None else [float(v) for v in np.ravel(std)],
-                "calibration": described if calibrated else None,
-                "headroom": (calibrate.HEADROOM if headroom is None else headroom)
-                if calibrated else None}
+    net.plan = opts.plan(target, described if calibrated else None)
     if check:
         net.reference = reference.require(
-            reference.check(model, source, net, images, held, described, stored), force)
+            reference.check(model, source, net, images, held, described, stored), opts.force)
     return net
 
 

@@ -2,9 +2,11 @@
 (:class:`workbench.es2.Net`) and ES 3.1 (:class:`workbench.es31.Net`) alike, so that a study
 or a test takes either.
 
-Each back end's package also has ``compile(model, target=None, *, options) -> Net`` (a Keras
+Each back end's package also has ``compile(model, target=None, **options) -> Net`` (a Keras
 or ONNX model, its own ``Target``: ``es2.Target``, ``es31.Target``; default the back end's
-minimum) and ``load(directory) -> Net`` (a folder :meth:`Net.save` wrote).  Images are HxWxC
+minimum; its options as keywords, an unknown one refused as Python refuses a function's:
+TypeError; ES 2.0's also as one ``es2.Options``) and ``load(directory) -> Net`` (a folder
+:meth:`Net.save` wrote).  Images are HxWxC
 float in [0, 1] (HxWx3 RGB for luma nets); an output is an image or the logits, float32.
 """
 from __future__ import annotations
