@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 # Lowest first; a unit imports only from its own unit and from lower layers.  Units of one
 # layer do not import each other (the back ends es2 and es31).
 LAYERS = [
-    {"files", "tables", "timings", "glsl_text", "references", "figures", "quiet"},
+    {"files", "folders", "tables", "timings", "glsl_text", "references", "figures", "quiet"},
     {"gl"},
     {"data"},
     {"nets"},
@@ -285,6 +285,21 @@ _FIELDS = [{f.name for f in dataclasses.fields(t)} for t in ir.OP_TYPES.values()
 KIND_FIELDS = set.union(*_FIELDS) - set.intersection(*_FIELDS)
 
 
+def form_fields() -> set[str]:
+    """The fields a back end's prepared form adds to its IR op (es2's ConvForm: ``split``,
+    ``order``, ``out_bits``, ...; Gemv: ``number``, ``block``, ...): asking an op for one by
+    getattr / hasattr asks whether it is formed, which its type answers (prepare forms every
+    op of it); only the op records read those fields."""
+    from workbench.es2.record import RECORDS
+
+    return set().union(*({f.name for f in dataclasses.fields(r.prepared)}
+                         - {f.name for f in dataclasses.fields(ir_type)}
+                         for ir_type, r in RECORDS.entries.items() if r.prepared))
+
+
+PROBED_FIELDS = KIND_FIELDS | form_fields()
+
+
 # Where, outside the homes of op-type tests, an op is asked for a field whose name a variable
 # holds (``getattr(op, name)``), and why the name is always one the op has.
 VARIABLE_PROBE_HOMES = {
@@ -292,8 +307,6 @@ VARIABLE_PROBE_HOMES = {
     "activation_slope, activation_zero) of the op whose activation it is (a Conv, an Add)",
     "workbench/web/tfjs.py": "the same PRelu parameters for the peer, None where an Add has "
     "no activation_zero (calibration makes a stored Add a Conv)",
-    "workbench/es2/fixed16.py": "an ES 2.0 program form's bits (BITS: a ConvForm's out_bits, "
-    "in_bits, residual_bits), not an IR kind's field; 8 for any other op",
 }
 
 
@@ -306,10 +319,11 @@ def _probes(path: Path):
 
 
 def attribute_probes(path: Path) -> list[int]:
-    """Lines of ``path`` that probe an op for another kind's field: ``getattr(op,
-    "chroma_from", None)``, ``hasattr(op, "interpolation")``."""
+    """Lines of ``path`` that probe an op for another kind's field, or a prepared form's:
+    ``getattr(op, "chroma_from", None)``, ``hasattr(op, "interpolation")``, ``getattr(op,
+    "split", 1)``."""
     return [node.lineno for node in _probes(path)
-            if isinstance(node.args[1], ast.Constant) and node.args[1].value in KIND_FIELDS]
+            if isinstance(node.args[1], ast.Constant) and node.args[1].value in PROBED_FIELDS]
 
 
 def variable_probes(path: Path) -> list[int]:
@@ -322,12 +336,14 @@ def variable_probes(path: Path) -> list[int]:
 
 def test_no_attribute_probes_outside_the_op_records():
     """An op or its record answers "RGB output?", "nearest?", "what do you read?" (issue
-    41): nothing outside the homes of op-type tests probes an op for a field of some kinds."""
+    41): nothing outside the homes of op-type tests probes an op for a field of some kinds,
+    or for a field of the back end's form of it (issue 59: prepare forms every op)."""
     root = PACKAGE.parent
     probed = {p.relative_to(root).as_posix(): attribute_probes(p) for p in PACKAGE.rglob("*.py")}
     outside = {p: lines for p, lines in probed.items() if lines and not p.startswith(OP_TYPE_HOMES)}
     assert not outside, f"ops probed for another kind's field outside the op records: {outside}"
     assert {"chroma_from", "interpolation", "anchor", "kernel"} <= KIND_FIELDS
+    assert {"split", "order", "out_bits", "zero_border", "number", "block"} <= PROBED_FIELDS
     assert "name" not in KIND_FIELDS and "input" not in KIND_FIELDS  # every op has them
 
 
@@ -348,6 +364,10 @@ def test_the_attribute_probe_checker_finds_each_form(tmp_path):
     bad.write_text('a = getattr(op, "chroma_from", None)\nb = hasattr(op, "interpolation")\n'
                    'c = getattr(op, "name")\nd = op.anchor\ne = getattr(op, "anchor")\n')
     assert attribute_probes(bad) == [1, 2, 5]
+    bad.write_text('a = getattr(op, "split", 1)\nb = hasattr(op, "order")\n'
+                   'c = getattr(op, "out_bits", 8)\nd = op.split\n'
+                   'e = getattr(op, "number", None)\n')
+    assert attribute_probes(bad) == [1, 2, 3, 5]
     bad.write_text('a = getattr(op, name)\nb = hasattr(op, f.name)\nc = getattr(op, "x", 1)\n'
                    'd = getattr(self, name)\ne = getattr(op, FIELDS[k], None)\n')
     assert variable_probes(bad) == [1, 2, 5]
@@ -359,3 +379,37 @@ def test_the_op_type_checker_finds_each_form(tmp_path):
                    "a = isinstance(op, ir.Conv)\nb = isinstance(op, (int, Dense))\n"
                    "c = {ir.DepthToSpace: 1}\nd = type(op) is ir.Dense\ne = isinstance(op, int)\n")
     assert op_type_tests(bad) == [3, 4, 5, 6]
+
+
+MAX_PARAMETERS = 10
+
+
+def parameter_counts(path: Path) -> list[tuple[str, int, int]]:
+    """``(function, line, parameters)`` of every function of ``path``: ``self`` and ``cls``
+    not counted, ``*args`` and ``**kwargs`` one each."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+            count = len(names) - (names[:1] in (["self"], ["cls"])) + (a.vararg is not None) \
+                + (a.kwarg is not None)
+            found.append((node.name, node.lineno, count))
+    return sorted(found, key=lambda f: f[1])
+
+
+def test_no_function_takes_more_than_ten_parameters():
+    """Issue 59: what belongs together travels as one value (``es2.Options``,
+    ``pipeline.Places``) rather than as a long list of parameters."""
+    root = PACKAGE.parent
+    over = {f"{p.relative_to(root).as_posix()}:{name}": f"line {line}: {count} parameters"
+            for p in sorted(PACKAGE.rglob("*.py")) for name, line, count in parameter_counts(p)
+            if count > MAX_PARAMETERS}
+    assert not over, f"functions over {MAX_PARAMETERS} parameters: {dict(sorted(over.items()))}"
+
+
+def test_the_parameter_counter_counts_each_kind(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("class A:\n    def f(self, a, /, b, *c, d, **e): pass\n"
+                   "    def g(cls): pass\ndef h(x, y=1): pass\nasync def k(*a): pass\n")
+    assert parameter_counts(bad) == [("f", 2, 5), ("g", 3, 0), ("h", 4, 2), ("k", 5, 1)]
