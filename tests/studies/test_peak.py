@@ -31,6 +31,31 @@ def test_the_peak_shader_does_the_multiply_adds_it_counts():
     assert peak.multiply_adds_per_fragment(12) == 4 * 12
 
 
+def test_the_forms_do_the_work_they_count():
+    body = peak.mat4_source(products=5).split("void main() {")[1]
+    products = re.findall(r"s \+= mat4\(([^)]*)\) \* v;", body)
+    weights = [w for line in products for w in line.split(", ")]
+    assert len(products) == 5 and len(weights) == 5 * 16 == len(set(weights))  # each used once
+    assert body.count("*") == 5
+    fetches = peak.fetch_source(fetches=12).split("void main() {")[1]
+    assert fetches.count("texture2D(u_t, ") == 12
+    assert {name: macs for name, (_, macs) in peak.FORMS.items()} == {
+        "1 chain": 1024, "4 chains": 1024, "mat4 literals": 1024, "64 fetches": 0}
+
+
+def test_a_fetch_costs_its_time_in_multiply_adds_of_the_mat4_form():
+    side, fetches = peak.SIDE ** 2, peak.FETCHES  # fetch draw 2x the mat4 draw's time
+    cost = peak.fetch_cost({peak.MAT4_FORM: [10.0, 20.0, 30.0], peak.FETCH_FORM: [40.0] * 3})
+    assert cost["ns"] == pytest.approx(40e6 / (side * fetches))
+    assert cost["macs"] == pytest.approx(2 * 1024 / fetches)  # 32 multiply-adds a fetch
+    forms = {name: peak.summary([20.0] * 3, side * macs, "here") if macs else {"runs_ms": [40.0]}
+             for name, (_, macs) in peak.FORMS.items()}
+    text = peak.forms_text({**forms[peak.PEAK_FORM], "forms": forms, "fetch": cost})
+    assert "1 chain 53.7, 4 chains 53.7, mat4 literals 53.7" in text  # 1.07 G in 20 ms
+    assert "32 multiply-adds of the mat4 form" in text
+    assert peak.forms_text(forms[peak.PEAK_FORM]) is None  # a peak without forms
+
+
 def test_a_summary_is_the_rate_at_the_median_and_quartile_times():
     s = peak.summary([10.0, 20.0, 40.0, 20.0, 30.0], 2e8, "here")
     assert s["gmacs"] == pytest.approx(10.0)  # 0.2 G in 20 ms

@@ -340,12 +340,14 @@ def peak_note(r) -> str:
     native = r["gl_peak"]
     where = (f"the peak of WebGL on {GL_NAMES[r['gl']]} measured in the page, "
              f"{peak.peak_text(r['peak'])}" if "peak" in r else "no peak (none measured)")
+    forms = peak.forms_text(r["peak"]) if "peak" in r else None
     return (f"GMAC/s: the net's {r['multiply_adds'] / 1e9:.3f} G multiply-adds an image "
             f"over the median; % of peak: of {where}, every row alike (for the WASM and CPU "
             "rows a yardstick of the same CPU, every core through the GL's JIT, not a peak of "
             f"their own). The peak: a plain fragment shader, {native['shader']} "
             "(workbench.studies.peak); the same shader natively, moderngl on "
-            f"{native['where']}: {peak.peak_text(native)}.")
+            f"{native['where']}: {peak.peak_text(native)}."
+            + (f" In the page, {forms}." if forms else ""))
 
 
 def save_results(directory, results) -> list[dict]:
