@@ -234,7 +234,7 @@ def _report(args):
 
 
 def _drivers(args):
-    from workbench import es2, ir
+    from workbench import es2
     from workbench.gl.drivers import driver
     from workbench.nets.models import is_name, load_model, load_named, named
     from workbench.nets.normalise import normalised
@@ -257,9 +257,8 @@ def _drivers(args):
             else:  # a user's net: the Pi's time at its own size (256x256 where it has none)
                 model = normalised(load_model(name), mean, std)
                 models[Path(name).stem] = (model, options)
-                h, w = ir.from_model(model).input_size or (256, 256)
-                if h == w:
-                    sizes[Path(name).stem] = ("model", h)
+                if side := compilers.pi_side(model):
+                    sizes[Path(name).stem] = ("model", side)
         sizes.update({n: s for n, s in compilers.PI_SIZES.items() if n in models})
         compilers.run(models, names, args.out, sizes)
     return 0

@@ -198,6 +198,16 @@ def stored_fits(clock_from="documented", path=PI_FITS) -> dict:
     return fits
 
 
+def pi_side(model) -> int | None:
+    """The side of the square input a user's ``model`` (Keras or ONNX) is predicted at on the
+    Pi: its own fixed size, 256 where it has none (an SR net), None where its fixed input is
+    not square."""
+    from workbench import ir
+
+    h, w = ir.from_model(model).input_size or (256, 256)
+    return h if h == w else None
+
+
 def calibrated_ms(fit, clocks, draws) -> float:
     """``a * clocks / MHz + d * draws``: a fit's ms for ``clocks`` V3D clocks in ``draws``
     draws."""

@@ -119,9 +119,9 @@ def target_compilers(model, label, drivers, out, options=None) -> dict | None:
     if why or not drivers:
         print(f"target compilers skipped: {why or 'no driver_targets'}")
         return None
-    side = model.input_shape[1] or 256  # an SR net: the Pi at 256x256; a classifier its size
     results = compilers.compile_nets({label: (model, options or {})}, drivers)
-    return compilers.save_results(out, results, pi_sizes={label: ("model", side)})
+    side = compilers.pi_side(model)
+    return compilers.save_results(out, results, pi_sizes={label: ("model", side)} if side else {})
 
 
 def publish(net, model, out) -> dict:
