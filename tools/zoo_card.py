@@ -19,6 +19,7 @@ from pathlib import Path
 import workbench  # noqa: F401  (TF settings first)
 from workbench import es2
 from workbench.data import datasets
+from workbench.es2.ops.conv import ConvForm
 from workbench.files import project_root
 from workbench.nets import zoo
 from workbench.nets.models import load_model
@@ -51,7 +52,7 @@ def measure(path, images, labels, calibration, scaled_bits) -> dict:
             "max_probability_difference": result["max_logit_diff_gpu_tf"],
             "programs": len(net.passes),
             "split_layers": {op.name: op.split for op in net.graph.ops
-                             if getattr(op, "split", 1) > 1}}
+                             if isinstance(op, ConvForm) and op.split > 1}}
 
 
 def main(argv=None):

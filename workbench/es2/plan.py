@@ -82,8 +82,8 @@ def memory_bytes(graph: ir.Graph, hw, parts=("GL textures", "emulator", "referen
     sizes = {"GL textures": sum(texture_bytes(*t) for t in textures(graph, hw).values()),
              "emulator": 4 * values + images * (4 * h * w * c + 12 * values + 48 * largest),
              "reference": 4 * values * max(images, 1),
-             "programs": sum(op.source_bytes(shapes) for op in graph.ops
-                             if hasattr(op, "source_bytes"))}
+             "programs": sum(record(op).source_bytes(op, shapes) for op in graph.ops
+                             if record(op).source_bytes)}
     return {part: sizes[part] for part in parts}
 
 

@@ -68,6 +68,8 @@ class OpRecord:
     prepared: type | None = None
     origin: Callable | None = None
     bits: Callable | None = None
+    source_bytes: Callable | None = None  # (op, shapes) -> bytes of its programs' text
+    #   that grow with the input (plan.memory_bytes); None: none do
 
 
 RECORDS = Table("the ES 2.0 back end")  # IR op type -> its OpRecord

@@ -37,7 +37,7 @@ def receptive_field(graph: ir.Graph) -> int:
         grid = record(op).tile(op, step, reach)
         if grid is None:
             raise ValueError(f"layer {op.name!r}: tiling needs stride-1 'same' convolutions and "
-                             f"depth-to-space; this {type(op).__name__} changes the pixel grid")
+                             f"depth-to-space; this {record(op).name} changes the pixel grid")
         step[op.name], reach[op.name] = grid
     return math.ceil(reach[graph.output])
 

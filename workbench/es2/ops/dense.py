@@ -337,4 +337,4 @@ def tile(op: ir.Dense, step, reach):
 RECORD = register(ir.Dense, OpRecord(
     "Dense", passes=passes, apply=apply, check=check, cost=cost, tile=tile, textures=textures,
     constants=constants, stored=stored, output=output, output_spec=output_spec,
-    saturated=saturated, prepare=prepare, prepared=Gemv))
+    saturated=saturated, prepare=prepare, prepared=Gemv, source_bytes=Gemv.source_bytes))
