@@ -79,12 +79,13 @@ def memory_bytes(graph: ir.Graph, hw, parts=("GL textures", "emulator", "referen
     values = sum(h * w * c for h, w, c in shapes.values())
     largest = max(h * w * c for h, w, c in shapes.values())
     h, w, c = shapes[graph.input.name]
-    sizes = {"GL textures": sum(texture_bytes(*t) for t in textures(graph, hw).values()),
-             "emulator": 4 * values + images * (4 * h * w * c + 12 * values + 48 * largest),
-             "reference": 4 * values * max(images, 1),
-             "programs": sum(record(op).source_bytes(op, shapes) for op in graph.ops
-                             if record(op).source_bytes)}
-    return {part: sizes[part] for part in parts}
+    sizes = {"GL textures": lambda: sum(texture_bytes(*t) for t in textures(graph, hw).values()),
+             "emulator": lambda: 4 * values + images * (4 * h * w * c + 12 * values
+                                                        + 48 * largest),
+             "reference": lambda: 4 * values * max(images, 1),
+             "programs": lambda: sum(record(op).source_bytes(op, shapes) for op in graph.ops
+                                     if record(op).source_bytes)}
+    return {part: sizes[part]() for part in parts}  # (only the parts asked for)
 
 
 COMPILE_CHECKED = ("GL textures", "emulator", "reference", "programs")  # (compile's parts)
