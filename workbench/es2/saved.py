@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 
 from workbench import ir
+from workbench.ir import entries
 from workbench.es2 import limits, plan
 from workbench.es2.ops.conv.orders import LAST
 from workbench.es2.record import record, record_of_type
@@ -75,15 +75,7 @@ def files(graph: ir.Graph, passes: list[Pass], target: limits.Target, check=None
               for name, rows in p.arrays.items()}  # vec4 uniform arrays
     files.update({name: content_bytes(name, rows) for name, rows in arrays.items()})
     files["vertex.glsl"] = VERTEX_SHADER
-    weights, ops = {}, []
-    for op in graph.ops:
-        desc = {"type": record(op).name}
-        for key, value in vars(op).items():
-            if isinstance(value, np.ndarray):
-                weights[f"{op.name}/{key}"] = value
-            else:
-                desc[key] = value
-        ops.append(desc)
+    ops, weights = entries.op_entries(graph.ops, lambda op: record(op).name)
     files["weights.npz"] = content_bytes("weights.npz", weights)  # the bytes hashed
     constants = {}
     for key, data in constant_textures(graph).items():  # as uploaded (HxWx4)
@@ -183,44 +175,20 @@ def _verified(directory: Path, manifest: dict) -> dict[str, bytes]:
     return data
 
 
-def _arrays(data: bytes, path: Path):
-    """The arrays of a ``weights.npz`` (a dict), or the array of a ``.npy``; pickled objects
-    are refused, naming the file."""
-    import io
-    import zipfile
-
-    try:
-        if path.suffix == ".npy":
-            return np.load(io.BytesIO(data), allow_pickle=False)
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return dict(npz)
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
-        raise ValueError(f"{path}: not arrays of numbers the workbench loads ({err}); "
-                         "pickled objects are refused") from None
-
-
 def _read(directory: Path, manifest: dict):
     if manifest["precision"] not in PRECISIONS:
         raise ValueError(f"{directory / 'manifest.json'}: precision {manifest['precision']!r} "
                          f"unknown; {' or '.join(PRECISIONS)}")
     data = _verified(directory, manifest)
-    weights = _arrays(data["weights.npz"], directory / "weights.npz")
+    weights = entries.arrays(data["weights.npz"], directory / "weights.npz")
     ops = []
-    for desc in manifest["ops"]:
-        kind = ir.OP_TYPES.get(desc.pop("type"))
-        if kind is None:
-            raise ValueError(f"{directory / 'manifest.json'}: layer {desc.get('name')!r} has an "
-                             f"op type this workbench does not know; known: "
-                             f"{', '.join(ir.OP_TYPES)}")
-        arrays = {k.split("/", 1)[1]: v for k, v in weights.items()
-                  if k.split("/", 1)[0] == desc["name"]}
-        for key in ("input_order", "padding", "border_out"):  # JSON lists back to tuples
-            if isinstance(desc.get(key), list):
-                desc[key] = tuple(desc[key])
-        if "residual_first" in desc:  # folders saved before residual_after: first or last
-            desc["residual_after"] = 0 if desc.pop("residual_first") else LAST
+    for entry in manifest["ops"]:
+        kind = entries.op_type(entry, directory / "manifest.json")
+        fields = entries.op_fields(entry, weights)
+        if "residual_first" in fields:  # folders saved before residual_after: first or last
+            fields["residual_after"] = 0 if fields.pop("residual_first") else LAST
         kind = record_of_type(kind).prepared or kind  # with the back end's choices
-        ops.append(kind(**desc, **arrays))
+        ops.append(kind(**fields))
     size = manifest.get("input_size")
     graph = ir.Graph(ir.Input(**manifest["input"]), ops, manifest["output"], manifest["name"],
                      tuple(size) if size else None)
@@ -230,7 +198,7 @@ def _read(directory: Path, manifest: dict):
                    {k: tuple(v) for k, v in p["uniform_values"].items()},
                    tuple(p["viewport"]) if p.get("viewport") else None,
                    tuple(p["channels"]) if p.get("channels") is not None else None,
-                   {name: _arrays(data[file], directory / file)
+                   {name: entries.arrays(data[file], directory / file)
                     for name, file in p.get("arrays", {}).items()},
                    tuple(p["border"]) if p.get("border") else None)
               for p in manifest["passes"]]

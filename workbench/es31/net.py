@@ -14,6 +14,7 @@ from workbench.es31.record import rules, tensor_images
 from workbench.files import content_bytes, sha256
 from workbench.folders import write_folder
 from workbench.ir.cost import Cost
+from workbench.ir import entries
 
 
 def generate(graph: ir.Graph, opts: Options) -> list[Kernel]:
@@ -220,7 +221,8 @@ def load(directory) -> Net:
     manifest, data = saved.read(directory)
     path = Path(directory) / "manifest.json"
     try:
-        graph = saved.graph_of(manifest["graph"], saved.arrays(data["ir.npz"], path.parent / "ir.npz"))
+        graph = saved.graph_of(manifest["graph"],
+                               entries.arrays(data["ir.npz"], path.parent / "ir.npz"), path)
         options = Options(**{**manifest["options"],
                              "local_size": tuple(manifest["options"]["local_size"])})
     except (KeyError, TypeError, ValueError, AttributeError) as err:

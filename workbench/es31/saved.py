@@ -5,15 +5,14 @@ the sha256 its manifest lists, the IR graph rebuilt from the manifest's ``graph`
 are one line naming the file."""
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
 
 from workbench import ir
+from workbench.ir import entries
 from workbench.es31.record import OPS
 from workbench.files import checked_file, json_text, read_json
 
@@ -21,52 +20,28 @@ FORMAT = "workbench-es31/2"
 
 
 def graph_entries(graph: ir.Graph) -> tuple[dict, dict[str, np.ndarray]]:
-    """``graph`` as a manifest keeps it (each op by its IR type's name and fields) and its
-    arrays as ``ir.npz`` keeps them, ``{"<op>/<field>": array}``.  A back end's form of an
-    op (es2's ``ConvForm``) is saved as its IR type."""
-    ops, arrays = [], {}
-    for op in graph.ops:
-        kind = OPS.key(type(op))
-        desc, names = {"type": kind.__name__}, {f.name for f in fields(kind)}
-        for key, value in vars(op).items():
-            if key in names and isinstance(value, np.ndarray):
-                arrays[f"{op.name}/{key}"] = value
-            elif key in names:
-                desc[key] = value
-        ops.append(desc)
+    """``graph`` as a manifest keeps it (each op by its IR type's name and fields:
+    :func:`workbench.ir.entries.op_entries`) and its arrays as ``ir.npz`` keeps them,
+    ``{"<op>/<field>": array}``.  A back end's form of an op (es2's ``ConvForm``) is saved as
+    its IR type."""
+    def ir_type(op):
+        return OPS.key(type(op))
+
+    ops, arrays = entries.op_entries(
+        graph.ops, lambda op: ir_type(op).__name__,
+        lambda op, field: field in {f.name for f in fields(ir_type(op))})
     return {"input": asdict(graph.input), "ops": ops, "output": graph.output,
             "name": graph.name, "input_size": graph.input_size, "origin": graph.origin,
             "scaled": sorted(graph.scaled)}, arrays
 
 
-def _tuples(value):
-    """JSON lists back to tuples (an op's ``padding``, ``input_order``, ``others``)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-def graph_of(entry: dict, arrays: dict) -> ir.Graph:
-    """The graph :func:`graph_entries` saved; ValueError naming an unknown op type."""
-    ops = []
-    for desc in entry["ops"]:
-        kind = ir.OP_TYPES.get(desc["type"])
-        if kind is None:
-            raise ValueError(f"op type {desc['type']!r} unknown; known: {', '.join(ir.OP_TYPES)}")
-        own = {k.split("/", 1)[1]: v for k, v in arrays.items()
-               if k.split("/", 1)[0] == desc["name"]}
-        ops.append(kind(**{k: _tuples(v) for k, v in desc.items() if k != "type"}, **own))
+def graph_of(entry: dict, arrays: dict, path) -> ir.Graph:
+    """The graph :func:`graph_entries` saved; ValueError naming ``path`` and an unknown op
+    type."""
+    ops = [entries.op_type(op, path)(**entries.op_fields(op, arrays)) for op in entry["ops"]]
     size = entry["input_size"]
     return ir.Graph(ir.Input(**entry["input"]), ops, entry["output"], entry["name"],
                     tuple(size) if size else None, entry["origin"], frozenset(entry["scaled"]))
-
-
-def arrays(data: bytes, path) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file's bytes; pickled objects are refused, naming it."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return dict(npz)
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
-        raise ValueError(f"{path}: not arrays of numbers the workbench loads ({err}); "
-                         "pickled objects are refused") from None
 
 
 def read(directory) -> tuple[dict, dict[str, bytes]]:
@@ -98,7 +73,7 @@ def require_same(files: dict, manifest: dict, data: dict[str, bytes], path):
         elif name not in data:
             same = False
         elif name.endswith(".npz"):
-            saved, made = arrays(data[name], path), arrays(content, path)
+            saved, made = entries.arrays(data[name], path), entries.arrays(content, path)
             same = saved.keys() == made.keys() and all(np.array_equal(saved[k], made[k])
                                                        for k in made)
         else:
