@@ -54,12 +54,16 @@ def test_cost_counts_the_models_multiply_adds(compiled, model):
         13 * 11 * sum(int(np.prod(shape)) for shape in convs)
 
 
-def test_is_the_shared_interface_and_runs_as_tf(compiled, model, image):
-    """(``isinstance`` reads every member, and an ES 2.0 net's timings compile its programs:
-    a GL test.)"""
+def test_is_the_shared_interface_and_compiles_nothing_to_say_so(model):
+    """``isinstance`` reads every member of the protocol (Python 3.11): none of them compiles
+    an ES 2.0 net's programs (its GL runner is made at the first run)."""
+    net = es2.compile(model)
+    assert isinstance(net, Net) and net._runner is None and net.timings == {}
+
+
+def test_runs_as_tf(compiled, model, image):
     name, net = compiled
     gpu(name)
-    assert isinstance(net, Net)
     out = net.run(image)
     assert out.shape == (13, 11, 3) and out.dtype == np.float32
     assert np.abs(out - model(image[None]).numpy()[0]).max() <= TOLERANCE[name]

@@ -84,8 +84,8 @@ class Net:
     @property
     def timings(self):
         """Seconds per pass of the last :meth:`run` (each until the GPU finished it; none after
-        a run with ``timed=False``)."""
-        return self.runner.timings
+        a run with ``timed=False``, or before the first)."""
+        return self._runner.timings if self._runner is not None else {}
 
     def run(self, image, keep=False, timed=True):
         """Run on the GPU: the output as float32 (an image in 8-bit levels, or the logits of a

@@ -21,13 +21,13 @@ from workbench.ir.graph import Graph
 class Net(Protocol):
     """A compiled net.  ``graph``: its IR graph as compiled; ``target``: what it was compiled
     for; ``timings``: seconds per program of the last :meth:`run` (empty after one with
-    ``timed=False``); ``compile_seconds``: the GL compile of its programs.  (``isinstance``
-    on Python 3.11 reads every member, so on an ES 2.0 net it compiles the programs.)"""
+    ``timed=False``).  Both back ends' nets also have ``compile_seconds``, the GL compile of
+    their programs, left out of the protocol's members: ``isinstance`` on Python 3.11 reads
+    every member, and reading it compiles an ES 2.0 net's programs."""
 
     graph: Graph
     target: object
     timings: dict
-    compile_seconds: float | None
 
     def run(self, image, keep=False, timed=True):
         """On the GPU: the output, or with ``keep`` every tensor as stored."""
