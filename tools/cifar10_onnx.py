@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import workbench  # noqa: F401  (TF settings first)
-from tools import cifar10_reference
+import cifar10_reference  # beside this script
 from workbench import ir
 from workbench.ir.to_onnx import to_onnx
 from workbench.nets import onnx_model
@@ -90,4 +90,6 @@ Reproduce: `{card['reproduce']}`
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("train", "export"):
+        sys.exit(__doc__)
     {"train": train, "export": export}[sys.argv[1]](*sys.argv[2:])
