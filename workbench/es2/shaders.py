@@ -136,7 +136,7 @@ def inside_mask(axis, d) -> str:
     return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
 
 
-def coordinates(size, masked, inline_masks=False, rows=None) -> list[str]:
+def coordinates(size, masked, inline_masks=False, rows=None, precision="highp") -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     times ``u_in_texel``; the window's first tap at ``v_uv``, which the vertex shader
@@ -146,12 +146,23 @@ def coordinates(size, masked, inline_masks=False, rows=None) -> list[str]:
     Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
     ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
     live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1);
-    ``rows``: only these rows' (a stage of a split conv that holds some of its rows)."""
+    ``rows``: only these rows' (a stage of a split conv that holds some of its rows).
+    In ``highp`` a coordinate two texels on from another is that one plus ``inv2``, two
+    texels (an add where ``d * inv`` cost a multiply too: VideoCore IV's 5x5 program 11
+    instructions fewer); its rounding stays far below half a texel, where nearest sampling
+    would pick another (in ``mediump`` each comes from ``uv`` in one rounding, as before)."""
     lines = ["    vec2 inv = u_in_texel;", "    vec2 uv = v_uv;"]
+    pairs = precision == "highp" and size > 2
+    if pairs:
+        lines.append("    vec2 inv2 = inv + inv;")
     for axis in "xy":
-        for d in range(size) if axis == "x" or rows is None else rows:
-            step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
-            lines.append(f"    float {axis}{d} = uv.{axis}{step};")
+        ds = list(range(size) if axis == "x" or rows is None else rows)
+        for d in ds:
+            if pairs and d - 2 in ds:
+                value = f"{axis}{d - 2} + inv2.{axis}"
+            else:
+                value = f"uv.{axis}" + (f" + {glsl_float(d)} * inv.{axis}" if d else "")
+            lines.append(f"    float {axis}{d} = {value};")
             if masked and not inline_masks:
                 lines.append(f"    float m{axis}{d} = {inside_mask(axis, d)};")
     return lines

@@ -7,6 +7,9 @@
   near 0.5 (the two levels around it 1/255**2 apart) and ~2/255 at 0 and 1: for an SR net's
   anchor correction, small almost everywhere, the rounding error is several times smaller.
 
+Each law maps values below 0 to values below 0 and values above 1 to values above 1, and
+is monotonic: a clamp to [0, 1] after it (an 8-bit target's) stores what one before it would.
+
 The code generators fill the GLSL templates in with ``template.format(x=...)`` (a float or
 vec expression, used more than once: pass a variable).
 """

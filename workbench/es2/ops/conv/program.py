@@ -108,7 +108,7 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
         vectors["u_half"] = ("value", float(half), 0.0)
     padded = masked(op.size, op.padding) and not border
     units = mode.unit_masks and not padded and order != "chain"
-    body = coordinates(op.size, padded, mode.inline_masks, rows)
+    body = coordinates(op.size, padded, mode.inline_masks, rows, mode.precision)
     fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
                                else "") for fetch in residual_fetches]
     if op.residual_scale is not None:  # its stored scale over the sum's
@@ -159,16 +159,19 @@ def stores(op, packs, sums, partial=None, wide=False) -> list[str]:
     """The lines that write each of ``sums`` (one of ``packs`` each): a ``partial`` stage's
     half's sums in fixed point, else its activation, companded (its ``storage``) and, where
     ``wide`` (a 16-bit output: the program's channels, or None for a whole pack's), its
-    half's two values in 16 bits."""
+    half's two values in 16 bits.  An 8-bit value goes to its target without the
+    activation's outer clamp to [0, 1] (:func:`workbench.nets.activations.glsl`'s ``stored``:
+    the target clamps; a storage law commutes with that clamp)."""
     lines = []
     for k, s in enumerate(sums):
         if partial:
             lines.append(f"    gl_FragColor = {split.store_glsl(op, partial, s)};")
             continue
         target = f"gl_FragData[{k}]" if len(sums) > 1 else "gl_FragColor"
-        out = activations.glsl(op, s, packs[k])
+        out = activations.glsl(op, s, packs[k], stored=wide is False)
         if op.storage != "linear":  # the activation, then its companded value
-            lines.append(f"    {s} = {out};")
+            if out != s:
+                lines.append(f"    {s} = {out};")
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
         if wide is not False:  # the activation, then its half's two values in 16 bits
             lines.append(f"    {s} = {out};")
