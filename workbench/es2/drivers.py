@@ -130,6 +130,10 @@ def two_thread_cycles(stats) -> float:
     return max(stats["instructions"], stats["estimated_cycles"] / stats.get("threads", 1))
 
 
+# The layer options that only steer vc4's scheduler (its estimate's waits), offered where the
+# driver estimates cycles: elsewhere they only add instructions
+STEERING = ("unit_masks", "chained")
+
 # What :func:`tune` may minimise, by name: a program's count from its driver's statistics
 # (the last two where the driver estimates cycles: vc4)
 COUNTS = {"instructions": lambda stats: stats["instructions"],
@@ -146,8 +150,9 @@ def tune(graph, generate, driver: str, options=None, count=None):
     layer's), with or without unit masks where no tap lies in the padding and the driver
     estimates cycles (:func:`workbench.es2.ops.conv.padding.unit_mask`: elsewhere they only add
     instructions), and its residual added last, first or after the order's first term
-    (:data:`RESIDUAL_PLACES`) where it has them,
-    and keeps the form with the fewest spills, then the most threads, then the smallest sum
+    (:data:`RESIDUAL_PLACES`) where it has them; a depth-to-space (the SR demux) with its
+    fetches chained or not where the driver estimates cycles
+    (:func:`workbench.es2.shaders.fetch_lines`); and keeps the form with the fewest spills, then the most threads, then the smallest sum
     of ``count`` (:data:`COUNTS`; default the estimated cycles where the driver estimates
     them, vc4, else the instructions; ``"two threads"``: :func:`two_thread_cycles`); a tie
     keeps what it had.  A form changes the float rounding, not the arithmetic; the emulator
@@ -157,7 +162,8 @@ def tune(graph, generate, driver: str, options=None, count=None):
     options = {layer: dict(o) for layer, o in (options or {}).items()}
     passes, reports = _compiled(generate, options, driver)
     layers = [op.name for op in graph.ops
-              if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
+              if ("order" in layer_options(op) and _channels(passes, op.name) == ir.PACK)
+              or "chained" in layer_options(op)]
     estimates = any("estimated_cycles" in r.stats for r in reports)
     count = count or ("estimated cycles" if estimates else "instructions")
     if count not in COUNTS or (count != "instructions" and not estimates):
@@ -170,10 +176,11 @@ def tune(graph, generate, driver: str, options=None, count=None):
 
     choices = {"order": list(ORDERS), "inline_masks": [False, True],
                "zero_border": [False, True], "unit_masks": [False, True],
-               "residual_after": list(RESIDUAL_PLACES)}  # each only where some layer has it
+               "residual_after": list(RESIDUAL_PLACES),
+               "chained": [False, True]}  # each only where some layer has it
     choices = {k: v for k, v in choices.items()
                if any(k in layer_options(graph.op(layer)) for layer in layers)
-               and (k != "unit_masks" or estimates)}  # (they only steer vc4's scheduler)
+               and (k not in STEERING or estimates)}
     trials = []
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
@@ -208,12 +215,14 @@ def tune(graph, generate, driver: str, options=None, count=None):
 
 def _described(form) -> str:
     order = form.get("order", "chain")
-    return (f"products added {order!r} ({ORDERS[order]})"
-            + (", padding masks computed per tap" if form.get("inline_masks") else "")
-            + (", its input read through a zero border (no masks)"
-               if form.get("zero_border") else "")
-            + (", each column times a unit mask" if form.get("unit_masks") else "")
-            + RESIDUAL_PLACES.get(form.get("residual_after", LAST), ""))
+    return ", ".join(filter(None, [
+        f"products added {order!r} ({ORDERS[order]})" if "order" in form else "",
+        "padding masks computed per tap" if form.get("inline_masks") else "",
+        "its input read through a zero border (no masks)" if form.get("zero_border") else "",
+        "each column times a unit mask" if form.get("unit_masks") else "",
+        RESIDUAL_PLACES.get(form.get("residual_after", LAST), "")[2:],
+        "its fetches chained, each after the previous one's result" if form.get("chained")
+        else ""]))
 
 
 def _form_key(passes, reports, layer, count):

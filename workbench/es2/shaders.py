@@ -113,10 +113,12 @@ def uniform_declarations(samplers, vectors, out_texel=False):
             + (f"varying vec2 {OUT_TEXEL};\n" if out_texel else ""))
 
 
-def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict) -> Pass:
+def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict,
+                   out_texel=False) -> Pass:
     """The program of an op that turns pack ``pack`` of its input (sampler ``u_in0``) into
-    the same pack of its output, from the lines of its ``main`` and its ``vec2`` uniforms."""
-    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
+    the same pack of its output, from the lines of its ``main`` and its ``vec2`` uniforms
+    (``out_texel``: it reads :data:`OUT_TEXEL`)."""
+    source = (header(precision) + uniform_declarations(["u_in0"], vectors, out_texel)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return Pass(f"{op.name}.{pack}", op.name, source, [Binding("u_in0", op.input, pack)],
                 [(op.name, pack)], vectors)
@@ -190,40 +192,85 @@ def window_varying(area, stride, texel, pad=None) -> dict:
 
 
 def block_position(block: int) -> list[str]:
-    """GLSL lines that give, for the output pixel of an upsampling by ``block``, the input
-    pixel ``lr`` it lies in, its centre ``uv`` in texture coordinates (from ``u_in_texel``, 1 /
-    the input's size: no division) and the output pixel's sub-pixel ``sub`` there (0 .. block
-    - 1 on each axis, x from the left, y from the bottom as gl_FragCoord counts).
-    gl_FragCoord is mediump in GLSL ES 1.00 (Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16,
-    which misplaced every odd output pixel from x or y = 1024 on): copied to a highp ``fc``."""
+    """GLSL lines that give, for the output pixel of an upsampling by ``block``, its
+    sub-pixel ``sub`` in the input pixel it lies in (0 .. block - 1 on each axis, x from the
+    left, y from the bottom as gl_FragCoord counts); by 2 also ``ph``, ``fract(fc / 2)``: 0.25
+    where ``sub`` is 0, 0.75 where 1 (fewer instructions than a floor: VideoCore IV's demux
+    10 fewer).  That input pixel itself is the one :data:`OUT_TEXEL` samples (nearest: its
+    centre lies half an output pixel or more inside it).  gl_FragCoord is mediump in
+    GLSL ES 1.00 (Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16, which misplaced every odd
+    output pixel from x or y = 1024 on): copied to a highp ``fc``."""
+    if block == 2:
+        return ["    vec2 fc = gl_FragCoord.xy;",
+                "    vec2 ph = fract(fc * 0.5);",
+                "    vec2 sub = ph * 2.0 - 0.5;"]
     b = glsl_float(block)
     return ["    vec2 fc = gl_FragCoord.xy;",
-            f"    vec2 lr = floor(fc / {b});",
-            f"    vec2 sub = fc - 0.5 - lr * {b};",
-            "    vec2 uv = (lr + 0.5) * u_in_texel;"]
+            f"    vec2 sub = fc - 0.5 - floor(fc / {b}) * {b};"]
 
 
-def bilinear_corners(block: int) -> list[str]:
-    """GLSL lines that give, after :func:`block_position`, the output pixel's four nearest
-    input texels' centres, ``lo`` and ``hi`` on each axis, the weights ``f`` of ``hi``
-    (half-pixel centres) and ``s``: 1 on an axis where ``lo`` is the nearer texel (``f`` <
-    0.5), 0 where ``hi`` is.  The edges clamp by the textures' CLAMP_TO_EDGE (nearest sampling
-    at texel centres: the clamped texels).  By 2 the corners follow from ``sub`` alone (``f``
-    0.75 or 0.25: the same floats as the general ``u - floor(u)``).  Both, against the clamps
-    and the general form: the SR demux 123 -> 105 instructions on Adreno 320, 452 -> 422
-    estimated cycles on VideoCore IV.  What a bilinear Upsample and the SR demux's chroma
-    share."""
+def sub_index(block: int) -> str:
+    """A vec2 of GLSL, after :func:`block_position`, below ``k + 0.5`` on an axis exactly
+    where the sub-pixel is ``k`` or less: ``sub``, by 2 ``ph``."""
+    return "ph" if block == 2 else "sub"
+
+
+@dataclass(frozen=True)
+class Bilinear:
+    """How a program upsamples bilinearly by ``block`` (half-pixel centres; the edges clamp
+    by the textures' CLAMP_TO_EDGE: nearest sampling at texel centres gives the clamped
+    texels), after :func:`block_position`: ``lines`` (GLSL), ``taps`` (the coordinates of
+    the 4 input texels it reads, nearest sampling), ``mix`` (the GLSL of their bilinear value
+    from the names of the 4 fetched values, :meth:`mixed`) and ``nearest`` (the tap that is
+    the input pixel the output pixel lies in, or None)."""
+    lines: tuple
+    taps: tuple
+    mix: str
+    nearest: int | None
+
+    def mixed(self, names) -> str:
+        return self.mix.format(*names)
+
+
+def bilinear_taps(block: int) -> Bilinear:
+    """By 2 the taps are the input pixel the output pixel lies in and its neighbours toward
+    the output pixel, a texel ``d`` away on each axis (``(2 ph - 1) * u_in_texel``), weighted
+    9, 3, 3 and 1 sixteenths: ``(c0 * 9 + c3 + (c1 + c2) * 3) / 16`` (in the order llvmpipe
+    sums it: Mesa's compiler moves ``c3`` there when it is last), no weights to compute
+    and the nearest one a tap (VideoCore IV's SR demux 107 -> 94 instructions, a fetch
+    fewer: its anchor is that tap); :func:`workbench.es2.emulate.bilinear` sums in that order.
+    Another block: the 4 texels around the output pixel's centre (``lo`` and ``hi`` on each
+    axis, ``f`` the weight of ``hi``), mixed (``mix(mix(c0, c1, f.x), mix(c2, c3, f.x),
+    f.y)``).  What a bilinear Upsample and the SR demux's chroma share."""
     if block == 2:
-        lines = ["    vec2 s = sub;",
-                 "    vec2 f = 0.75 - 0.5 * sub;",
-                 "    vec2 lo = uv + (s - 1.0) * u_in_texel;"]
-    else:
-        lines = [f"    vec2 u = fc / {glsl_float(block)} - 0.5;",
-                 "    vec2 i0 = floor(u);",
-                 "    vec2 f = u - i0;",
-                 "    vec2 s = vec2(lessThan(f, vec2(0.5)));",
-                 "    vec2 lo = (i0 + 0.5) * u_in_texel;"]
-    return lines + ["    vec2 hi = lo + u_in_texel;"]
+        return Bilinear(("    vec2 d = (ph * 2.0 - 1.0) * u_in_texel;",),
+                        (OUT_TEXEL, f"{OUT_TEXEL} + vec2(d.x, 0.0)",
+                         f"{OUT_TEXEL} + vec2(0.0, d.y)", f"{OUT_TEXEL} + d"),
+                        "(({0} * 9.0 + {3} + ({1} + {2}) * 3.0) * 0.0625)", 0)
+    return Bilinear((f"    vec2 u = fc / {glsl_float(block)} - 0.5;",
+                     "    vec2 i0 = floor(u);",
+                     "    vec2 f = u - i0;",
+                     "    vec2 lo = (i0 + 0.5) * u_in_texel;",
+                     "    vec2 hi = lo + u_in_texel;"),
+                    ("lo", "vec2(hi.x, lo.y)", "vec2(lo.x, hi.y)", "hi"),
+                    "mix(mix({0}, {1}, f.x), mix({2}, {3}, f.x), f.y)", None)
+
+
+def fetch_lines(fetches, chained=False) -> list[str]:
+    """GLSL lines that fetch ``fetches``, ``[(declaration, sampler, coordinates, swizzle)]``
+    (``("vec3 c", "u_image", "lo", ".rgb")``), in that order; ``chained``: each one's x
+    coordinate plus ``min(<the previous texel>.x, 0.0)``, exactly 0 (a texel is not
+    negative): the same texels, requested each after the previous one's result.
+    VideoCore IV's scheduler otherwise requests a fetch between the previous one's thread
+    switch and its result, where its estimate waits 100 cycles (the SR demux: 3 such waits,
+    300 of its 422 estimated cycles)."""
+    lines, previous = [], None
+    for declaration, sampler, where, swizzle in fetches:
+        if chained and previous:
+            where = f"{where} + vec2(min({previous}.x, 0.0), 0.0)"
+        lines.append(f"    {declaration} = texture2D({sampler}, {where}){swizzle};")
+        previous = declaration.split()[-1]
+    return lines
 
 
 def window_uniforms(op, bordered=False) -> dict:
