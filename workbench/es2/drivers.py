@@ -20,7 +20,8 @@ from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS, formed
 from workbench.es2.ops.conv.orders import LAST, places_residual
-from workbench.es2.ops.conv.padding import producer_borders
+from workbench.es2.ops.conv.padding import UNIT_COLUMNS, producer_borders
+from workbench.es2.ops.conv.program import COORDINATES
 from workbench.es2.ops.conv.split import finer_rows
 from workbench.es2.record import record
 from workbench.es2.shaders import VERTEX_SHADER
@@ -130,6 +131,11 @@ def two_thread_cycles(stats) -> float:
     return max(stats["instructions"], stats["estimated_cycles"] / stats.get("threads", 1))
 
 
+# What tune then tries on each layer's best form: the same arithmetic spelled otherwise (its
+# window's coordinates; its unit masks on fewer columns, where it has them and the driver
+# estimates cycles), for the compiler's scheduler
+REFINEMENTS = {"coordinates": list(COORDINATES), "unit_masks": list(UNIT_COLUMNS)}
+
 # The layer options that only steer vc4's scheduler (its estimate's waits), offered where the
 # driver estimates cycles: elsewhere they only add instructions
 STEERING = ("unit_masks", "chained")
@@ -152,11 +158,12 @@ def tune(graph, generate, driver: str, options=None, count=None):
     instructions), and its residual added last, first or after the order's first term
     (:data:`RESIDUAL_PLACES`) where it has them; a depth-to-space (the SR demux) with its
     fetches chained or not where the driver estimates cycles
-    (:func:`workbench.es2.shaders.fetch_lines`); and keeps the form with the fewest spills, then the most threads, then the smallest sum
-    of ``count`` (:data:`COUNTS`; default the estimated cycles where the driver estimates
-    them, vc4, else the instructions; ``"two threads"``: :func:`two_thread_cycles`); a tie
-    keeps what it had.  A form changes the float rounding, not the arithmetic; the emulator
-    follows it (:func:`ordered`).
+    (:func:`workbench.es2.shaders.fetch_lines`); then each layer's best form with its
+    :data:`REFINEMENTS`.  It keeps the form with the fewest spills, then the most threads,
+    then the smallest sum of ``count`` (:data:`COUNTS`; default the estimated cycles where
+    the driver estimates them, vc4, else the instructions; ``"two threads"``:
+    :func:`two_thread_cycles`); a tie keeps what it had.  A form changes the float rounding,
+    not the arithmetic; the emulator follows it (:func:`ordered`).
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
@@ -191,15 +198,25 @@ def tune(graph, generate, driver: str, options=None, count=None):
             continue
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         trials.append((trial, generate(trial)))
-    _reports([p for _, ps in trials for p in ps], driver)  # every new program in one child
-    tried = [(options, passes, reports)] + [(trial, ps, _reports(ps, driver))
-                                            for trial, ps in trials]
+    tried = [(options, passes, reports)] + _tried(trials, driver)
+    best = _best(layers, tried, count)
+    refined = []  # each layer's best form spelled otherwise (the same programs' arithmetic)
+    for values in itertools.product(*REFINEMENTS.values()):
+        trial = dict(options)
+        for layer in layers:
+            form = dict(tried[best[layer][2]][0].get(layer, {}))
+            for k, v in zip(REFINEMENTS, values):
+                if k in layer_options(graph.op(layer)) and (k != "unit_masks" or (
+                        estimates and form.get("unit_masks"))):
+                    form[k] = v
+            trial[layer] = form
+        refined.append((trial, generate(trial)))
+    tried += _tried(refined, driver)
+    best = _best(layers, tried, count)
     changes = []
     for layer in layers:
-        keys = [(_form_key(ps, rs, layer, count), trial.get(layer, {}), i)
-                for i, (trial, ps, rs) in enumerate(tried)]
-        (best, chosen, i), before = min(keys, key=lambda k: k[0]), keys[0][0]
-        if best < before:
+        (key, chosen, i), before = best[layer], _form_key(passes, reports, layer, count)
+        if key < before:
             options[layer] = chosen
             also = ""
             if count != "instructions":  # what the count's gain cost or saved in instructions
@@ -207,10 +224,26 @@ def tune(graph, generate, driver: str, options=None, count=None):
                 also = f", instructions {counts[0]:,} -> {counts[1]:,}"
             changes.append(f"layer {layer!r}: {_described(chosen)} on "
                            f"{drivers.driver(driver).gpu}: {count} "
-                           f"{before[-1]:,.0f} -> {best[-1]:,.0f}{also}")
+                           f"{before[-1]:,.0f} -> {key[-1]:,.0f}{also}")
     if changes:
         passes, reports = _compiled(generate, options, driver)
     return passes, reports, changes, options
+
+
+def _tried(trials, driver) -> list[tuple]:
+    """``[(options, passes, reports)]`` of ``trials`` (``[(options, passes)]``), every new
+    program compiled in one child."""
+    _reports([p for _, ps in trials for p in ps], driver)
+    return [(trial, ps, _reports(ps, driver)) for trial, ps in trials]
+
+
+def _best(layers, tried, count) -> dict:
+    """``{layer: (its key, its form, the index in tried)}``: the form of each layer with the
+    smallest :func:`_form_key` among ``tried`` (``[(options, passes, reports)]``), the first
+    where several tie."""
+    return {layer: min(((_form_key(ps, rs, layer, count), trial.get(layer, {}), i)
+                        for i, (trial, ps, rs) in enumerate(tried)), key=lambda k: (k[0], k[2]))
+            for layer in layers}
 
 
 def _described(form) -> str:
@@ -219,7 +252,10 @@ def _described(form) -> str:
         f"products added {order!r} ({ORDERS[order]})" if "order" in form else "",
         "padding masks computed per tap" if form.get("inline_masks") else "",
         "its input read through a zero border (no masks)" if form.get("zero_border") else "",
-        "each column times a unit mask" if form.get("unit_masks") else "",
+        f"{UNIT_COLUMNS[form['unit_masks']]} times a unit mask" if form.get("unit_masks")
+        else "",
+        "its coordinates a texel apart, each from the one before"
+        if form.get("coordinates") == "chained" else "",
         RESIDUAL_PLACES.get(form.get("residual_after", LAST), "")[2:],
         "its fetches chained, each after the previous one's result" if form.get("chained")
         else ""]))

@@ -78,12 +78,13 @@ class Pass:
 def draw_area(p: Pass, shapes) -> tuple[int, int, int, int] | None:
     """``(x, y, width, height)`` of its output textures that pass ``p`` draws, for the tensor
     shapes of one input size (x from the left, y from the first row): where they hold a zero
-    border (``p.border``), the output's own pixels, the border cleared to 0 before the draw
-    (every runtime: moderngl, the bundle's run.py, the page); else its ``viewport`` (None:
-    all of them)."""
+    border (``p.border``), the output's own pixels (its tensor's; a layer's own texture, a
+    bordered copy, its input's), the border cleared to 0 before the draw (every runtime:
+    moderngl, the bundle's run.py, the page); else its ``viewport`` (None: all of them)."""
     if p.border is None:
         return p.viewport
-    h, w = shapes[p.outputs[0][0]][:2]
+    own = p.outputs[0][0] if p.outputs[0][0] in shapes else p.inputs[0].tensor
+    h, w = shapes[own][:2]
     return (*p.border, w, h)
 
 
@@ -138,7 +139,8 @@ def inside_mask(axis, d) -> str:
     return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
 
 
-def coordinates(size, masked, inline_masks=False, rows=None, precision="highp") -> list[str]:
+def coordinates(size, masked, inline_masks=False, rows=None, precision="highp",
+                chained=False) -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     times ``u_in_texel``; the window's first tap at ``v_uv``, which the vertex shader
@@ -152,16 +154,19 @@ def coordinates(size, masked, inline_masks=False, rows=None, precision="highp") 
     In ``highp`` a coordinate two texels on from another is that one plus ``inv2``, two
     texels (an add where ``d * inv`` cost a multiply too: VideoCore IV's 5x5 program 11
     instructions fewer); its rounding stays far below half a texel, where nearest sampling
-    would pick another (in ``mediump`` each comes from ``uv`` in one rounding, as before)."""
+    would pick another (in ``mediump`` each comes from ``uv`` in one rounding, as before);
+    ``chained`` (highp): each one texel on from the one before, ``+ inv`` (another form of the
+    same texels, for VideoCore IV's scheduler: :func:`workbench.es2.drivers.tune`)."""
     lines = ["    vec2 inv = u_in_texel;", "    vec2 uv = v_uv;"]
+    step = 1 if chained else 2
     pairs = precision == "highp" and size > 2
-    if pairs:
+    if pairs and not chained:
         lines.append("    vec2 inv2 = inv + inv;")
     for axis in "xy":
         ds = list(range(size) if axis == "x" or rows is None else rows)
         for d in ds:
-            if pairs and d - 2 in ds:
-                value = f"{axis}{d - 2} + inv2.{axis}"
+            if pairs and d - step in ds:
+                value = f"{axis}{d - step} + inv{'' if chained else '2'}.{axis}"
             else:
                 value = f"uv.{axis}" + (f" + {glsl_float(d)} * inv.{axis}" if d else "")
             lines.append(f"    float {axis}{d} = {value};")
@@ -258,18 +263,19 @@ def bilinear_taps(block: int) -> Bilinear:
 
 def fetch_lines(fetches, chained=False) -> list[str]:
     """GLSL lines that fetch ``fetches``, ``[(declaration, sampler, coordinates, swizzle)]``
-    (``("vec3 c", "u_image", "lo", ".rgb")``), in that order; ``chained``: each one's x
-    coordinate plus ``min(<the previous texel>.x, 0.0)``, exactly 0 (a texel is not
-    negative): the same texels, requested each after the previous one's result.
-    VideoCore IV's scheduler otherwise requests a fetch between the previous one's thread
-    switch and its result, where its estimate waits 100 cycles (the SR demux: 3 such waits,
-    300 of its 422 estimated cycles)."""
-    lines, previous = [], None
+    (``("vec3 c", "u_image", "lo", ".rgb")``), in that order; ``chained``: each fetch of a
+    sampler after its previous fetch's result (its x coordinate plus ``min(<that texel>.x,
+    0.0)``, exactly 0: a texel is not negative): the same texels.  VideoCore IV's scheduler
+    otherwise requests a fetch between the previous one's thread switch and its result,
+    where its estimate waits 100 cycles (the SR demux: 2 such waits, 200 of its 291
+    estimated cycles; chained 90 instructions, 94 cycles; chained on its sub-pixel's texel
+    too, 94 and 98)."""
+    lines, previous = [], {}
     for declaration, sampler, where, swizzle in fetches:
-        if chained and previous:
-            where = f"{where} + vec2(min({previous}.x, 0.0), 0.0)"
+        if chained and sampler in previous:
+            where = f"{where} + vec2(min({previous[sampler]}.x, 0.0), 0.0)"
         lines.append(f"    {declaration} = texture2D({sampler}, {where}){swizzle};")
-        previous = declaration.split()[-1]
+        previous[sampler] = declaration.split()[-1]
     return lines
 
 

@@ -25,9 +25,9 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, **options) -> lis
     ``options`` (a driver's, :func:`layer_options`): the form's (:data:`~.form.FORM`: ``order``,
     ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``;
     :class:`~.form.ConvForm`), default the op's own, and the :class:`~.program.Mode`'s
-    (``inline_masks``, ``weights``, ``unit_masks``).  ``weights="uniforms"``: weights set at
-    each draw (:class:`~.weights.Weights`), one pack a program, where they fit the limits'
-    uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each pack's
+    (``inline_masks``, ``weights``, ``unit_masks``, ``coordinates``).  ``weights="uniforms"``:
+    weights set at each draw (:class:`~.weights.Weights`), one pack a program, where they fit
+    the limits' uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each pack's
     program drawn once a half; programs of 2 or 1 channels each write their half.  A split op
     (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's
     as these options make them, one pack each.  A zero border
@@ -38,7 +38,8 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, **options) -> lis
         raise TypeError(f"passes() got unexpected keyword arguments {sorted(unknown)}")
     op = formed(form_of(op), **{k: v for k, v in options.items() if k in FORM and v is not None})
     limits, precision = target.limits, target.precision
-    mode = Mode(precision, options.get("inline_masks", False))
+    mode = Mode(precision, options.get("inline_masks", False),
+                coordinates=options.get("coordinates", "pairs"))
     channels = channels or channels_per_program(op, limits.constant_vectors)
     weights = options.get("weights", "literals")
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
@@ -141,5 +142,5 @@ def layer_options(op: ir.Conv) -> tuple[str, ...]:
     masks += ("zero_border",) if border_offered(op) else ()
     residual = ("residual_after",) if op.residual else ()
     order = () if chained(op) else ("order", "unit_masks")
-    rows = ("row_split",) if op.size > 1 else ()
+    rows = ("row_split", "coordinates") if op.size > 1 else ()
     return ("channels", *masks, *order, *residual, "weights", *rows)

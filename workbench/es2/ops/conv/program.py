@@ -29,15 +29,18 @@ from workbench.nets import activations, storage
 @dataclass(frozen=True)
 class Mode:
     """How a convolution's programs are written, their arithmetic the same (the same bytes):
-    the shaders' ``precision``, ``inline_masks``, ``weights`` and ``unit_masks`` (see
-    :func:`program`)."""
+    the shaders' ``precision``, ``inline_masks``, ``weights``, ``unit_masks`` and
+    ``coordinates`` (see :func:`program`)."""
     precision: str = "highp"
     inline_masks: bool = False
     weights: str = "literals"
-    unit_masks: bool = False
+    unit_masks: bool | str = False
+    coordinates: str = "pairs"
 
 
-MODE = ("inline_masks", "weights", "unit_masks")  # the layer options a Mode records
+MODE = ("inline_masks", "weights", "unit_masks", "coordinates")  # the layer options a Mode
+# records
+COORDINATES = ("pairs", "chained")  # how a window's coordinates are spelled (Mode.coordinates)
 
 
 def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pass:
@@ -54,9 +57,11 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``unit_masks``: where no tap may lie in the padding (its input read
     through a zero border, or no padding) and the order groups its taps, each column's
-    products times its :func:`~workbench.es2.ops.conv.padding.unit_mask`, exactly 1, and a
-    residual read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its
-    own (the same bytes).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
+    products times its :func:`~workbench.es2.ops.conv.padding.unit_mask`, exactly 1 (True;
+    ``"ends"``, ``"last"``: those columns', :data:`~.padding.UNIT_COLUMNS`), and a residual
+    read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its own (the
+    same bytes).  ``coordinates``: the window's coordinates two texels apart from each other
+    (``"pairs"``) or one (``"chained"``, :func:`~workbench.es2.shaders.coordinates`).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
     are added (:data:`ORDERS`; a program that writes part of a pack adds them in a chain);
     ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.conv.weights.WEIGHTS`; uniforms for a program that writes one
@@ -107,8 +112,9 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     if wide and half is not None:
         vectors["u_half"] = ("value", float(half), 0.0)
     padded = masked(op.size, op.padding) and not border
-    units = mode.unit_masks and not padded and order != "chain"
-    body = coordinates(op.size, padded, mode.inline_masks, rows, mode.precision)
+    units = mode.unit_masks if not padded and order != "chain" else False
+    body = coordinates(op.size, padded, mode.inline_masks, rows, mode.precision,
+                       mode.coordinates == "chained")
     fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
                                else "") for fetch in residual_fetches]
     if op.residual_scale is not None:  # its stored scale over the sum's
