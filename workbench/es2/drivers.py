@@ -24,7 +24,7 @@ from workbench.es2.ops.conv.padding import UNIT_COLUMNS, producer_borders
 from workbench.es2.ops.conv.program import COORDINATES
 from workbench.es2.ops.conv.split import finer_rows
 from workbench.es2.record import record
-from workbench.es2.shaders import VERTEX_SHADER
+from workbench.es2.shaders import VERTEX_SHADER, fragments
 from workbench.gl import drivers
 
 CHANNELS = (4, 2, 1)  # output channels a conv program may write, most first
@@ -131,6 +131,11 @@ def two_thread_cycles(stats) -> float:
     return max(stats["instructions"], stats["estimated_cycles"] / stats.get("threads", 1))
 
 
+# tune's default where the driver estimates cycles (vc4): the fewest instructions whose
+# estimated cycles stay within this share above the fewest (:func:`_budgeted`): a Pi pays
+# between the two (the calibrated model, studies.beatmup.pi_model)
+BUDGET_SLACK = 0.14
+
 # What tune then tries on each layer's best form: the same arithmetic spelled otherwise (its
 # window's coordinates; its unit masks on fewer columns, where it has them and the driver
 # estimates cycles), for the compiler's scheduler
@@ -172,6 +177,7 @@ def tune(graph, generate, driver: str, options=None, count=None):
               if ("order" in layer_options(op) and _channels(passes, op.name) == ir.PACK)
               or "chained" in layer_options(op)]
     estimates = any("estimated_cycles" in r.stats for r in reports)
+    budget = count is None and estimates  # (the default where the driver estimates cycles)
     count = count or ("estimated cycles" if estimates else "instructions")
     if count not in COUNTS or (count != "instructions" and not estimates):
         raise ValueError(f"tune: count {count!r} is not one the {driver} driver gives; "
@@ -199,9 +205,10 @@ def tune(graph, generate, driver: str, options=None, count=None):
         trial = {**options, **{layer: form_of(layer, form) for layer in layers}}
         trials.append((trial, generate(trial)))
     tried = [(options, passes, reports)] + _tried(trials, driver)
-    best = _best(layers, tried, count)
-    refined = []  # each layer's best form spelled otherwise (the same programs' arithmetic)
-    for values in itertools.product(*REFINEMENTS.values()):
+    bases = [_best(layers, tried, count)] + ([_best(layers, tried, "instructions")]
+                                             if budget else [])
+    refined = []  # each layer's best forms spelled otherwise (the same programs' arithmetic)
+    for best, values in itertools.product(bases, itertools.product(*REFINEMENTS.values())):
         trial = dict(options)
         for layer in layers:
             form = dict(tried[best[layer][2]][0].get(layer, {}))
@@ -212,12 +219,14 @@ def tune(graph, generate, driver: str, options=None, count=None):
             trial[layer] = form
         refined.append((trial, generate(trial)))
     tried += _tried(refined, driver)
-    best = _best(layers, tried, count)
+    picks = _budgeted(graph, layers, tried, BUDGET_SLACK) if budget else \
+        {layer: i for layer, (_, _, i) in _best(layers, tried, count).items()}
     changes = []
     for layer in layers:
-        (key, chosen, i), before = best[layer], _form_key(passes, reports, layer, count)
-        if key < before:
-            options[layer] = chosen
+        i = picks[layer]
+        (key, before) = (_form_key(*tried[k][1:], layer, count) for k in (i, 0))
+        if i:
+            options[layer] = chosen = tried[i][0].get(layer, {})
             also = ""
             if count != "instructions":  # what the count's gain cost or saved in instructions
                 counts = [_layer_stat(*tried[k][1:], layer, "instructions") for k in (0, i)]
@@ -228,6 +237,46 @@ def tune(graph, generate, driver: str, options=None, count=None):
     if changes:
         passes, reports = _compiled(generate, options, driver)
     return passes, reports, changes, options
+
+
+def _budgeted(graph, layers, tried, slack) -> dict:
+    """``{layer: index in tried}``: a form a layer (among those with its fewest spills and
+    most threads) for few instructions over the layers, their estimated cycles summed at
+    most ``1 + slack`` times their fewest, each program's counts weighted by the fragments
+    it draws at the net's input size (or 64x64).  From each layer's fewest cycles, it moves
+    one layer at a time to a form of fewer instructions, the move that saves the most
+    instructions a cycle it adds first, while the sum stays within the bound (a tie keeps the
+    earlier form, the first what it had)."""
+    hw = graph.input_size or (64, 64)
+    weighted = []  # per trial: {layer: (instructions, cycles)}, weighted by fragments
+    for trial, ps, rs in tried:
+        sums = {}
+        for p, r, f in zip(ps, rs, fragments(ordered(graph, trial), ps, hw)):
+            i, c = sums.get(p.op, (0, 0))
+            sums[p.op] = (i + f * r.stats.get("instructions", 0),
+                          c + f * r.stats.get("estimated_cycles", 0))
+        weighted.append(sums)
+    candidates = {}
+    for layer in layers:
+        keys = [_form_key(ps, rs, layer, "estimated cycles")[:-1] for _, ps, rs in tried]
+        candidates[layer] = [i for i, k in enumerate(keys) if k == min(keys)]
+    picks = {layer: min(found, key=lambda i: (weighted[i][layer][1], weighted[i][layer][0], i))
+             for layer, found in candidates.items()}
+    spent = sum(weighted[i][layer][1] for layer, i in picks.items())
+    bound = (1 + slack) * spent
+    while True:
+        moves = []  # (instructions saved a cycle added, layer, form)
+        for layer, found in candidates.items():
+            count, cycles = weighted[picks[layer]][layer]
+            for i in found:
+                saved, added = count - weighted[i][layer][0], weighted[i][layer][1] - cycles
+                if saved > 0 and spent + added <= bound:
+                    moves.append((saved / max(added, 1e-9), -i, layer, i))
+        if not moves:
+            return picks
+        _, _, layer, i = max(moves)
+        spent += weighted[i][layer][1] - weighted[picks[layer]][layer][1]
+        picks[layer] = i
 
 
 def _tried(trials, driver) -> list[tuple]:
@@ -254,8 +303,9 @@ def _described(form) -> str:
         "its input read through a zero border (no masks)" if form.get("zero_border") else "",
         f"{UNIT_COLUMNS[form['unit_masks']]} times a unit mask" if form.get("unit_masks")
         else "",
-        "its coordinates a texel apart, each from the one before"
-        if form.get("coordinates") == "chained" else "",
+        {"chained": "its coordinates a texel apart, each from the one before",
+         "x chained": "its columns' coordinates a texel apart, each from the one before"}.get(
+            form.get("coordinates"), ""),
         RESIDUAL_PLACES.get(form.get("residual_after", LAST), "")[2:],
         "its fetches chained, each after the previous one's result" if form.get("chained")
         else ""]))

@@ -88,6 +88,18 @@ def draw_area(p: Pass, shapes) -> tuple[int, int, int, int] | None:
     return (*p.border, w, h)
 
 
+def fragments(graph: ir.Graph, passes, hw) -> list[int]:
+    """The fragments each of ``passes`` (of ``graph``, its forms recorded) draws for an input
+    of ``hw = (height, width)``: the area it draws (:func:`draw_area`) or its output
+    texture."""
+    from workbench.es2 import plan
+
+    textures, shapes = plan.textures(graph, hw), graph.shapes(hw)
+    areas = [draw_area(p, shapes) for p in passes]
+    return [area[2] * area[3] if area else np.prod(textures[p.outputs[0]][:2], dtype=int)
+            for p, area in zip(passes, areas)]
+
+
 # --- GLSL text ------------------------------------------------------------------------------
 
 DRAW_BUFFERS_EXTENSION = "#extension GL_EXT_draw_buffers : require\n"
@@ -140,7 +152,7 @@ def inside_mask(axis, d) -> str:
 
 
 def coordinates(size, masked, inline_masks=False, rows=None, precision="highp",
-                chained=False) -> list[str]:
+                chained="") -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     times ``u_in_texel``; the window's first tap at ``v_uv``, which the vertex shader
@@ -155,18 +167,19 @@ def coordinates(size, masked, inline_masks=False, rows=None, precision="highp",
     texels (an add where ``d * inv`` cost a multiply too: VideoCore IV's 5x5 program 11
     instructions fewer); its rounding stays far below half a texel, where nearest sampling
     would pick another (in ``mediump`` each comes from ``uv`` in one rounding, as before);
-    ``chained`` (highp): each one texel on from the one before, ``+ inv`` (another form of the
-    same texels, for VideoCore IV's scheduler: :func:`workbench.es2.drivers.tune`)."""
+    ``chained`` (highp), the axes (``"xy"``, ``"x"``) whose coordinates are each one texel on
+    from the one before, ``+ inv`` (another form of the same texels, for VideoCore IV's
+    scheduler: :func:`workbench.es2.drivers.tune`)."""
     lines = ["    vec2 inv = u_in_texel;", "    vec2 uv = v_uv;"]
-    step = 1 if chained else 2
     pairs = precision == "highp" and size > 2
-    if pairs and not chained:
+    if pairs and chained != "xy":
         lines.append("    vec2 inv2 = inv + inv;")
     for axis in "xy":
         ds = list(range(size) if axis == "x" or rows is None else rows)
+        step = 1 if axis in chained else 2
         for d in ds:
             if pairs and d - step in ds:
-                value = f"{axis}{d - step} + inv{'' if chained else '2'}.{axis}"
+                value = f"{axis}{d - step} + inv{'' if step == 1 else '2'}.{axis}"
             else:
                 value = f"uv.{axis}" + (f" + {glsl_float(d)} * inv.{axis}" if d else "")
             lines.append(f"    float {axis}{d} = {value};")

@@ -40,7 +40,9 @@ class Mode:
 
 MODE = ("inline_masks", "weights", "unit_masks", "coordinates")  # the layer options a Mode
 # records
-COORDINATES = ("pairs", "chained")  # how a window's coordinates are spelled (Mode.coordinates)
+# how a window's coordinates are spelled (Mode.coordinates): the axes chained, each coordinate
+# a texel on from the one before (shaders.coordinates), by name
+COORDINATES = {"pairs": "", "chained": "xy", "x chained": "x"}
 
 
 def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pass:
@@ -61,7 +63,8 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     ``"ends"``, ``"last"``: those columns', :data:`~.padding.UNIT_COLUMNS`), and a residual
     read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its own (the
     same bytes).  ``coordinates``: the window's coordinates two texels apart from each other
-    (``"pairs"``) or one (``"chained"``, :func:`~workbench.es2.shaders.coordinates`).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
+    (``"pairs"``) or one (``"chained"``; ``"x chained"``: the columns' alone;
+    :data:`COORDINATES`, :func:`~workbench.es2.shaders.coordinates`).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
     are added (:data:`ORDERS`; a program that writes part of a pack adds them in a chain);
     ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.conv.weights.WEIGHTS`; uniforms for a program that writes one
@@ -114,7 +117,7 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     padded = masked(op.size, op.padding) and not border
     units = mode.unit_masks if not padded and order != "chain" else False
     body = coordinates(op.size, padded, mode.inline_masks, rows, mode.precision,
-                       mode.coordinates == "chained")
+                       COORDINATES[mode.coordinates])
     fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
                                else "") for fetch in residual_fetches]
     if op.residual_scale is not None:  # its stored scale over the sum's
