@@ -149,7 +149,7 @@ def border_passes(op, shapes, precision) -> list[Pass]:
     """The programs that copy each texture of ``op``'s input into its bordered texture; none
     where its producer draws the border (``input_bordered``).  A stride-1 window's border is
     known (:func:`window_border`): the runtime clears it (``Pass.border``) and the copy draws
-    the input's own pixels, a fetch each (VideoCore IV 31 -> 11 instructions, over the
+    the input's own pixels, a fetch each (VideoCore IV 31 -> 15 instructions, over the
     input's pixels alone); another stride's depends on the input's size: its copy draws
     every texel, a texel of the input where it lies inside, 0 in the border (its mask; the
     same bytes)."""
