@@ -241,8 +241,9 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
     and grouped 3x3 layers, a residual, an explicit asymmetric padding, strides of 2 over an
     odd and an even size, draw buffers, programs of 2 channels), the bordered texture the
     input padded with zeros as far as the windows reach; the copies' fetches and programs,
-    the producers' larger textures (their draws the output's own pixels) in the cost; saved
-    and loaded with it."""
+    the producers' larger textures (their draws the output's own pixels) in the cost; a
+    stride-1 window's copy draws the input's own pixels (the runtime clears its border), a
+    fetch each, another's every texel; saved and loaded with it."""
     if "llvmpipe" not in gl.info()["GL_RENDERER"]:
         pytest.skip("the exact order is llvmpipe's")
     from tests.conftest import with_zero_border
@@ -294,15 +295,21 @@ def test_a_zero_border_reads_what_the_masks_read(tmp_path):
             assert copy.sum() == inside.sum()
         hw = x.shape[:2]
         fragments = dict(compilers.draws(bordered, hw))  # a drawn output's own pixels
+        copying = {p.name: p.op for p in bordered.passes  # a copy, and whose input it copies
+                   if p.outputs[0][0] == border_tensor(graph.op(p.op))}
         assert [fragments[i] for i, p in enumerate(bordered.passes) if p.border] == \
-            [np.prod(stored[p.op].shape[:2]) for p in bordered.passes if p.border]
-        assert any(p.border for p in bordered.passes) == bool(drawn)
+            [np.prod(stored[graph.op(copying[p.name]).input if p.name in copying
+                            else p.op].shape[:2]) for p in bordered.passes if p.border]
+        assert {p.op for p in bordered.passes if p.border and p.name not in copying} == \
+            set(drawn)
+        assert all((p.border is not None) == (graph.op(op).stride == 1)
+                   for name, op in copying.items() for p in bordered.passes if p.name == name)
         costs = (plan.cost(graph, hw, es2.shaders.programs(graph, bordered.passes)),
                  plan.cost(net.graph, hw, es2.shaders.programs(net.graph, masked.passes)))
         for name in layers:  # a fetch a texel of each copy; a drawn output's own pixels
             op = graph.op(name)
-            texels = np.prod(textures[border_tensor(op)].shape[:2]) if not op.input_bordered \
-                else 0
+            texels = 0 if op.input_bordered else np.prod(  # what its copy draws
+                (stored[op.input] if op.stride == 1 else textures[border_tensor(op)]).shape[:2])
             area, pixels = np.prod(textures[name].shape[:2]), np.prod(stored[name].shape[:2])
             assert (area > pixels) == (name in drawn)
             n = sum(p.op == name for p in bordered.passes) - sum(p.op == name

@@ -20,10 +20,11 @@ from workbench import ir
 from workbench.es2.limits import LimitError
 from workbench.es2.ops.conv import FORM, ORDERS
 from workbench.es2.ops.conv.orders import LAST, places_residual
-from workbench.es2.ops.conv.padding import producer_borders
+from workbench.es2.ops.conv.padding import UNIT_COLUMNS, producer_borders
+from workbench.es2.ops.conv.program import COORDINATES
 from workbench.es2.ops.conv.split import finer_rows
 from workbench.es2.record import record
-from workbench.es2.shaders import VERTEX_SHADER
+from workbench.es2.shaders import VERTEX_SHADER, fragments
 from workbench.gl import drivers
 
 CHANNELS = (4, 2, 1)  # output channels a conv program may write, most first
@@ -130,6 +131,20 @@ def two_thread_cycles(stats) -> float:
     return max(stats["instructions"], stats["estimated_cycles"] / stats.get("threads", 1))
 
 
+# tune's default where the driver estimates cycles (vc4): the fewest instructions whose
+# estimated cycles stay within this share above the fewest (:func:`_budgeted`): a Pi pays
+# between the two (the calibrated model, studies.beatmup.pi_model)
+BUDGET_SLACK = 0.14
+
+# What tune then tries on each layer's best form: the same arithmetic spelled otherwise (its
+# window's coordinates; its unit masks on fewer columns, where it has them and the driver
+# estimates cycles), for the compiler's scheduler
+REFINEMENTS = {"coordinates": list(COORDINATES), "unit_masks": list(UNIT_COLUMNS)}
+
+# The layer options that only steer vc4's scheduler (its estimate's waits), offered where the
+# driver estimates cycles: elsewhere they only add instructions
+STEERING = ("unit_masks", "chained")
+
 # What :func:`tune` may minimise, by name: a program's count from its driver's statistics
 # (the last two where the driver estimates cycles: vc4)
 COUNTS = {"instructions": lambda stats: stats["instructions"],
@@ -146,19 +161,23 @@ def tune(graph, generate, driver: str, options=None, count=None):
     layer's), with or without unit masks where no tap lies in the padding and the driver
     estimates cycles (:func:`workbench.es2.ops.conv.padding.unit_mask`: elsewhere they only add
     instructions), and its residual added last, first or after the order's first term
-    (:data:`RESIDUAL_PLACES`) where it has them,
-    and keeps the form with the fewest spills, then the most threads, then the smallest sum
-    of ``count`` (:data:`COUNTS`; default the estimated cycles where the driver estimates
-    them, vc4, else the instructions; ``"two threads"``: :func:`two_thread_cycles`); a tie
-    keeps what it had.  A form changes the float rounding, not the arithmetic; the emulator
-    follows it (:func:`ordered`).
+    (:data:`RESIDUAL_PLACES`) where it has them; a depth-to-space (the SR demux) with its
+    fetches chained or not where the driver estimates cycles
+    (:func:`workbench.es2.shaders.fetch_lines`); then each layer's best form with its
+    :data:`REFINEMENTS`.  It keeps the form with the fewest spills, then the most threads,
+    then the smallest sum of ``count`` (:data:`COUNTS`; default the estimated cycles where
+    the driver estimates them, vc4, else the instructions; ``"two threads"``:
+    :func:`two_thread_cycles`); a tie keeps what it had.  A form changes the float rounding,
+    not the arithmetic; the emulator follows it (:func:`ordered`).
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
     passes, reports = _compiled(generate, options, driver)
     layers = [op.name for op in graph.ops
-              if "order" in layer_options(op) and _channels(passes, op.name) == ir.PACK]
+              if ("order" in layer_options(op) and _channels(passes, op.name) == ir.PACK)
+              or "chained" in layer_options(op)]
     estimates = any("estimated_cycles" in r.stats for r in reports)
+    budget = count is None and estimates  # (the default where the driver estimates cycles)
     count = count or ("estimated cycles" if estimates else "instructions")
     if count not in COUNTS or (count != "instructions" and not estimates):
         raise ValueError(f"tune: count {count!r} is not one the {driver} driver gives; "
@@ -170,10 +189,11 @@ def tune(graph, generate, driver: str, options=None, count=None):
 
     choices = {"order": list(ORDERS), "inline_masks": [False, True],
                "zero_border": [False, True], "unit_masks": [False, True],
-               "residual_after": list(RESIDUAL_PLACES)}  # each only where some layer has it
+               "residual_after": list(RESIDUAL_PLACES),
+               "chained": [False, True]}  # each only where some layer has it
     choices = {k: v for k, v in choices.items()
                if any(k in layer_options(graph.op(layer)) for layer in layers)
-               and (k != "unit_masks" or estimates)}  # (they only steer vc4's scheduler)
+               and (k not in STEERING or estimates)}
     trials = []
     for values in itertools.product(*choices.values()):
         form = dict(zip(choices, values))
@@ -184,36 +204,111 @@ def tune(graph, generate, driver: str, options=None, count=None):
             continue
         trial = {**options, **{layer: under(layer, form) for layer in layers}}
         trials.append((trial, generate(trial)))
-    _reports([p for _, ps in trials for p in ps], driver)  # every new program in one child
-    tried = [(options, passes, reports)] + [(trial, ps, _reports(ps, driver))
-                                            for trial, ps in trials]
+    tried = [(options, passes, reports)] + _tried(trials, driver)
+    bases = [_best(layers, tried, count)] + ([_best(layers, tried, "instructions")]
+                                             if budget else [])
+    refined = []  # each layer's best forms spelled otherwise (the same programs' arithmetic)
+    for best, values in itertools.product(bases, itertools.product(*REFINEMENTS.values())):
+        trial = dict(options)
+        for layer in layers:
+            form = dict(tried[best[layer][2]][0].get(layer, {}))
+            for k, v in zip(REFINEMENTS, values):
+                if k in layer_options(graph.op(layer)) and (k != "unit_masks" or (
+                        estimates and form.get("unit_masks"))):
+                    form[k] = v
+            trial[layer] = form
+        refined.append((trial, generate(trial)))
+    tried += _tried(refined, driver)
+    picks = _budgeted(graph, layers, tried, BUDGET_SLACK) if budget else \
+        {layer: i for layer, (_, _, i) in _best(layers, tried, count).items()}
     changes = []
     for layer in layers:
-        keys = [(_form_key(ps, rs, layer, count), trial.get(layer, {}), i)
-                for i, (trial, ps, rs) in enumerate(tried)]
-        (best, chosen, i), before = min(keys, key=lambda k: k[0]), keys[0][0]
-        if best < before:
-            options[layer] = chosen
+        i = picks[layer]
+        (key, before) = (_form_key(*tried[k][1:], layer, count) for k in (i, 0))
+        if i:
+            options[layer] = chosen = tried[i][0].get(layer, {})
             also = ""
             if count != "instructions":  # what the count's gain cost or saved in instructions
                 counts = [_layer_stat(*tried[k][1:], layer, "instructions") for k in (0, i)]
                 also = f", instructions {counts[0]:,} -> {counts[1]:,}"
             changes.append(f"layer {layer!r}: {_described(chosen)} on "
                            f"{drivers.driver(driver).gpu}: {count} "
-                           f"{before[-1]:,.0f} -> {best[-1]:,.0f}{also}")
+                           f"{before[-1]:,.0f} -> {key[-1]:,.0f}{also}")
     if changes:
         passes, reports = _compiled(generate, options, driver)
     return passes, reports, changes, options
 
 
+def _budgeted(graph, layers, tried, slack) -> dict:
+    """``{layer: index in tried}``: a form a layer (among those with its fewest spills and
+    most threads) for few instructions over the layers, their estimated cycles summed at
+    most ``1 + slack`` times their fewest, each program's counts weighted by the fragments
+    it draws at the net's input size (or 64x64).  From each layer's fewest cycles, it moves
+    one layer at a time to a form of fewer instructions, the move that saves the most
+    instructions a cycle it adds first, while the sum stays within the bound (a tie keeps the
+    earlier form, the first what it had)."""
+    hw = graph.input_size or (64, 64)
+    weighted = []  # per trial: {layer: (instructions, cycles)}, weighted by fragments
+    for trial, ps, rs in tried:
+        sums = {}
+        for p, r, f in zip(ps, rs, fragments(ordered(graph, trial), ps, hw)):
+            i, c = sums.get(p.op, (0, 0))
+            sums[p.op] = (i + f * r.stats.get("instructions", 0),
+                          c + f * r.stats.get("estimated_cycles", 0))
+        weighted.append(sums)
+    candidates = {}
+    for layer in layers:
+        keys = [_form_key(ps, rs, layer, "estimated cycles")[:-1] for _, ps, rs in tried]
+        candidates[layer] = [i for i, k in enumerate(keys) if k == min(keys)]
+    picks = {layer: min(found, key=lambda i: (weighted[i][layer][1], weighted[i][layer][0], i))
+             for layer, found in candidates.items()}
+    spent = sum(weighted[i][layer][1] for layer, i in picks.items())
+    bound = (1 + slack) * spent
+    while True:
+        moves = []  # (instructions saved a cycle added, layer, form)
+        for layer, found in candidates.items():
+            count, cycles = weighted[picks[layer]][layer]
+            for i in found:
+                saved, added = count - weighted[i][layer][0], weighted[i][layer][1] - cycles
+                if saved > 0 and spent + added <= bound:
+                    moves.append((saved / max(added, 1e-9), -i, layer, i))
+        if not moves:
+            return picks
+        _, _, layer, i = max(moves)
+        spent += weighted[i][layer][1] - weighted[picks[layer]][layer][1]
+        picks[layer] = i
+
+
+def _tried(trials, driver) -> list[tuple]:
+    """``[(options, passes, reports)]`` of ``trials`` (``[(options, passes)]``), every new
+    program compiled in one child."""
+    _reports([p for _, ps in trials for p in ps], driver)
+    return [(trial, ps, _reports(ps, driver)) for trial, ps in trials]
+
+
+def _best(layers, tried, count) -> dict:
+    """``{layer: (its key, its form, the index in tried)}``: the form of each layer with the
+    smallest :func:`_form_key` among ``tried`` (``[(options, passes, reports)]``), the first
+    where several tie."""
+    return {layer: min(((_form_key(ps, rs, layer, count), trial.get(layer, {}), i)
+                        for i, (trial, ps, rs) in enumerate(tried)), key=lambda k: (k[0], k[2]))
+            for layer in layers}
+
+
 def _described(form) -> str:
     order = form.get("order", "chain")
-    return (f"products added {order!r} ({ORDERS[order]})"
-            + (", padding masks computed per tap" if form.get("inline_masks") else "")
-            + (", its input read through a zero border (no masks)"
-               if form.get("zero_border") else "")
-            + (", each column times a unit mask" if form.get("unit_masks") else "")
-            + RESIDUAL_PLACES.get(form.get("residual_after", LAST), ""))
+    return ", ".join(filter(None, [
+        f"products added {order!r} ({ORDERS[order]})" if "order" in form else "",
+        "padding masks computed per tap" if form.get("inline_masks") else "",
+        "its input read through a zero border (no masks)" if form.get("zero_border") else "",
+        f"{UNIT_COLUMNS[form['unit_masks']]} times a unit mask" if form.get("unit_masks")
+        else "",
+        {"chained": "its coordinates a texel apart, each from the one before",
+         "x chained": "its columns' coordinates a texel apart, each from the one before"}.get(
+            form.get("coordinates"), ""),
+        RESIDUAL_PLACES.get(form.get("residual_after", LAST), "")[2:],
+        "its fetches chained, each after the previous one's result" if form.get("chained")
+        else ""]))
 
 
 def _form_key(passes, reports, layer, count):

@@ -73,7 +73,18 @@ def luma(rgb):
 
 def bilinear(image, block):
     """The SR demux's bilinear upsampling (half-pixel centres, clamped edges) in ``image``'s
-    float type, as its shader computes it from 4 nearest fetches."""
+    float type, as its shader computes it from 4 nearest fetches
+    (:func:`workbench.es2.shaders.bilinear_taps`): by 2 the input pixel an output pixel lies in
+    and its neighbours toward it, ``(a * 9 + d + (h + v) * 3) * 0.0625``; else mixed."""
+    if block == 2:
+        def near(n):  # each output pixel's input pixel, and its neighbour toward it
+            own = np.arange(2 * n) // 2
+            return own, np.clip(own + np.where(np.arange(2 * n) % 2, 1, -1), 0, n - 1)
+
+        (y0, y1), (x0, x1) = near(image.shape[0]), near(image.shape[1])
+        a, h, v, d = (image[ys][:, xs] for ys, xs in ((y0, x0), (y0, x1), (y1, x0), (y1, x1)))
+        return (a * 9 + d + (h + v) * 3) * 0.0625
+
     def axis(n):
         u = (np.arange(n * block, dtype=F32) + F32(0.5)) / F32(block) - F32(0.5)
         below = np.floor(u)

@@ -78,13 +78,26 @@ class Pass:
 def draw_area(p: Pass, shapes) -> tuple[int, int, int, int] | None:
     """``(x, y, width, height)`` of its output textures that pass ``p`` draws, for the tensor
     shapes of one input size (x from the left, y from the first row): where they hold a zero
-    border (``p.border``), the output's own pixels, the border cleared to 0 before the draw
-    (every runtime: moderngl, the bundle's run.py, the page); else its ``viewport`` (None:
-    all of them)."""
+    border (``p.border``), the output's own pixels (its tensor's; a layer's own texture, a
+    bordered copy, its input's), the border cleared to 0 before the draw (every runtime:
+    moderngl, the bundle's run.py, the page); else its ``viewport`` (None: all of them)."""
     if p.border is None:
         return p.viewport
-    h, w = shapes[p.outputs[0][0]][:2]
+    own = p.outputs[0][0] if p.outputs[0][0] in shapes else p.inputs[0].tensor
+    h, w = shapes[own][:2]
     return (*p.border, w, h)
+
+
+def fragments(graph: ir.Graph, passes, hw) -> list[int]:
+    """The fragments each of ``passes`` (of ``graph``, its forms recorded) draws for an input
+    of ``hw = (height, width)``: the area it draws (:func:`draw_area`) or its output
+    texture."""
+    from workbench.es2 import plan
+
+    textures, shapes = plan.textures(graph, hw), graph.shapes(hw)
+    areas = [draw_area(p, shapes) for p in passes]
+    return [area[2] * area[3] if area else np.prod(textures[p.outputs[0]][:2], dtype=int)
+            for p, area in zip(passes, areas)]
 
 
 # --- GLSL text ------------------------------------------------------------------------------
@@ -113,10 +126,12 @@ def uniform_declarations(samplers, vectors, out_texel=False):
             + (f"varying vec2 {OUT_TEXEL};\n" if out_texel else ""))
 
 
-def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict) -> Pass:
+def same_pack_pass(op, pack: int, precision, body: list[str], vectors: dict,
+                   out_texel=False) -> Pass:
     """The program of an op that turns pack ``pack`` of its input (sampler ``u_in0``) into
-    the same pack of its output, from the lines of its ``main`` and its ``vec2`` uniforms."""
-    source = (header(precision) + uniform_declarations(["u_in0"], vectors)
+    the same pack of its output, from the lines of its ``main`` and its ``vec2`` uniforms
+    (``out_texel``: it reads :data:`OUT_TEXEL`)."""
+    source = (header(precision) + uniform_declarations(["u_in0"], vectors, out_texel)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return Pass(f"{op.name}.{pack}", op.name, source, [Binding("u_in0", op.input, pack)],
                 [(op.name, pack)], vectors)
@@ -136,7 +151,8 @@ def inside_mask(axis, d) -> str:
     return f"step(0.0, {axis}{d}) * step({axis}{d}, 1.0)"
 
 
-def coordinates(size, masked, inline_masks=False, rows=None) -> list[str]:
+def coordinates(size, masked, inline_masks=False, rows=None, precision="highp",
+                chained="") -> list[str]:
     """GLSL lines that give a convolution's taps their texture coordinates: ``x{dx}`` for
     each column and ``y{dy}`` for each row of the ``size`` x ``size`` window (texel centres
     times ``u_in_texel``; the window's first tap at ``v_uv``, which the vertex shader
@@ -146,12 +162,27 @@ def coordinates(size, masked, inline_masks=False, rows=None) -> list[str]:
     Computed once a fragment, so a tap costs its fetch alone (and one multiply if masked);
     ``inline_masks``: no ``mx``/``my``, each tap computes its mask (more arithmetic, fewer
     live registers: VideoCore IV then runs a 5x5 window with 2 threads instead of 1);
-    ``rows``: only these rows' (a stage of a split conv that holds some of its rows)."""
+    ``rows``: only these rows' (a stage of a split conv that holds some of its rows).
+    In ``highp`` a coordinate two texels on from another is that one plus ``inv2``, two
+    texels (an add where ``d * inv`` cost a multiply too: VideoCore IV's 5x5 program 11
+    instructions fewer); its rounding stays far below half a texel, where nearest sampling
+    would pick another (in ``mediump`` each comes from ``uv`` in one rounding, as before);
+    ``chained`` (highp), the axes (``"xy"``, ``"x"``) whose coordinates are each one texel on
+    from the one before, ``+ inv`` (another form of the same texels, for VideoCore IV's
+    scheduler: :func:`workbench.es2.drivers.tune`)."""
     lines = ["    vec2 inv = u_in_texel;", "    vec2 uv = v_uv;"]
+    pairs = precision == "highp" and size > 2
+    if pairs and chained != "xy":
+        lines.append("    vec2 inv2 = inv + inv;")
     for axis in "xy":
-        for d in range(size) if axis == "x" or rows is None else rows:
-            step = f" + {glsl_float(d)} * inv.{axis}" if d else ""
-            lines.append(f"    float {axis}{d} = uv.{axis}{step};")
+        ds = list(range(size) if axis == "x" or rows is None else rows)
+        step = 1 if axis in chained else 2
+        for d in ds:
+            if pairs and d - step in ds:
+                value = f"{axis}{d - step} + inv{'' if step == 1 else '2'}.{axis}"
+            else:
+                value = f"uv.{axis}" + (f" + {glsl_float(d)} * inv.{axis}" if d else "")
+            lines.append(f"    float {axis}{d} = {value};")
             if masked and not inline_masks:
                 lines.append(f"    float m{axis}{d} = {inside_mask(axis, d)};")
     return lines
@@ -179,40 +210,86 @@ def window_varying(area, stride, texel, pad=None) -> dict:
 
 
 def block_position(block: int) -> list[str]:
-    """GLSL lines that give, for the output pixel of an upsampling by ``block``, the input
-    pixel ``lr`` it lies in, its centre ``uv`` in texture coordinates (from ``u_in_texel``, 1 /
-    the input's size: no division) and the output pixel's sub-pixel ``sub`` there (0 .. block
-    - 1 on each axis, x from the left, y from the bottom as gl_FragCoord counts).
-    gl_FragCoord is mediump in GLSL ES 1.00 (Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16,
-    which misplaced every odd output pixel from x or y = 1024 on): copied to a highp ``fc``."""
+    """GLSL lines that give, for the output pixel of an upsampling by ``block``, its
+    sub-pixel ``sub`` in the input pixel it lies in (0 .. block - 1 on each axis, x from the
+    left, y from the bottom as gl_FragCoord counts); by 2 also ``ph``, ``fract(fc / 2)``: 0.25
+    where ``sub`` is 0, 0.75 where 1 (fewer instructions than a floor: VideoCore IV's demux
+    10 fewer).  That input pixel itself is the one :data:`OUT_TEXEL` samples (nearest: its
+    centre lies half an output pixel or more inside it).  gl_FragCoord is mediump in
+    GLSL ES 1.00 (Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16, which misplaced every odd
+    output pixel from x or y = 1024 on): copied to a highp ``fc``."""
+    if block == 2:
+        return ["    vec2 fc = gl_FragCoord.xy;",
+                "    vec2 ph = fract(fc * 0.5);",
+                "    vec2 sub = ph * 2.0 - 0.5;"]
     b = glsl_float(block)
     return ["    vec2 fc = gl_FragCoord.xy;",
-            f"    vec2 lr = floor(fc / {b});",
-            f"    vec2 sub = fc - 0.5 - lr * {b};",
-            "    vec2 uv = (lr + 0.5) * u_in_texel;"]
+            f"    vec2 sub = fc - 0.5 - floor(fc / {b}) * {b};"]
 
 
-def bilinear_corners(block: int) -> list[str]:
-    """GLSL lines that give, after :func:`block_position`, the output pixel's four nearest
-    input texels' centres, ``lo`` and ``hi`` on each axis, the weights ``f`` of ``hi``
-    (half-pixel centres) and ``s``: 1 on an axis where ``lo`` is the nearer texel (``f`` <
-    0.5), 0 where ``hi`` is.  The edges clamp by the textures' CLAMP_TO_EDGE (nearest sampling
-    at texel centres: the clamped texels).  By 2 the corners follow from ``sub`` alone (``f``
-    0.75 or 0.25: the same floats as the general ``u - floor(u)``).  Both, against the clamps
-    and the general form: the SR demux 123 -> 105 instructions on Adreno 320, 452 -> 422
-    estimated cycles on VideoCore IV.  What a bilinear Upsample and the SR demux's chroma
-    share."""
+def sub_index(block: int) -> str:
+    """A vec2 of GLSL, after :func:`block_position`, below ``k + 0.5`` on an axis exactly
+    where the sub-pixel is ``k`` or less: ``sub``, by 2 ``ph``."""
+    return "ph" if block == 2 else "sub"
+
+
+@dataclass(frozen=True)
+class Bilinear:
+    """How a program upsamples bilinearly by ``block`` (half-pixel centres; the edges clamp
+    by the textures' CLAMP_TO_EDGE: nearest sampling at texel centres gives the clamped
+    texels), after :func:`block_position`: ``lines`` (GLSL), ``taps`` (the coordinates of
+    the 4 input texels it reads, nearest sampling), ``mix`` (the GLSL of their bilinear value
+    from the names of the 4 fetched values, :meth:`mixed`) and ``nearest`` (the tap that is
+    the input pixel the output pixel lies in, or None)."""
+    lines: tuple
+    taps: tuple
+    mix: str
+    nearest: int | None
+
+    def mixed(self, names) -> str:
+        return self.mix.format(*names)
+
+
+def bilinear_taps(block: int) -> Bilinear:
+    """By 2 the taps are the input pixel the output pixel lies in and its neighbours toward
+    the output pixel, a texel ``d`` away on each axis (``(2 ph - 1) * u_in_texel``), weighted
+    9, 3, 3 and 1 sixteenths: ``(c0 * 9 + c3 + (c1 + c2) * 3) / 16`` (in the order llvmpipe
+    sums it: Mesa's compiler moves ``c3`` there when it is last), no weights to compute
+    and the nearest one a tap (VideoCore IV's SR demux 107 -> 94 instructions, a fetch
+    fewer: its anchor is that tap); :func:`workbench.es2.emulate.bilinear` sums in that order.
+    Another block: the 4 texels around the output pixel's centre (``lo`` and ``hi`` on each
+    axis, ``f`` the weight of ``hi``), mixed (``mix(mix(c0, c1, f.x), mix(c2, c3, f.x),
+    f.y)``).  What a bilinear Upsample and the SR demux's chroma share."""
     if block == 2:
-        lines = ["    vec2 s = sub;",
-                 "    vec2 f = 0.75 - 0.5 * sub;",
-                 "    vec2 lo = uv + (s - 1.0) * u_in_texel;"]
-    else:
-        lines = [f"    vec2 u = fc / {glsl_float(block)} - 0.5;",
-                 "    vec2 i0 = floor(u);",
-                 "    vec2 f = u - i0;",
-                 "    vec2 s = vec2(lessThan(f, vec2(0.5)));",
-                 "    vec2 lo = (i0 + 0.5) * u_in_texel;"]
-    return lines + ["    vec2 hi = lo + u_in_texel;"]
+        return Bilinear(("    vec2 d = (ph * 2.0 - 1.0) * u_in_texel;",),
+                        (OUT_TEXEL, f"{OUT_TEXEL} + vec2(d.x, 0.0)",
+                         f"{OUT_TEXEL} + vec2(0.0, d.y)", f"{OUT_TEXEL} + d"),
+                        "(({0} * 9.0 + {3} + ({1} + {2}) * 3.0) * 0.0625)", 0)
+    return Bilinear((f"    vec2 u = fc / {glsl_float(block)} - 0.5;",
+                     "    vec2 i0 = floor(u);",
+                     "    vec2 f = u - i0;",
+                     "    vec2 lo = (i0 + 0.5) * u_in_texel;",
+                     "    vec2 hi = lo + u_in_texel;"),
+                    ("lo", "vec2(hi.x, lo.y)", "vec2(lo.x, hi.y)", "hi"),
+                    "mix(mix({0}, {1}, f.x), mix({2}, {3}, f.x), f.y)", None)
+
+
+def fetch_lines(fetches, chained=False) -> list[str]:
+    """GLSL lines that fetch ``fetches``, ``[(declaration, sampler, coordinates, swizzle)]``
+    (``("vec3 c", "u_image", "lo", ".rgb")``), in that order; ``chained``: each fetch of a
+    sampler after its previous fetch's result (its x coordinate plus ``min(<that texel>.x,
+    0.0)``, exactly 0: a texel is not negative): the same texels.  VideoCore IV's scheduler
+    otherwise requests a fetch between the previous one's thread switch and its result,
+    where its estimate waits 100 cycles (the SR demux: 2 such waits, 200 of its 291
+    estimated cycles; chained 90 instructions, 94 cycles; chained on its sub-pixel's texel
+    too, 94 and 98)."""
+    lines, previous = [], {}
+    for declaration, sampler, where, swizzle in fetches:
+        if chained and sampler in previous:
+            where = f"{where} + vec2(min({previous[sampler]}.x, 0.0), 0.0)"
+        lines.append(f"    {declaration} = texture2D({sampler}, {where}){swizzle};")
+        previous[sampler] = declaration.split()[-1]
+    return lines
 
 
 def window_uniforms(op, bordered=False) -> dict:

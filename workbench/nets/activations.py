@@ -186,16 +186,34 @@ def of(op, order=None) -> Activation:
     return prelu(*(values if order is None else [v[order] for v in values]))
 
 
-def glsl(op, x, pack) -> str:
+def glsl(op, x, pack, stored=False) -> str:
     """The GLSL of ``op``'s activation on ``x``, a ``vec4`` of its output pack ``pack``: a
     PRelu's parameters as that pack's ``vec4`` literals, or, for ``pack`` GLSL code of an int
-    (a pack chosen at run time), read from the arrays :func:`glsl_arrays` declares."""
+    (a pack chosen at run time), read from the arrays :func:`glsl_arrays` declares.
+    ``stored``: the value goes straight to an RGBA8 target, whose conversion to fixed point
+    clamps to [0, 1]: the form without its outer ``clamp(..., 0.0, 1.0)`` where it ends in
+    one (the same bytes, a clamp's instructions fewer: 8-14 a program on VideoCore IV)."""
     fields = PARAMETERS.get(op.activation, ())
     if isinstance(pack, str):
         values = [f"{f.upper()}[{pack}]" for f in fields]
     else:
         values = [glsl_vec(getattr(op, f)[4 * pack:4 * pack + 4]) for f in fields]
-    return of(op).glsl.format(x=x, **dict(zip("az", values)))
+    text = of(op).glsl.format(x=x, **dict(zip("az", values)))
+    return unclamped(text) if stored else text
+
+
+def unclamped(text: str) -> str:
+    """GLSL ``text`` without its outer clamp to [0, 1] (``clamp(e, 0.0, 1.0)`` -> ``(e)``, an
+    identifier bare); ``text`` itself where it is no such clamp."""
+    head, tail = "clamp(", ", 0.0, 1.0)"
+    if not (text.startswith(head) and text.endswith(tail)):
+        return text
+    inner, depth = text[len(head):-len(tail)], 0
+    for c in inner:  # the clamp's first argument: its parentheses balanced, no comma outside
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth < 0 or (depth == 0 and c == ","):
+            return text
+    return inner if inner.isidentifier() else f"({inner})"
 
 
 def glsl_arrays(op, packs) -> str:

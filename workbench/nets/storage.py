@@ -7,6 +7,9 @@
   near 0.5 (the two levels around it 1/255**2 apart) and ~2/255 at 0 and 1: for an SR net's
   anchor correction, small almost everywhere, the rounding error is several times smaller.
 
+Each law maps values below 0 to values below 0 and values above 1 to values above 1, and
+is monotonic: a clamp to [0, 1] after it (an 8-bit target's) stores what one before it would.
+
 The code generators fill the GLSL templates in with ``template.format(x=...)`` (a float or
 vec expression, used more than once: pass a variable).
 """
@@ -15,7 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 LAWS = ("linear", "sqrt")
-ENCODE_GLSL = {"sqrt": "(0.5 + sign({x} - 0.5) * sqrt(abs({x} - 0.5) * 0.5))"}
+# sign(t) sqrt(|t| / 2) computed as t / sqrt(max(2 |t|, FLOOR)): one square root (a reciprocal
+# one) and no sign (VideoCore IV's L5 179 -> 160 instructions).  Below the floor (|t| <
+# 2**-15) it is linear, no NaN at 0, and stores what the law stores there, the level either
+# side of 0.5 by t's sign (the next ones begin at |t| = 2 / 255**2, past 2**-15); 2**-14 is
+# mediump's smallest normal
+FLOOR = 2.0 ** -14
+ENCODE_GLSL = {"sqrt": "(0.5 + ({x} - 0.5) * inversesqrt(max(abs({x} + {x} - 1.0), "
+                       f"{FLOOR!r})))"}
 DECODE_GLSL = {"sqrt": "(0.5 + 2.0 * ({x} - 0.5) * abs({x} - 0.5))"}
 
 
@@ -32,7 +42,7 @@ def encode(q, law: str, xp=np):
     if law == "linear":
         return q
     t = q - 0.5
-    return 0.5 + xp.sign(t) * xp.sqrt(xp.abs(t) * 0.5)
+    return 0.5 + t * (1.0 / xp.sqrt(xp.maximum(xp.abs(t + t), FLOOR)))  # (as ENCODE_GLSL)
 
 
 def decode(v, law: str, xp=np):

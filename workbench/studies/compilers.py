@@ -33,8 +33,8 @@ from pathlib import Path
 
 from workbench import tables
 from workbench.es2 import drivers as es2_drivers
-from workbench.es2 import limits, plan
-from workbench.es2.shaders import draw_area
+from workbench.es2 import limits
+from workbench.es2.shaders import fragments
 from workbench.files import figures_dir, read_json, write_json, write_text
 from workbench.gl import drivers
 from workbench.studies import peak
@@ -142,24 +142,16 @@ def summary_rows(results) -> list[dict]:
 
 def draws(net, hw) -> list[tuple[int, int]]:
     """``(program index, fragments)`` of each draw of ``net`` for an input of ``hw = (height,
-    width)``: its passes in order, each over the area it draws (its viewport, or its output's
-    own pixels in a zero border: :func:`~workbench.es2.shaders.draw_area`) or its output
-    texture."""
-    textures, shapes = plan.textures(net.graph, hw), net.graph.shapes(hw)
-    found = []
-    for i, p in enumerate(net.passes):
-        area = draw_area(p, shapes)
-        w, h = area[2:] if area else textures[p.outputs[0]][:2]
-        found.append((i, w * h))
-    return found
+    width)``: its passes in order (:func:`~workbench.es2.shaders.fragments`)."""
+    return [(i, int(f)) for i, f in enumerate(fragments(net.graph, net.passes, hw))]
 
 
 def by_layer(owners, reports, draw_list, stat="estimated_cycles") -> dict[str, float]:
     """:func:`weighted` layer by layer: ``{layer: fragments times the program's stat, summed
     over the draws of its programs}``, ``owners[i]`` the layer of program ``i``."""
     paid = {}
-    for i, fragments in draw_list:
-        paid[owners[i]] = paid.get(owners[i], 0) + fragments * reports[i]["stats"].get(stat, 0)
+    for i, count in draw_list:
+        paid[owners[i]] = paid.get(owners[i], 0) + count * reports[i]["stats"].get(stat, 0)
     return paid
 
 

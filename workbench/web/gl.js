@@ -219,8 +219,9 @@ export class Runner {
     }
     for (const pass of this.passes) {
       pass.values = passUniforms(pass, shapes);
-      // an output in a zero border: its own pixels drawn, the border cleared (shaders.draw_area)
-      const own = pass.border && shapes[pass.outputs[0].tensor];
+      // an output in a zero border: its own pixels drawn, the border cleared (shaders.draw_area;
+      // a layer's own texture, a bordered copy: its input's pixels)
+      const own = pass.border && (shapes[pass.outputs[0].tensor] || shapes[pass.inputs[0].tensor]);
       pass.area = own ? [...pass.border, own[1], own[0]] : pass.viewport;
       const targets = pass.outputs.map((o) => this.textures.get(textureKey(o.tensor, o.pack)));
       pass.fbo = targets.length > 1 ? this.framebuffer(targets) : null; // else the texture's own

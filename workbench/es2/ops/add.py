@@ -16,7 +16,7 @@ from workbench.nets import activations
 
 
 def program(op: ir.Add, pack: int, precision="highp") -> Pass:
-    act = activations.glsl(op, "s", pack)
+    act = activations.glsl(op, "s", pack, stored=True)  # (an 8-bit target clamps)
     source = (header(precision) + uniform_declarations(["u_a", "u_b"], {}, out_texel=True)
               + f"void main() {{\n    vec2 uv = {OUT_TEXEL};\n"
               "    vec4 s = texture2D(u_a, uv) + texture2D(u_b, uv);\n"

@@ -10,8 +10,8 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, luma, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import (Binding, Pass, bilinear_corners, block_position, header,
-                                   uniform_declarations)
+from workbench.es2.shaders import (OUT_TEXEL, Binding, Pass, bilinear_taps, block_position,
+                                   fetch_lines, header, sub_index, uniform_declarations)
 from workbench.glsl_text import glsl_float, glsl_vec
 from workbench.ir.cost import Cost
 from workbench.nets import storage
@@ -19,55 +19,61 @@ from workbench.nets import storage
 
 def fetches(op: ir.DepthToSpace, shapes, pack) -> int:
     """Texel fetches per fragment of output pack ``pack``: each source pack once, and the
-    demux's 4 chroma taps."""
-    return len(op.source_packs(shapes, pack)) + (4 if op.chroma_from else 0)
+    demux's 4 chroma taps (and its anchor's pixel where no tap is it)."""
+    extra = op.anchor == "nearest" and bilinear_taps(op.block).nearest is None
+    return len(op.source_packs(shapes, pack)) + (4 + extra if op.chroma_from else 0)
 
 
-def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp") -> Pass:
+def program(op: ir.DepthToSpace, pack: int, shapes, precision="highp", chained=False) -> Pass:
     """Depth-to-space; with ``chroma_from`` the SR demux: the sub-pixel luma plus the chroma
-    of the input image sampled bilinearly (a luma change added equally to R, G and B leaves
-    Cb and Cr unchanged, since their weights sum to 0 and Y's to 1).  An ``anchor`` takes its
-    luma from the same 4 taps (nearest: the tap of weight >= 0.5 on each axis), no fetch
-    more; its sub-pixel is decoded first if stored companded (``anchor_storage``)."""
+    of the input image sampled bilinearly (:func:`~workbench.es2.shaders.bilinear_taps`; a luma
+    change added equally to R, G and B leaves Cb and Cr unchanged, since their weights sum to
+    0 and Y's to 1).  An ``anchor`` takes its luma from the input pixel the output pixel lies
+    in (by 2 a chroma tap, else a fetch of its own at
+    :data:`~workbench.es2.shaders.OUT_TEXEL`); its sub-pixel is decoded first if stored
+    companded (``anchor_storage``).  ``chained``: the fetches requested each after the
+    previous one's result (:func:`~workbench.es2.shaders.fetch_lines`: the same texels)."""
     in_packs = op.source_packs(shapes, pack)
     samplers = [f"u_in{i}" for i in range(len(in_packs))]
     bindings = [Binding(s, op.input, p) for s, p in zip(samplers, in_packs)]
     body = block_position(op.block)
-    body += [f"    vec4 t{p} = texture2D({s}, uv);" for s, p in zip(samplers, in_packs)]
+    reads = [(f"vec4 t{p}", s, OUT_TEXEL, "") for s, p in zip(samplers, in_packs)]
     # the sub-pixel's channels, chosen by its row, then its column (a selection: exact)
     chosen = []
     for chans in op.source_channels(shapes, pack):
         parts = [f"t{c // ir.PACK}.{'xyzw'[c % ir.PACK]}" for c in chans]
         chosen.append(f"vec4({', '.join(parts + ['0.0'] * (ir.PACK - len(parts)))})")
-    rows = [_choose("sub.x", chosen[r * op.block:(r + 1) * op.block]) for r in range(op.block)]
-    body.append(f"    vec4 v = {_choose('sub.y', rows)};")
+    index = sub_index(op.block)
+    rows = [_choose(f"{index}.x", chosen[r * op.block:(r + 1) * op.block])
+            for r in range(op.block)]
+    picked = [f"    vec4 v = {_choose(f'{index}.y', rows)};"]
     vectors = {"u_in_texel": ("texel", op.input)}
-    if op.chroma_from:
-        # Bilinear chroma with half-pixel centres and clamped edges, computed from 4 nearest
-        # fetches in float: a GL_LINEAR sampler on RGBA8 filters with 8-bit weights on
-        # llvmpipe, which would not match the emulator byte for byte.
+    if not op.chroma_from:
+        body += fetch_lines(reads, chained) + picked + ["    gl_FragColor = v;"]
+    else:
+        # Bilinear chroma computed from 4 nearest fetches in float: a GL_LINEAR sampler on
+        # RGBA8 filters with 8-bit weights on llvmpipe, which would not match the emulator
+        # byte for byte.
         samplers.append("u_image")
         bindings.append(Binding("u_image", op.chroma_from, 0))
-        body += bilinear_corners(op.block) + [
-                 "    vec3 c00 = texture2D(u_image, lo).rgb;",
-                 "    vec3 c10 = texture2D(u_image, vec2(hi.x, lo.y)).rgb;",
-                 "    vec3 c01 = texture2D(u_image, vec2(lo.x, hi.y)).rgb;",
-                 "    vec3 c11 = texture2D(u_image, hi).rgb;",
-                 "    vec3 rgb = mix(mix(c00, c10, f.x), mix(c01, c11, f.x), f.y);",
-                 "    float y = v.x;"]
+        up = bilinear_taps(op.block)
+        taps = [f"c{k}" for k in range(4)]
+        reads += [(f"vec3 {c}", "u_image", where, ".rgb") for c, where in zip(taps, up.taps)]
+        anchor = taps[up.nearest] if up.nearest is not None else "a"
+        if op.anchor == "nearest" and up.nearest is None:
+            reads.append(("vec3 a", "u_image", OUT_TEXEL, ".rgb"))
+        fetched = fetch_lines(reads, chained)  # (the sub-pixel picked before the chroma's)
+        body += list(up.lines) + fetched[:len(in_packs)] + picked + fetched[len(in_packs):]
+        body += [f"    vec3 rgb = {up.mixed(taps)};", "    float y = v.x;"]
         if op.anchor_storage != "linear":
             body.append(f"    y = {storage.DECODE_GLSL[op.anchor_storage].format(x='y')};")
         luma = glsl_vec(ir.LUMA, 3)
         if op.anchor:
-            # the nearest input pixel is the tap of weight >= 0.5 on each axis
-            anchor = (f"dot(rgb, {luma})" if op.anchor == "bilinear" else
-                      f"dot(s.y > 0.5 ? (s.x > 0.5 ? c00 : c10) : (s.x > 0.5 ? c01 : c11), {luma})")
-            body.append(f"    y = clamp({anchor} + {glsl_float(op.anchor_scale)} * (y - 0.5), "
+            near = f"dot({anchor if op.anchor == 'nearest' else 'rgb'}, {luma})"
+            body.append(f"    y = clamp({near} + {glsl_float(op.anchor_scale)} * (y - 0.5), "
                         "0.0, 1.0);")
         body.append(f"    gl_FragColor = vec4(rgb + (y - dot(rgb, {luma})), 1.0);")
-    else:
-        body.append("    gl_FragColor = v;")
-    source = (header(precision) + uniform_declarations(samplers, vectors)
+    source = (header(precision) + uniform_declarations(samplers, vectors, out_texel=True)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return Pass(f"{op.name}.{pack}", op.name, source, bindings, [(op.name, pack)], vectors)
 
@@ -80,9 +86,17 @@ def _choose(index, options, first=0) -> str:
             f"{_choose(index, options[1:], first + 1)})")
 
 
-def passes(op: ir.DepthToSpace, shapes, target: Target) -> list[Pass]:
-    """One program per output pack (one render target each, whatever the target allows)."""
-    return [program(op, p, shapes, target.precision) for p in range(op.out_packs(shapes))]
+def passes(op: ir.DepthToSpace, shapes, target: Target, chained=False) -> list[Pass]:
+    """One program per output pack (one render target each, whatever the target allows);
+    ``chained``: a layer option (:func:`layer_options`), see :func:`program`."""
+    return [program(op, p, shapes, target.precision, chained)
+            for p in range(op.out_packs(shapes))]
+
+
+def layer_options(op: ir.DepthToSpace) -> tuple[str, ...]:
+    """What a driver may ask of its programs: its fetches ``chained``
+    (:func:`workbench.es2.drivers.tune`, where the driver estimates cycles)."""
+    return ("chained",)
 
 
 
@@ -136,4 +150,5 @@ def tile(op: ir.DepthToSpace, step, reach):
 
 
 RECORD = register(ir.DepthToSpace, OpRecord(
-    "DepthToSpace", passes=passes, apply=apply, check=check, cost=cost, tile=tile))
+    "DepthToSpace", passes=passes, apply=apply, check=check, cost=cost, tile=tile,
+    layer_options=layer_options))

@@ -28,7 +28,7 @@ def program(op: ir.Pool, pack: int, precision="highp") -> Pass:
     k = op.size
     vectors = window_uniforms(op)
     padded = masked(op.size, op.padding)
-    body = coordinates(k, padded)
+    body = coordinates(k, padded, precision=precision)
     body.append("    vec4 m = vec4(0.0);" if op.kind == "max" else "    vec4 s = vec4(0.0);")
     for dy in range(k):
         for dx in range(k):

@@ -13,7 +13,8 @@ from workbench import ir
 from workbench.es2.emulate import bilinear, quantize
 from workbench.es2.limits import Target, fits
 from workbench.es2.record import OpRecord, register
-from workbench.es2.shaders import Pass, bilinear_corners, block_position, same_pack_pass
+from workbench.es2.shaders import (OUT_TEXEL, Pass, bilinear_taps, block_position, fetch_lines,
+                                   same_pack_pass)
 from workbench.ir.cost import Cost
 
 
@@ -22,17 +23,15 @@ def fetches(op: ir.Upsample) -> int:
 
 
 def program(op: ir.Upsample, pack: int, precision="highp") -> Pass:
-    vectors = {"u_in_texel": ("texel", op.input)}
-    body = block_position(op.scale)
-    if op.interpolation == "nearest":
-        body += ["    gl_FragColor = texture2D(u_in0, uv);"]
+    if op.interpolation == "nearest":  # the input pixel it lies in
+        vectors, body = {}, [f"    gl_FragColor = texture2D(u_in0, {OUT_TEXEL});"]
     else:
-        body += bilinear_corners(op.scale) + [
-                 "    gl_FragColor = mix(mix(texture2D(u_in0, lo), texture2D(u_in0, vec2(hi.x, lo.y)), "
-                 "f.x),",
-                 "                       mix(texture2D(u_in0, vec2(lo.x, hi.y)), texture2D(u_in0, hi), "
-                 "f.x), f.y);"]
-    return same_pack_pass(op, pack, precision, body, vectors)
+        vectors, up = {"u_in_texel": ("texel", op.input)}, bilinear_taps(op.scale)
+        taps = [f"t{k}" for k in range(4)]
+        body = block_position(op.scale) + list(up.lines) + fetch_lines(
+            [(f"vec4 {t}", "u_in0", where, "") for t, where in zip(taps, up.taps)]) + [
+            f"    gl_FragColor = {up.mixed(taps)};"]
+    return same_pack_pass(op, pack, precision, body, vectors, out_texel=True)
 
 
 def passes(op: ir.Upsample, shapes, target: Target) -> list[Pass]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from workbench import ir
 from workbench.es2.ops.conv import split
 from workbench.es2.ops.conv.form import ConvForm
-from workbench.es2.ops.conv.padding import border_textures, bordered
+from workbench.es2.ops.conv.padding import border_textures, bordered, window_border
 from workbench.es2.ops.conv.passes import fetches
 from workbench.es2.plan import pack_textures
 from workbench.ir.cost import Cost
@@ -25,11 +25,12 @@ def cost(op: ConvForm, shapes, programs=None) -> Cost:
                     programs=sum(n for _, n in stages))
     programs = programs or [[p] for p in range(op.out_packs())]
     copies = [writers(op, packs[0]) for packs in programs]
-    border = border_textures(op, shapes) if bordered(op) else {}  # a fetch a texel each
+    border = border_textures(op, shapes) if bordered(op) else {}  # a fetch a pixel drawn
+    copied = shapes[op.input][0] * shapes[op.input][1] if window_border(op) else None
     return Cost(multiply_adds=outputs * op.kernel.size,
                 texel_fetches=outputs * sum(n * fetches(op, packs)
                                             for n, packs in zip(copies, programs))
-                + sum(bw * bh for bw, bh, _ in border.values()),
+                + sum(copied or bw * bh for bw, bh, _ in border.values()),
                 texture_bytes=pixels * 4 * op.out_packs() * op.textures_a_pack(),
                 programs=sum(copies) + len(border))
 

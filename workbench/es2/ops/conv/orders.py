@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.ops.conv.form import LAST
-from workbench.es2.ops.conv.padding import axis_mask, tap_mask, unit_mask
+from workbench.es2.ops.conv.padding import axis_mask, tap_mask, unit_columns, unit_mask
 from workbench.glsl_text import glsl_float, glsl_vec
 
 
@@ -45,10 +45,11 @@ class Products:
 class Masks:
     """A program's taps' masks: ``padded`` where a tap may lie in the padding (masked),
     ``inline`` (:func:`workbench.es2.shaders.coordinates`), ``unit`` (:func:`~.padding.unit_mask`
-    where none may and the order groups its taps)."""
+    where none may and the order groups its taps: on the columns
+    :func:`~.padding.unit_columns` names)."""
     padded: bool
     inline: bool = False
-    unit: bool = False
+    unit: bool | str = False
 
 
 def taps(size, rows=None):
@@ -71,7 +72,8 @@ def grouped(op, order, products: Products, masks: Masks) -> list[str]:
     def mask(axis, d):
         if padded:
             return f" * {axis_mask(axis, d, inline_masks)}"
-        return f" * {unit_mask(f'x{d}')}" if unit_masks and axis == "x" else ""
+        units = axis == "x" and d in unit_columns(op.size, unit_masks)
+        return f" * {unit_mask(f'x{d}')}" if units else ""
 
     lines = []
     for s, o, w in zip(sums, outs, weights):

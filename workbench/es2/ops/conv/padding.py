@@ -40,6 +40,16 @@ def unit_mask(x) -> str:
     return f"max({x}, 1.0)"
 
 
+UNIT_COLUMNS = {True: "every column", "ends": "the first and last columns",
+                "last": "the last column"}  # where unit masks may go (``unit_masks``)
+
+
+def unit_columns(size, which) -> range | tuple:
+    """The window columns that take a unit mask: ``which`` one of :data:`UNIT_COLUMNS` (False:
+    none)."""
+    return {True: range(size), "ends": (0, size - 1), "last": (size - 1,)}.get(which, ())
+
+
 def tap_mask(dx, dy, inline_masks) -> str:
     """The line that sets the mask ``m<dx>_<dy>`` of tap ``(dy, dx)``."""
     return (f"    float m{dx}_{dy} = {axis_mask('x', dx, inline_masks)} * "
@@ -135,16 +145,25 @@ def border_textures(op, shapes) -> dict:
 
 
 def border_passes(op, shapes, precision) -> list[Pass]:
-    """The programs that copy each texture of ``op``'s input into its bordered texture: a
-    texel of the input where it lies inside, 0 in the border (its mask; the same bytes); none
-    where its producer draws the border (``input_bordered``)."""
-    # the bordered texture drawn a texel of the input a pixel, from where the padding ends
-    vectors = window_varying(("window", op.name, op.size, op.stride), 1, ("texel", op.input),
-                             ("pad", op.input, op.size, op.stride, op.padding))
-    body = coordinates(1, True) + [
-        "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
+    """The programs that copy each texture of ``op``'s input into its bordered texture; none
+    where its producer draws the border (``input_bordered``).  A stride-1 window's border is
+    known (:func:`window_border`): the runtime clears it (``Pass.border``) and the copy draws
+    the input's own pixels, a fetch each (VideoCore IV 31 -> 15 instructions, over the
+    input's pixels alone); another stride's depends on the input's size: its copy draws
+    every texel, a texel of the input where it lies inside, 0 in the border (its mask; the
+    same bytes)."""
+    border = window_border(op)
+    if border:
+        vectors = window_varying(("texel", op.input), 1, ("texel", op.input))
+        del vectors["u_in_texel"]  # (v_uv is the texel: no other)
+        body = ["    gl_FragColor = texture2D(u_in0, v_uv);"]
+    else:  # the bordered texture drawn a texel of the input a pixel, from where the padding ends
+        vectors = window_varying(("window", op.name, op.size, op.stride), 1, ("texel", op.input),
+                                 ("pad", op.input, op.size, op.stride, op.padding))
+        body = coordinates(1, True) + [
+            "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
     source = (header(precision) + uniform_declarations(["u_in0"], vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return [Pass(f"{op.name}.border{i}", op.name, source, [Binding("u_in0", op.input, i)],
-                 [key], vectors)
+                 [key], vectors, border=border[:2] if border else None)
             for i, key in enumerate(border_textures(op, shapes))]

@@ -24,10 +24,10 @@ def passes(op: ConvForm, shapes, target: Target, channels=None, **options) -> li
     ``options`` (a driver's, :func:`layer_options`): the form's (:data:`~.form.FORM`: ``order``,
     ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``;
     :class:`~.form.ConvForm`), default its own fields, and the :class:`~.program.Mode`'s
-    (``inline_masks``, ``weights``, ``unit_masks``).  ``weights="uniforms"``: weights set at
-    each draw (:class:`~.weights.Weights`), one pack a program, where they fit the limits'
-    uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each pack's
-    program drawn once a half; programs of 2 or 1 channels each write their half.  A split op
+    (``inline_masks``, ``weights``, ``unit_masks``, ``coordinates``).  ``weights="uniforms"``:
+    weights set at each draw (:class:`~.weights.Weights`), one pack a program, where they fit
+    the limits' uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each
+    pack's program drawn once a half; programs of 2 or 1 channels each write their half.  A split op
     (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's
     as these options make them, one pack each.  A zero border
     (:func:`~workbench.es2.ops.conv.padding.bordered`): the copies' programs first (none where
@@ -64,7 +64,8 @@ def modes(op: ConvForm, target: Target, channels, options) -> tuple[Mode, Mode]:
     its programs of part of a pack (``options``' ``inline_masks``; weights as literals), and
     of its programs of whole packs (``channels`` 4): ``options``' ``unit_masks`` too, and
     its ``weights``, as uniforms where they fit the limits' uniform vectors (else literals)."""
-    plain = Mode(target.precision, options.get("inline_masks", False))
+    plain = Mode(target.precision, options.get("inline_masks", False),
+                 coordinates=options.get("coordinates", "pairs"))
     weights = options.get("weights", "literals")
     if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, target.limits):
         weights = "literals"
@@ -149,5 +150,5 @@ def layer_options(op: ConvForm) -> tuple[str, ...]:
     masks += ("zero_border",) if border_offered(op) else ()
     residual = ("residual_after",) if op.residual else ()
     order = () if chained(op) else ("order", "unit_masks")
-    rows = ("row_split",) if op.size > 1 else ()
+    rows = ("row_split", "coordinates") if op.size > 1 else ()
     return ("channels", *masks, *order, *residual, "weights", *rows)

@@ -29,15 +29,20 @@ from workbench.nets import activations, storage
 @dataclass(frozen=True)
 class Mode:
     """How a convolution's programs are written, their arithmetic the same (the same bytes):
-    the shaders' ``precision``, ``inline_masks``, ``weights`` and ``unit_masks`` (see
-    :func:`program`)."""
+    the shaders' ``precision``, ``inline_masks``, ``weights``, ``unit_masks`` and
+    ``coordinates`` (see :func:`program`)."""
     precision: str = "highp"
     inline_masks: bool = False
     weights: str = "literals"
-    unit_masks: bool = False
+    unit_masks: bool | str = False
+    coordinates: str = "pairs"
 
 
-MODE = ("inline_masks", "weights", "unit_masks")  # the layer options a Mode records
+MODE = ("inline_masks", "weights", "unit_masks", "coordinates")  # the layer options a Mode
+# records
+# how a window's coordinates are spelled (Mode.coordinates): the axes chained, each coordinate
+# a texel on from the one before (shaders.coordinates), by name
+COORDINATES = {"pairs": "", "chained": "xy", "x chained": "x"}
 
 
 def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pass:
@@ -54,9 +59,12 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     ``inline_masks``: see :func:`workbench.es2.shaders.coordinates` (the same 0/1 masks:
     the same bytes).  ``unit_masks``: where no tap may lie in the padding (its input read
     through a zero border, or no padding) and the order groups its taps, each column's
-    products times its :func:`~workbench.es2.ops.conv.padding.unit_mask`, exactly 1, and a
-    residual read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its
-    own (the same bytes).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
+    products times its :func:`~workbench.es2.ops.conv.padding.unit_mask`, exactly 1 (True;
+    ``"ends"``, ``"last"``: those columns', :data:`~.padding.UNIT_COLUMNS`), and a residual
+    read at the vertex shader's :data:`~workbench.es2.shaders.OUT_TEXEL` times its own (the
+    same bytes).  ``coordinates``: the window's coordinates two texels apart from each other
+    (``"pairs"``) or one (``"chained"``; ``"x chained"``: the columns' alone;
+    :data:`COORDINATES`, :func:`~workbench.es2.shaders.coordinates`).  ``op``: a :class:`~.form.ConvForm`, its ``order``: how the products
     are added (:data:`ORDERS`; a program that writes part of a pack adds them in a chain);
     ``weights``: as literals or uniforms
     (:data:`~workbench.es2.ops.conv.weights.WEIGHTS`; uniforms for a program that writes one
@@ -107,8 +115,9 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     if wide and half is not None:
         vectors["u_half"] = ("value", float(half), 0.0)
     padded = masked(op.size, op.padding) and not border
-    units = mode.unit_masks and not padded and order != "chain"
-    body = coordinates(op.size, padded, mode.inline_masks, rows)
+    units = mode.unit_masks if not padded and order != "chain" else False
+    body = coordinates(op.size, padded, mode.inline_masks, rows, mode.precision,
+                       COORDINATES[mode.coordinates])
     fetched = [fetch(texel) + (f" * {unit_mask(texel + '.x')}" if units and texel == OUT_TEXEL
                                else "") for fetch in residual_fetches]
     if op.residual_scale is not None:  # its stored scale over the sum's
@@ -159,16 +168,19 @@ def stores(op, packs, sums, partial=None, wide=False) -> list[str]:
     """The lines that write each of ``sums`` (one of ``packs`` each): a ``partial`` stage's
     half's sums in fixed point, else its activation, companded (its ``storage``) and, where
     ``wide`` (a 16-bit output: the program's channels, or None for a whole pack's), its
-    half's two values in 16 bits."""
+    half's two values in 16 bits.  An 8-bit value goes to its target without the
+    activation's outer clamp to [0, 1] (:func:`workbench.nets.activations.glsl`'s ``stored``:
+    the target clamps; a storage law commutes with that clamp)."""
     lines = []
     for k, s in enumerate(sums):
         if partial:
             lines.append(f"    gl_FragColor = {split.store_glsl(op, partial, s)};")
             continue
         target = f"gl_FragData[{k}]" if len(sums) > 1 else "gl_FragColor"
-        out = activations.glsl(op, s, packs[k])
+        out = activations.glsl(op, s, packs[k], stored=wide is False)
         if op.storage != "linear":  # the activation, then its companded value
-            lines.append(f"    {s} = {out};")
+            if out != s:
+                lines.append(f"    {s} = {out};")
             out = storage.ENCODE_GLSL[op.storage].format(x=s)
         if wide is not False:  # the activation, then its half's two values in 16 bits
             lines.append(f"    {s} = {out};")
