@@ -33,6 +33,9 @@ class Worker:
         self.by_id = []      # (program, vao, names) in the order compile() returned their ids
         self.textures = {}   # key -> (texture, framebuffer)
         self.targets = {}    # (key, ...) -> framebuffer of several textures (draw buffers)
+        self.planned = []    # the passes of the runs that name none (plan())
+        self.filters = {}    # key -> the filter its texture has now
+        self.set = {}        # program object -> {uniform: the value it holds now}
 
     LIMITS = ("GL_MAX_TEXTURE_SIZE", "GL_MAX_TEXTURE_IMAGE_UNITS", "GL_MAX_VARYING_VECTORS",
               "GL_MAX_FRAGMENT_UNIFORM_VECTORS", "GL_MAX_RENDERBUFFER_SIZE", "GL_MAX_DRAW_BUFFERS")
@@ -88,39 +91,52 @@ class Worker:
         for tex, fbo in self.textures.values():
             fbo.release()
             tex.release()
-        self.textures, self.targets = {}, {}
+        self.textures, self.targets, self.planned, self.filters = {}, {}, [], {}
         for key, (width, height, dtype) in sizes.items():
             tex = self.ctx.texture((width, height), 4, dtype=dtype)
             tex.repeat_x = tex.repeat_y = False
             self.textures[key] = (tex, self.ctx.framebuffer(color_attachments=[tex]))
 
-    def run(self, uploads, passes, reads, timed=True):
-        """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass, return
-        (seconds per pass, each until a ``finish`` after it, where ``timed``, else none;
-        arrays).
+    def plan(self, passes):
+        """Keep ``passes`` (as :meth:`run` takes them) for the runs that name none: a net's
+        passes, their weights with them, are sent once, not at every run (the dog classifier's
+        1,134 with their uniform arrays: 1.1 MB, ~10-40 ms to pickle and unpickle)."""
+        self.planned = passes
+
+    def run(self, uploads, passes=None, reads=(), timed=True):
+        """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass (None: the
+        :meth:`plan`\ ned ones), return (seconds per pass, each until a ``finish`` after it,
+        where ``timed``, else none; arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
         "arrays": {name: bytes of float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...],
         "viewport": (x, y, width, height) or None (all), "clear": whether its outputs are
         cleared to 0 first, "channels": the components written (a colour mask) or None}``;
-        several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.
+        several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.  GL state a
+        pass finds as it needs it is not set again (a texture's filter, a unit's texture, a
+        program's sampler units and ``vec2`` uniforms): on llvmpipe that halves the Python
+        time a pass.
         """
         for key, data in uploads.items():
             self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
         timings = []
-        for p in passes:
+        bound = {}  # texture unit -> the key of the texture this run bound there
+        for p in self.planned if passes is None else passes:
             start = time.perf_counter()
             prog, vao, names = self.by_id[p["program"]]
+            held = self.set.setdefault(prog.glo, {})
             for unit, (uniform, key, filt) in enumerate(p["inputs"]):
                 tex = self.textures[key][0]
                 f = self.mgl.LINEAR if filt == "linear" else self.mgl.NEAREST
-                tex.filter = (f, f)
-                tex.use(location=unit)
-                if uniform in names:
-                    prog[uniform].value = unit
+                if self.filters.get(key) != f:
+                    tex.filter = (f, f)
+                    self.filters[key] = f
+                if bound.get(unit) != key:
+                    tex.use(location=unit)
+                    bound[unit] = key
+                self._uniform(prog, names, held, uniform, unit)
             for name, value in p["uniforms"].items():
-                if name in names:
-                    prog[name].value = value
+                self._uniform(prog, names, held, name, value)
             for name, rows in p.get("arrays", {}).items():
                 if name in names:
                     prog[name].write(rows)
@@ -146,6 +162,13 @@ class Worker:
                                         dtype).reshape(h, w, 4)
         return timings, arrays
 
+
+    @staticmethod
+    def _uniform(prog, names, held, name, value):
+        """Set the program's uniform ``name`` (where it has one) to ``value`` unless it holds
+        it (``held``: what it holds)."""
+        if name in names and held.get(name) != value:
+            prog[name].value = held[name] = value
 
     def _framebuffer(self, keys):
         """The framebuffer that draws into the textures ``keys`` (draw buffer i: ``keys[i]``)."""
