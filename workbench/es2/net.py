@@ -54,8 +54,11 @@ class Net:
             parts.append(f"tune={p['tune']!r} ({len(self.changes)} changes)")
         elif p.get("fit"):
             parts.append(f"fit=True ({len(self.changes)} changes)")
-        if p.get("shared"):
+        if p.get("shared") is True:
             parts.append("shared weights (uniforms)")
+        elif p.get("shared"):
+            parts.append(f"shared weights (uniforms) in layers of at most {p['shared']:,} "
+                         "pixels")
         if p.get("mean") is not None or p.get("std") is not None:
             parts.append(f"input normalised (mean {p['mean']}, std {p['std']})")
         parts.append(f"calibrated on {p['calibration']}, scaled tensors {p['scaled_bits']}-bit"
@@ -111,8 +114,10 @@ class Net:
         """Saturated fixed16 codes on the GPU: let the emulator say where and how far."""
         for op in self.graph.ops:
             saturated = record(op).saturated
+            if not saturated:
+                continue
             mine = {name: t for name, t in tensors.items() if name.split("/")[0] == op.name}
-            if saturated and saturated(op, mine):
+            if saturated(op, mine):
                 self.emulate(image)  # raises FixedPointOverflow with the exact values
                 raise fixed16.FixedPointOverflow(
                     f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
@@ -206,7 +211,10 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     or its estimated cycles over its two threads, whichever is longer).  ``shared``: the
     weights of each layer whose programs can hold them as uniform arrays set at each draw, so
     that one program serves every layer of its shape (fewer programs to compile; the same
-    bytes).
+    float32 values); or a pixel count (a net of a fixed input size): only in the layers whose
+    output has at most that many pixels, the larger layers' weights literals, a program a
+    pass (:func:`shared_layers`: on llvmpipe a uniform costs ~5x a literal at every
+    fragment).
     ``calibration``: the images on which the ranges of unbounded tensors (a ReLU's, a linear
     add's) are measured, which are then stored with a scale (:mod:`workbench.es2.calibrate`):
     HxWxC arrays in [0, 1], or a source as :func:`workbench.data.calibration.images` reads it
@@ -235,9 +243,11 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         raise ValueError(f"dense must be 'fixed16' or 'float', not {dense!r}")
     if scaled_bits not in (8, 16):
         raise ValueError(f"scaled_bits must be 8 or 16, not {scaled_bits!r}")
-    for name, value in {"fit": fit, "shared": shared, "force": force, "check": check}.items():
+    for name, value in {"fit": fit, "force": force, "check": check}.items():
         if not isinstance(value, bool) and not (name == "check" and value is None):
             raise ValueError(f"{name} must be True or False, not {value!r}")
+    if not isinstance(shared, bool) and not (isinstance(shared, int) and shared > 0):
+        raise ValueError(f"shared must be True, False or a pixel count, not {shared!r}")
     target = _target(target)
     table = target.limits
     model = normalised(model, mean, std)
@@ -277,8 +287,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
 
-    base = {op.name: {"weights": "uniforms"} for op in graph.ops
-            if shared and "weights" in drivers.layer_options(op)}
+    base = {name: {"weights": "uniforms"} for name in shared_layers(graph, shared)}
 
     def passes_with(layer_options=None):
         options = {name: {**base.get(name, {}), **(layer_options or {}).get(name, {})}
@@ -309,7 +318,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     net.changes = changes
     net.plan = {"limits": table.name, "precision": target.precision,
                 "draw_buffers": target.draw_buffers, "tune": tune, "fit": fit,
-                "shared": bool(shared), "scaled_bits": scaled_bits, "dense": dense,
+                "shared": shared, "scaled_bits": scaled_bits, "dense": dense,
                 "mean": None if mean is None else [float(v) for v in np.ravel(mean)],
                 "std": None if std is None else [float(v) for v in np.ravel(std)],
                 "calibration": described if calibrated else None,
@@ -319,6 +328,23 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
         net.reference = reference.require(
             reference.check(model, source, net, images, held, described, stored), force)
     return net
+
+
+def shared_layers(graph: ir.Graph, shared) -> list[str]:
+    """The layers whose weights :func:`compile`'s ``shared`` makes uniform arrays: none
+    (False), every layer whose programs can hold them (True), or of those the layers whose
+    output has at most ``shared`` pixels at the net's input size (a count; a net of any size
+    is refused).  What a pixel count buys on llvmpipe (Mesa 22.3): its fragment shaders read
+    a uniform lane by lane, with a bounds check (a shader may start with its first lane off),
+    where a literal is one vector constant, so a uniform weight costs ~5x a literal one at
+    every fragment (the dog classifier's 191x191 layers 2.2 -> 0.45 ms a draw) and a shared
+    program compiles ~5x slower; a literal program is compiled once a pass (~0.1 s): worth it
+    where a draw covers many fragments."""
+    if shared is not True and shared and not graph.input_size:
+        raise ValueError(f"shared={shared} (a pixel count) needs a net of a fixed input size")
+    shapes = graph.shapes(graph.input_size or (64, 64))
+    return [op.name for op in graph.ops if shared and "weights" in drivers.layer_options(op)
+            and (shared is True or np.prod(shapes[op.name][:2]) <= shared)]
 
 
 def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:
