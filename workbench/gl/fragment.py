@@ -15,10 +15,31 @@ import signal
 import sys
 import time
 import traceback
+from typing import NamedTuple
 
 import numpy as np
 
 from workbench.gl.egl import gl_function
+
+
+class _Step(NamedTuple):
+    """A pass as :meth:`Worker.run` draws it: its program, vertex array and the uniform values
+    the program holds now (shared by its passes); ``inputs`` ``[(unit, key, texture, filter,
+    sampler uniform or None)]``, ``uniforms`` ``[(name, value)]`` (vec2), ``arrays``
+    ``[(uniform, bytes)]``; the framebuffer, its colour mask (a one-target pass's; None:
+    several targets, left as they are), whether it is cleared first and the viewport (None:
+    all)."""
+
+    program: object
+    vao: object
+    held: dict
+    inputs: list
+    uniforms: list
+    arrays: list
+    fbo: object
+    mask: tuple | None
+    clear: bool
+    viewport: tuple | None
 
 
 class Worker:
@@ -99,9 +120,10 @@ class Worker:
 
     def plan(self, passes):
         """Keep ``passes`` (as :meth:`run` takes them) for the runs that name none: a net's
-        passes, their weights with them, are sent once, not at every run (the dog classifier's
-        1,134 with their uniform arrays: 1.1 MB, ~10-40 ms to pickle and unpickle)."""
-        self.planned = passes
+        passes, their weights with them, are sent and resolved once, not at every run (the dog
+        classifier's 1,134 with their uniform arrays: 1.1 MB, ~10-40 ms to pickle and
+        unpickle)."""
+        self.planned = [self._step(p) for p in passes]
 
     def run(self, uploads, passes=None, reads=(), timed=True):
         """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass (None: the
@@ -114,42 +136,37 @@ class Worker:
         cleared to 0 first, "channels": the components written (a colour mask) or None}``;
         several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.  GL state a
         pass finds as it needs it is not set again (a texture's filter, a unit's texture, a
-        program's sampler units and ``vec2`` uniforms): on llvmpipe that halves the Python
-        time a pass.
+        program's sampler units and ``vec2`` uniforms).
         """
         for key, data in uploads.items():
             self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
         timings = []
         bound = {}  # texture unit -> the key of the texture this run bound there
-        for p in self.planned if passes is None else passes:
+        for step in self.planned if passes is None else [self._step(p) for p in passes]:
             start = time.perf_counter()
-            prog, vao, names = self.by_id[p["program"]]
-            held = self.set.setdefault(prog.glo, {})
-            for unit, (uniform, key, filt) in enumerate(p["inputs"]):
-                tex = self.textures[key][0]
-                f = self.mgl.LINEAR if filt == "linear" else self.mgl.NEAREST
+            held = step.held
+            for unit, key, tex, f, uniform in step.inputs:
                 if self.filters.get(key) != f:
                     tex.filter = (f, f)
                     self.filters[key] = f
                 if bound.get(unit) != key:
                     tex.use(location=unit)
                     bound[unit] = key
-                self._uniform(prog, names, held, uniform, unit)
-            for name, value in p["uniforms"].items():
-                self._uniform(prog, names, held, name, value)
-            for name, rows in p.get("arrays", {}).items():
-                if name in names:
-                    prog[name].write(rows)
-            fbo = self._framebuffer(tuple(p["outputs"]))
-            channels = p.get("channels")  # the colour mask (of a one-target pass); moderngl
-            if len(p["outputs"]) == 1:   # applies it at use()
-                fbo.color_mask = tuple(channels is None or k in channels for k in range(4))
-            fbo.use()
-            if p.get("clear"):
-                fbo.clear(0.0, 0.0, 0.0, 0.0)
-            if p.get("viewport"):
-                self.ctx.viewport = tuple(p["viewport"])
-            vao.render(self.mgl.TRIANGLE_STRIP)
+                if uniform and held.get(uniform) != unit:
+                    step.program[uniform].value = held[uniform] = unit
+            for name, value in step.uniforms:
+                if held.get(name) != value:
+                    step.program[name].value = held[name] = value
+            for member, rows in step.arrays:
+                member.write(rows)
+            if step.mask:  # (moderngl applies it at use())
+                step.fbo.color_mask = step.mask
+            step.fbo.use()
+            if step.clear:
+                step.fbo.clear(0.0, 0.0, 0.0, 0.0)
+            if step.viewport:
+                self.ctx.viewport = step.viewport
+            step.vao.render(self.mgl.TRIANGLE_STRIP)
             if timed:
                 self.ctx.finish()
                 timings.append(time.perf_counter() - start)
@@ -162,13 +179,24 @@ class Worker:
                                         dtype).reshape(h, w, 4)
         return timings, arrays
 
-
-    @staticmethod
-    def _uniform(prog, names, held, name, value):
-        """Set the program's uniform ``name`` (where it has one) to ``value`` unless it holds
-        it (``held``: what it holds)."""
-        if name in names and held.get(name) != value:
-            prog[name].value = held[name] = value
+    def _step(self, p) -> _Step:
+        """Pass ``p`` (as :meth:`run` takes it) resolved to the objects drawing it touches;
+        the uniforms its program lacks (optimised away) left out."""
+        program, vao, names = self.by_id[p["program"]]
+        linear = {"linear": self.mgl.LINEAR}
+        channels = p.get("channels")  # the colour mask of a one-target pass
+        mask = tuple(channels is None or k in channels for k in range(4))
+        return _Step(
+            program, vao, self.set.setdefault(program.glo, {}),
+            [(unit, key, self.textures[key][0], linear.get(filt, self.mgl.NEAREST),
+              uniform if uniform in names else None)
+             for unit, (uniform, key, filt) in enumerate(p["inputs"])],
+            [(name, value) for name, value in p["uniforms"].items() if name in names],
+            [(program[name], rows) for name, rows in p.get("arrays", {}).items()
+             if name in names],
+            self._framebuffer(tuple(p["outputs"])),
+            mask if len(p["outputs"]) == 1 else None, bool(p.get("clear")),
+            tuple(p["viewport"]) if p.get("viewport") else None)
 
     def _framebuffer(self, keys):
         """The framebuffer that draws into the textures ``keys`` (draw buffer i: ``keys[i]``)."""
