@@ -213,8 +213,8 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     that one program serves every layer of its shape (fewer programs to compile; the same
     float32 values); or a pixel count (a net of a fixed input size): only in the layers whose
     output has at most that many pixels, the larger layers' weights literals, a program a
-    pass (:func:`shared_layers`: on llvmpipe a uniform costs ~5x a literal at every
-    fragment).
+    pass, their bias a uniform (:func:`shared_weights`: on llvmpipe a uniform costs ~5x a
+    literal at every fragment; the same bytes as True).
     ``calibration``: the images on which the ranges of unbounded tensors (a ReLU's, a linear
     add's) are measured, which are then stored with a scale (:mod:`workbench.es2.calibrate`):
     HxWxC arrays in [0, 1], or a source as :func:`workbench.data.calibration.images` reads it
@@ -287,7 +287,7 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     if mediump_warn_db is not None:
         mediump.warn_below(graph, mediump_warn_db)
 
-    base = {name: {"weights": "uniforms"} for name in shared_layers(graph, shared)}
+    base = {name: {"weights": kind} for name, kind in shared_weights(graph, shared).items()}
 
     def passes_with(layer_options=None):
         options = {name: {**base.get(name, {}), **(layer_options or {}).get(name, {})}
@@ -330,21 +330,25 @@ def compile(model, target: limits.Target | str | None = None, *, luma_input=None
     return net
 
 
-def shared_layers(graph: ir.Graph, shared) -> list[str]:
-    """The layers whose weights :func:`compile`'s ``shared`` makes uniform arrays: none
-    (False), every layer whose programs can hold them (True), or of those the layers whose
-    output has at most ``shared`` pixels at the net's input size (a count; a net of any size
-    is refused).  What a pixel count buys on llvmpipe (Mesa 22.3): its fragment shaders read
-    a uniform lane by lane, with a bounds check (a shader may start with its first lane off),
-    where a literal is one vector constant, so a uniform weight costs ~5x a literal one at
-    every fragment (the dog classifier's 191x191 layers 2.2 -> 0.45 ms a draw) and a shared
-    program compiles ~5x slower; a literal program is compiled once a pass (~0.1 s): worth it
-    where a draw covers many fragments."""
+def shared_weights(graph: ir.Graph, shared) -> dict[str, str]:
+    """The ``weights`` (:data:`workbench.es2.ops.conv.weights.WEIGHTS`) that :func:`compile`'s
+    ``shared`` gives each layer whose programs can hold them as uniforms: none (False),
+    ``"uniforms"`` to every such layer (True), or to those whose output has at most
+    ``shared`` pixels at the net's input size (a count; a net of any size is refused) and
+    ``"uniform bias"`` to the larger ones: the weights literals, a program a pass, the bias a
+    uniform so that every sum is added in the shared programs' order (their bytes).  What a
+    pixel count buys on llvmpipe (Mesa 22.3): its fragment shaders read a uniform lane by
+    lane, with a bounds check (a shader may start with its first lane off), where a literal
+    is one vector constant, so a uniform weight costs ~5x a literal one at every fragment (the
+    dog classifier's 191x191 layers 2.2 -> 0.45 ms a draw) and a shared program compiles ~5x
+    slower; a literal program is compiled once a pass (~0.1 s): worth it where a draw covers
+    many fragments."""
     if shared is not True and shared and not graph.input_size:
         raise ValueError(f"shared={shared} (a pixel count) needs a net of a fixed input size")
     shapes = graph.shapes(graph.input_size or (64, 64))
-    return [op.name for op in graph.ops if shared and "weights" in drivers.layer_options(op)
-            and (shared is True or np.prod(shapes[op.name][:2]) <= shared)]
+    return {op.name: "uniforms" if shared is True or np.prod(shapes[op.name][:2]) <= shared
+            else "uniform bias"
+            for op in graph.ops if shared and "weights" in drivers.layer_options(op)}
 
 
 def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:

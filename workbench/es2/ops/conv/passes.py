@@ -27,7 +27,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, **options) -> lis
     :class:`~.form.ConvForm`), default the op's own, and the :class:`~.program.Mode`'s
     (``inline_masks``, ``weights``, ``unit_masks``).  ``weights="uniforms"``: weights set at
     each draw (:class:`~.weights.Weights`), one pack a program, where they fit the limits'
-    uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each pack's
+    uniform vectors (else literals); ``"uniform bias"``: the bias alone, one pack a program.  A 16-bit output (:func:`wide_tensors`): each pack's
     program drawn once a half; programs of 2 or 1 channels each write their half.  A split op
     (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's
     as these options make them, one pack each.  A zero border
@@ -41,7 +41,7 @@ def passes(op: ir.Conv, shapes, target: Target, channels=None, **options) -> lis
     mode = Mode(precision, options.get("inline_masks", False))
     channels = channels or channels_per_program(op, limits.constant_vectors)
     weights = options.get("weights", "literals")
-    if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, limits):
+    if channels < ir.PACK or (weights == "uniforms" and not uniforms_fit(op, limits)):
         weights = "literals"
     partials, last = border_passes(op, shapes, precision) if bordered(op) else [], {}
     if split.count(op) > 1:
