@@ -41,10 +41,12 @@ DRIVERS = ("vc4", "v3d", "a320", "t720", "mali400", "gc2000")
 SIZE = 256  # the x2 timing's input side, as the article's
 DOGS_SIDE = 385
 # The classifier's weights as uniforms in its layers of at most this many output pixels (a
-# program a layer shape, as Beatmup's), literals in its larger ones (its first 5 layers,
-# 191x191: a program a pass, as Beatmup's first layer), where on llvmpipe a uniform read at
-# every fragment costs more than compiling the layer's programs (es2.net.shared_weights)
-SHARED_PIXELS = 128 * 128
+# program a layer shape, as Beatmup's), literals in its larger ones (its first 12 layers,
+# 191x191 and 95x95: a program a pass, as Beatmup's first layer), where on llvmpipe a uniform
+# read at every fragment costs more than compiling the layer's programs
+# (es2.net.shared_weights; 128 * 128, the 191x191 layers alone: 57 programs, start-up 7.0
+# s, a photo 152 ms; this: 113 programs, 10.8 s, 119 ms; Beatmup's app 7.4 s, 203 ms)
+SHARED_PIXELS = 64 * 64
 MEASURED_MS = {("x2", board): ms for board, ms in (
     ("Raspberry Pi 3 B / B+", references.SR_PI3_MS),
     ("Raspberry Pi Zero W", references.SR_PI_ZERO_MS))}
