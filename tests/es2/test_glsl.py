@@ -404,6 +404,33 @@ def test_weights_as_uniforms_share_programs_and_keep_every_byte(tmp_path):
     np.testing.assert_array_equal(loaded.run(image), sr_shared.run(image))
 
 
+def test_shared_pixel_count_keeps_literals_in_the_larger_layers_and_every_byte():
+    """shared=N (a pixel count): weights as uniforms in the layers whose output has at most N
+    pixels, literals in the larger ones (a program a pass) with the bias a uniform, so that
+    each sum starts from it as the shared program's does: every byte is the shared=True
+    net's.  A net of any size is refused."""
+    keras.utils.set_random_seed(13)
+    x = inputs = keras.Input((24, 20, 3))
+    for layer in (GroupConv2D(8, 3), Act("sigmoid_like"), GroupConv2D(8, 3, strides=2),
+                  Act("sigmoid_like"), GroupConv2D(8, 3, groups=2), Act("sigmoid_like")):
+        x = layer(x)
+    model = keras.Model(inputs, x)
+    shared, mixed = (es2.compile(model, "videocore4", shared=n) for n in (True, 12 * 10))
+    first = mixed.graph.ops[0].name  # 24x20 pixels: literals; the others 12x10: uniforms
+    for p in mixed.passes:
+        rows = len(p.arrays["u_w"])
+        assert rows == 1 if p.op == first else rows > 1, p.name
+    assert "mat4(" in mixed.passes[0].source and "u_w[0];" in mixed.passes[0].source
+    assert len({p.source for p in mixed.passes}) > len({p.source for p in shared.passes})
+    image = _image(24, 20, 3, seed=14)
+    stored, wanted = mixed.run(image, keep=True), shared.run(image, keep=True)
+    for name in wanted:
+        np.testing.assert_array_equal(stored[name], wanted[name], err_msg=name)
+    assert "pixels" in mixed.plan_line()
+    with pytest.raises(ValueError, match="needs a net of a fixed input size"):
+        es2.compile(_model(3, GroupConv2D(8, 3)), shared=100)
+
+
 def test_sr_x2_cost_at_256():
     net = es2.compile(sr_x2())
     total = cost.total(net.cost((256, 256)).values())

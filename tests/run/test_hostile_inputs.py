@@ -205,11 +205,12 @@ def test_bench_beatmup_removes_its_temporary_folders(tmp_path, monkeypatch):
 
 # --- C: silently wrong ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["no", "False", 0, None])
-def test_shared_takes_a_bool_only(value):
+@pytest.mark.parametrize("value", ["no", "False", 0, -4096, 1.5, None])
+def test_shared_takes_a_bool_or_a_pixel_count_only(value):
     from workbench import es2
 
-    with pytest.raises(ValueError, match=f"shared must be True or False, not {value!r}"):
+    with pytest.raises(ValueError, match=f"shared must be True, False or a pixel count, not "
+                                         f"{value!r}"):
         es2.compile(object(), shared=value)
 
 

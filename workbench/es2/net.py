@@ -55,8 +55,11 @@ class Net:
             parts.append(f"tune={p['tune']!r} ({len(self.changes)} changes)")
         elif p.get("fit"):
             parts.append(f"fit=True ({len(self.changes)} changes)")
-        if p.get("shared"):
+        if p.get("shared") is True:
             parts.append("shared weights (uniforms)")
+        elif p.get("shared"):
+            parts.append(f"shared weights (uniforms) in layers of at most {p['shared']:,} "
+                         "pixels")
         if p.get("mean") is not None or p.get("std") is not None:
             parts.append(f"input normalised (mean {p['mean']}, std {p['std']})")
         parts.append(f"calibrated on {p['calibration']}, scaled tensors {p['scaled_bits']}-bit"
@@ -112,8 +115,10 @@ class Net:
         """Saturated fixed16 codes on the GPU: let the emulator say where and how far."""
         for op in self.graph.ops:
             saturated = record(op).saturated
+            if not saturated:
+                continue
             mine = {name: t for name, t in tensors.items() if name.split("/")[0] == op.name}
-            if saturated and saturated(op, mine):
+            if saturated(op, mine):
                 self.emulate(image)  # raises FixedPointOverflow with the exact values
                 raise fixed16.FixedPointOverflow(
                     f"layer {op.name!r}: a partial sum saturated the 16-bit fixed-point "
@@ -236,8 +241,7 @@ def compile(model, target: limits.Target | str | None = None, options: Options |
     if opts.mediump_warn_db is not None:
         mediump.warn_below(graph, opts.mediump_warn_db)
 
-    base = {op.name: {"weights": "uniforms"} for op in graph.ops
-            if opts.shared and "weights" in drivers.layer_options(op)}
+    base = {name: {"weights": kind} for name, kind in shared_weights(graph, opts.shared).items()}
 
     def passes_with(layer_options=None):
         options = {name: {**base.get(name, {}), **(layer_options or {}).get(name, {})}
@@ -272,6 +276,27 @@ def compile(model, target: limits.Target | str | None = None, options: Options |
         net.reference = reference.require(
             reference.check(model, source, net, images, held, described, stored), opts.force)
     return net
+
+
+def shared_weights(graph: ir.Graph, shared) -> dict[str, str]:
+    """The ``weights`` (:data:`workbench.es2.ops.conv.weights.WEIGHTS`) that :func:`compile`'s
+    ``shared`` gives each layer whose programs can hold them as uniforms: none (False),
+    ``"uniforms"`` to every such layer (True), or to those whose output has at most
+    ``shared`` pixels at the net's input size (a count; a net of any size is refused) and
+    ``"uniform bias"`` to the larger ones: the weights literals, a program a pass, the bias a
+    uniform so that every sum is added in the shared programs' order (their bytes).  What a
+    pixel count buys on llvmpipe (Mesa 22.3): its fragment shaders read a uniform lane by
+    lane, with a bounds check (a shader may start with its first lane off), where a literal
+    is one vector constant, so a uniform weight costs ~5x a literal one at every fragment (the
+    dog classifier's 191x191 layers 2.2 -> 0.45 ms a draw) and a shared program compiles ~5x
+    slower; a literal program is compiled once a pass (~0.1 s): worth it where a draw covers
+    many fragments."""
+    if shared is not True and shared and not graph.input_size:
+        raise ValueError(f"shared={shared} (a pixel count) needs a net of a fixed input size")
+    shapes = graph.shapes(graph.input_size or (64, 64))
+    return {op.name: "uniforms" if shared is True or np.prod(shapes[op.name][:2]) <= shared
+            else "uniform bias"
+            for op in graph.ops if shared and "weights" in drivers.layer_options(op)}
 
 
 def calibration_images(graph: ir.Graph, calibration) -> tuple[list, int, str]:

@@ -30,7 +30,10 @@ class Options:
     or its estimated cycles over its two threads, whichever is longer).  ``shared``: the
     weights of each layer whose programs can hold them as uniform arrays set at each draw, so
     that one program serves every layer of its shape (fewer programs to compile; the same
-    bytes).
+    bytes); or a pixel count (a net of a fixed input size): only in the layers whose output
+    has at most that many pixels, the larger layers' weights literals, a program a pass,
+    their bias a uniform (:func:`workbench.es2.net.shared_weights`: on llvmpipe a uniform
+    costs ~5x a literal at every fragment; the same bytes as True).
     ``calibration``: the images on which the ranges of unbounded tensors (a ReLU's, a linear
     add's) are measured, which are then stored with a scale (:mod:`workbench.es2.calibrate`):
     HxWxC arrays in [0, 1], or a source as :func:`workbench.data.calibration.images` reads it
@@ -56,7 +59,7 @@ class Options:
     check_driver: bool | str = False
     fit: bool = False
     tune: bool | str = False
-    shared: bool = False
+    shared: bool | int = False
     calibration: object = None
     headroom: float | None = None
     scaled_bits: int = 16
@@ -73,7 +76,10 @@ class Options:
             raise ValueError(f"dense must be 'fixed16' or 'float', not {self.dense!r}")
         if self.scaled_bits not in (8, 16):
             raise ValueError(f"scaled_bits must be 8 or 16, not {self.scaled_bits!r}")
-        for name in ("fit", "shared", "force", "check"):
+        if not isinstance(self.shared, bool) and not (isinstance(self.shared, int)
+                                                      and self.shared > 0):
+            raise ValueError(f"shared must be True, False or a pixel count, not {self.shared!r}")
+        for name in ("fit", "force", "check"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "check" and value is None):
                 raise ValueError(f"{name} must be True or False, not {value!r}")

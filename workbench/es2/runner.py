@@ -34,8 +34,9 @@ class Runner:
         self._hw = None
 
     def _allocate(self, hw):
-        """The textures of input size ``hw`` in the worker, unless they are there already
-        (another net's run in the same worker since replaces them)."""
+        """The textures of input size ``hw`` in the worker and the passes' plans (sent once:
+        each run names none), unless they are there already (another net's run in the same
+        worker since replaces them)."""
         if self._hw == hw and getattr(self.worker, "allocation", None) is self.textures:
             return
         try:
@@ -53,7 +54,12 @@ class Runner:
         self.worker.allocation = self.textures
         self.worker.call("run", uploads=self.constants, passes=[], reads=[])
         self.shapes, self._hw = self.graph.shapes(hw), hw
-        self._plans = [self._plan(p, i) for p, i in zip(self.passes, self.program_ids)]
+        output_op = self.graph.output.split("/")[0]
+        self._reads = {keep: [k for k in self.textures if k not in self.constants
+                              and (keep or k[0].split("/")[0] == output_op)]
+                       for keep in (False, True)}  # the textures run() reads back
+        self.worker.call("plan", passes=[self._plan(p, i)
+                                         for p, i in zip(self.passes, self.program_ids)])
 
     def _plan(self, p, program):
         """What the worker needs for pass ``p``: program, bindings, uniform values, outputs."""
@@ -79,10 +85,7 @@ class Runner:
         if self.graph.input.rgb:
             data[..., 3] = 255
         uploads = {(self.graph.input.name, p): data[..., 4 * p:4 * p + 4] for p in range(ir.packs(c))}
-        output_op = self.graph.output.split("/")[0]
-        reads = [k for k in self.textures if k not in self.constants
-                 and (keep or k[0].split("/")[0] == output_op)]
-        timings, arrays = self.worker.call("run", uploads=uploads, reads=reads,
-                                           passes=self._plans, timed=timed)
+        timings, arrays = self.worker.call("run", uploads=uploads, reads=self._reads[bool(keep)],
+                                           timed=timed)
         self.timings = {p.name: t for p, t in zip(self.passes, timings)}
         return arrays

@@ -15,10 +15,31 @@ import signal
 import sys
 import time
 import traceback
+from typing import NamedTuple
 
 import numpy as np
 
 from workbench.gl.egl import gl_function
+
+
+class _Step(NamedTuple):
+    """A pass as :meth:`Worker.run` draws it: its program, vertex array and the uniform values
+    the program holds now (shared by its passes); ``inputs`` ``[(unit, key, texture, filter,
+    sampler uniform or None)]``, ``uniforms`` ``[(name, value)]`` (vec2), ``arrays``
+    ``[(uniform, bytes)]``; the framebuffer, its colour mask (a one-target pass's; None:
+    several targets, left as they are), whether it is cleared first and the viewport (None:
+    all)."""
+
+    program: object
+    vao: object
+    held: dict
+    inputs: list
+    uniforms: list
+    arrays: list
+    fbo: object
+    mask: tuple | None
+    clear: bool
+    viewport: tuple | None
 
 
 class Worker:
@@ -33,6 +54,9 @@ class Worker:
         self.by_id = []      # (program, vao, names) in the order compile() returned their ids
         self.textures = {}   # key -> (texture, framebuffer)
         self.targets = {}    # (key, ...) -> framebuffer of several textures (draw buffers)
+        self.planned = []    # the passes of the runs that name none (plan())
+        self.filters = {}    # key -> the filter its texture has now
+        self.set = {}        # program object -> {uniform: the value it holds now}
 
     LIMITS = ("GL_MAX_TEXTURE_SIZE", "GL_MAX_TEXTURE_IMAGE_UNITS", "GL_MAX_VARYING_VECTORS",
               "GL_MAX_FRAGMENT_UNIFORM_VECTORS", "GL_MAX_RENDERBUFFER_SIZE", "GL_MAX_DRAW_BUFFERS")
@@ -88,52 +112,61 @@ class Worker:
         for tex, fbo in self.textures.values():
             fbo.release()
             tex.release()
-        self.textures, self.targets = {}, {}
+        self.textures, self.targets, self.planned, self.filters = {}, {}, [], {}
         for key, (width, height, dtype) in sizes.items():
             tex = self.ctx.texture((width, height), 4, dtype=dtype)
             tex.repeat_x = tex.repeat_y = False
             self.textures[key] = (tex, self.ctx.framebuffer(color_attachments=[tex]))
 
-    def run(self, uploads, passes, reads, timed=True):
-        """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass, return
-        (seconds per pass, each until a ``finish`` after it, where ``timed``, else none;
-        arrays).
+    def plan(self, passes):
+        """Keep ``passes`` (as :meth:`run` takes them) for the runs that name none: a net's
+        passes, their weights with them, are sent and resolved once, not at every run (the dog
+        classifier's 1,134 with their uniform arrays: 1.1 MB, ~10-40 ms to pickle and
+        unpickle)."""
+        self.planned = [self._step(p) for p in passes]
+
+    def run(self, uploads, passes=None, reads=(), timed=True):
+        """Write ``uploads[key]`` (HxWx4, the texture's dtype), draw every pass (None: the
+        :meth:`plan`\ ned ones), return (seconds per pass, each until a ``finish`` after it,
+        where ``timed``, else none; arrays).
 
         A pass: ``{"program": id, "inputs": [(uniform, key, filter)], "uniforms": {name: value},
         "arrays": {name: bytes of float32 (rows, 4)} (vec4 uniform arrays), "outputs": [key, ...],
         "viewport": (x, y, width, height) or None (all), "clear": whether its outputs are
         cleared to 0 first, "channels": the components written (a colour mask) or None}``;
-        several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.
+        several outputs are drawn as draw buffers 0, 1, ... of one framebuffer.  GL state a
+        pass finds as it needs it is not set again (a texture's filter, a unit's texture, a
+        program's sampler units and ``vec2`` uniforms).
         """
         for key, data in uploads.items():
             self.textures[key][0].write(np.ascontiguousarray(data).tobytes())
         timings = []
-        for p in passes:
+        bound = {}  # texture unit -> the key of the texture this run bound there
+        for step in self.planned if passes is None else [self._step(p) for p in passes]:
             start = time.perf_counter()
-            prog, vao, names = self.by_id[p["program"]]
-            for unit, (uniform, key, filt) in enumerate(p["inputs"]):
-                tex = self.textures[key][0]
-                f = self.mgl.LINEAR if filt == "linear" else self.mgl.NEAREST
-                tex.filter = (f, f)
-                tex.use(location=unit)
-                if uniform in names:
-                    prog[uniform].value = unit
-            for name, value in p["uniforms"].items():
-                if name in names:
-                    prog[name].value = value
-            for name, rows in p.get("arrays", {}).items():
-                if name in names:
-                    prog[name].write(rows)
-            fbo = self._framebuffer(tuple(p["outputs"]))
-            channels = p.get("channels")  # the colour mask (of a one-target pass); moderngl
-            if len(p["outputs"]) == 1:   # applies it at use()
-                fbo.color_mask = tuple(channels is None or k in channels for k in range(4))
-            fbo.use()
-            if p.get("clear"):
-                fbo.clear(0.0, 0.0, 0.0, 0.0)
-            if p.get("viewport"):
-                self.ctx.viewport = tuple(p["viewport"])
-            vao.render(self.mgl.TRIANGLE_STRIP)
+            held = step.held
+            for unit, key, tex, f, uniform in step.inputs:
+                if self.filters.get(key) != f:
+                    tex.filter = (f, f)
+                    self.filters[key] = f
+                if bound.get(unit) != key:
+                    tex.use(location=unit)
+                    bound[unit] = key
+                if uniform and held.get(uniform) != unit:
+                    step.program[uniform].value = held[uniform] = unit
+            for name, value in step.uniforms:
+                if held.get(name) != value:
+                    step.program[name].value = held[name] = value
+            for member, rows in step.arrays:
+                member.write(rows)
+            if step.mask:  # (moderngl applies it at use())
+                step.fbo.color_mask = step.mask
+            step.fbo.use()
+            if step.clear:
+                step.fbo.clear(0.0, 0.0, 0.0, 0.0)
+            if step.viewport:
+                self.ctx.viewport = step.viewport
+            step.vao.render(self.mgl.TRIANGLE_STRIP)
             if timed:
                 self.ctx.finish()
                 timings.append(time.perf_counter() - start)
@@ -146,6 +179,24 @@ class Worker:
                                         dtype).reshape(h, w, 4)
         return timings, arrays
 
+    def _step(self, p) -> _Step:
+        """Pass ``p`` (as :meth:`run` takes it) resolved to the objects drawing it touches;
+        the uniforms its program lacks (optimised away) left out."""
+        program, vao, names = self.by_id[p["program"]]
+        linear = {"linear": self.mgl.LINEAR}
+        channels = p.get("channels")  # the colour mask of a one-target pass
+        mask = tuple(channels is None or k in channels for k in range(4))
+        return _Step(
+            program, vao, self.set.setdefault(program.glo, {}),
+            [(unit, key, self.textures[key][0], linear.get(filt, self.mgl.NEAREST),
+              uniform if uniform in names else None)
+             for unit, (uniform, key, filt) in enumerate(p["inputs"])],
+            [(name, value) for name, value in p["uniforms"].items() if name in names],
+            [(program[name], rows) for name, rows in p.get("arrays", {}).items()
+             if name in names],
+            self._framebuffer(tuple(p["outputs"])),
+            mask if len(p["outputs"]) == 1 else None, bool(p.get("clear")),
+            tuple(p["viewport"]) if p.get("viewport") else None)
 
     def _framebuffer(self, keys):
         """The framebuffer that draws into the textures ``keys`` (draw buffer i: ``keys[i]``)."""

@@ -165,10 +165,16 @@ def sample(image, step: InputStep) -> np.ndarray:
     y0, x0 = (np.clip(np.floor(v).astype(int), 0, n - 1) for v, n in ((ys, h), (xs, w)))
     y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
     fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
-    img = image.astype(np.float64)
-    top = img[y0][:, x0] * (1 - fx) + img[y0][:, x1] * fx
-    bottom = img[y1][:, x0] * (1 - fx) + img[y1][:, x1] * fx
-    return np.clip(np.round(top * (1 - fy) + bottom * fy), 0, 255).astype(np.uint8)
+
+    def across(y):  # rows y, interpolated along x (the rows taken before the columns: faster)
+        rows = image[y]
+        return np.take(rows, x0, axis=1) * (1 - fx) + np.take(rows, x1, axis=1) * fx
+
+    out = np.empty((step.height, step.width, image.shape[2]), np.uint8)
+    for top in range(0, step.height, 32):  # 32 rows at a time: its float64 terms stay in cache
+        r = slice(top, top + 32)
+        out[r] = np.clip(np.round(across(y0[r]) * (1 - fy[r]) + across(y1[r]) * fy[r]), 0, 255)
+    return out
 
 
 def load(path, quantize=False) -> keras.Model:

@@ -23,6 +23,13 @@ from workbench.studies import compilers, peak
 
 WOOF = "imagewoof_val"
 SIZE = 256  # the x2 timing's input side, as the article's
+# The classifier's weights as uniforms in its layers of at most this many output pixels (a
+# program a layer shape, as Beatmup's), literals in its larger ones (its first 12 layers,
+# 191x191 and 95x95: a program a pass, as Beatmup's first layer), where on llvmpipe a uniform
+# read at every fragment costs more than compiling the layer's programs
+# (es2.net.shared_weights; 128 * 128, the 191x191 layers alone: 57 programs, start-up 7.0
+# s, a photo 152 ms; this: 113 programs, 10.8 s, 119 ms; Beatmup's app 7.4 s, 203 ms)
+SHARED_PIXELS = 64 * 64
 # the articles' times measured on their boards (what the Pi model is calibrated on), and the V3D
 # clock the classifier article gives
 MEASURED_MS = {("x2", board): ms for board, ms in (
@@ -138,7 +145,8 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
     ``which`` (:func:`woof_files`; ``limit``: that many, evenly spaced over them), on the same
     decoded pixels (Beatmup gets them as BMP and applies its input step; ours is
     :func:`workbench.nets.beatmup_model.sample`).  Ours compiled with weights as uniforms
-    (``shared=True``): a program a layer shape, as Beatmup's."""
+    in the layers of at most :data:`SHARED_PIXELS` output pixels: a program a layer shape
+    there, as Beatmup's."""
     from tqdm import tqdm
 
     from workbench import es2
@@ -153,7 +161,7 @@ def classifier(model_path, which="val", rounds=5, limit=None, chunk=500) -> dict
     cold = beatmup.classify_timed(first)
     their_start_s = time.perf_counter() - start - sum(cold.times_ms) / 1e3
     start = time.perf_counter()
-    net = es2.compile(model, "videocore4", shared=True)  # a program a layer shape
+    net = es2.compile(model, "videocore4", shared=SHARED_PIXELS)
     net.run(beatmup_model.sample(first, step).astype(np.float32) / 255)
     ours_compile_s = time.perf_counter() - start
     their_probs, tf_probs, gpu_probs = [], [], []

@@ -26,7 +26,8 @@ def passes(op: ConvForm, shapes, target: Target, channels=None, **options) -> li
     :class:`~.form.ConvForm`), default its own fields, and the :class:`~.program.Mode`'s
     (``inline_masks``, ``weights``, ``unit_masks``, ``coordinates``).  ``weights="uniforms"``:
     weights set at each draw (:class:`~.weights.Weights`), one pack a program, where they fit
-    the limits' uniform vectors (else literals).  A 16-bit output (:func:`wide_tensors`): each
+    the limits' uniform vectors (else literals); ``"uniform bias"``: the bias alone, one pack a
+    program.  A 16-bit output (:func:`wide_tensors`): each
     pack's program drawn once a half; programs of 2 or 1 channels each write their half.  A split op
     (:mod:`workbench.es2.ops.conv.split`): its partial stages' programs, then its last stage's
     as these options make them, one pack each.  A zero border
@@ -67,7 +68,7 @@ def modes(op: ConvForm, target: Target, channels, options) -> tuple[Mode, Mode]:
     plain = Mode(target.precision, options.get("inline_masks", False),
                  coordinates=options.get("coordinates", "pairs"))
     weights = options.get("weights", "literals")
-    if weights != "uniforms" or channels < ir.PACK or not uniforms_fit(op, target.limits):
+    if channels < ir.PACK or (weights == "uniforms" and not uniforms_fit(op, target.limits)):
         weights = "literals"
     return plain, replace(plain, weights=weights, unit_masks=options.get("unit_masks", False))
 

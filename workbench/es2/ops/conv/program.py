@@ -123,7 +123,7 @@ def program(op, packs, mode=Mode(), channels=None, stage=None, half=None) -> Pas
     if op.residual_scale is not None:  # its stored scale over the sum's
         fetched = [f"({f}) * {constants.vec4(_kept(op.residual_scale[o], kept))}"
                    for f, o in zip(fetched, outs)]
-    starts = [constants.vec4(_kept(op.bias[o], kept)) for o in outs]
+    starts = [constants.bias(_kept(op.bias[o], kept)) for o in outs]
     if stage:
         starts = [split.start_glsl(op, stage, start, texel) for start in starts]
     body += [f"    vec4 {s} = {start};" for s, start in zip(sums, starts)]
@@ -160,8 +160,8 @@ def _check(packs, channels, half, wide, order, weights):
     if order not in ORDERS or (order != "chain" and channels is not None):
         raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)} (a chain for a "
                          "program that writes part of a pack)")
-    if weights == "uniforms" and (many or channels is not None):
-        raise ValueError("weights as uniforms: for a program that writes one whole pack")
+    if weights != "literals" and (many or channels is not None):
+        raise ValueError(f"weights {weights!r}: for a program that writes one whole pack")
 
 
 def stores(op, packs, sums, partial=None, wide=False) -> list[str]:

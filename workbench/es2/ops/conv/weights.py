@@ -1,5 +1,6 @@
-"""How a convolution's program holds its weights and bias (:data:`WEIGHTS`): as literals, or
-as rows of a ``vec4`` uniform array set at each draw (:class:`Weights`)."""
+"""How a convolution's program holds its weights and bias (:data:`WEIGHTS`): as literals, as
+rows of a ``vec4`` uniform array set at each draw, or the weights as literals and the bias as
+that array's one row (:class:`Weights`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,7 @@ import numpy as np
 from workbench import ir
 from workbench.glsl_text import glsl_float, glsl_vec
 
-WEIGHTS = ("literals", "uniforms")
+WEIGHTS = ("literals", "uniforms", "uniform bias")
 XYZW = "xyzw"
 
 
@@ -15,24 +16,35 @@ class Weights:
     """How a program spells its weights and bias: as literals, or as rows of the ``vec4``
     uniform array ``u_w`` set at each draw (:attr:`Pass.arrays`), so that one program serves
     every layer of its shape (the same float32 values: the same bytes).  With uniforms every
-    product is written, a zero weight's too: the program text depends on the shape alone."""
+    product is written, a zero weight's too: the program text depends on the shape alone.
+    ``"uniform bias"``: the weights literals, the bias ``u_w[0]`` (:meth:`bias`), so that the
+    sum starts from it as the uniforms' program and the emulator start: Mesa's NIR moves a
+    literal bias to the end of the sum (its inexact reassociation, ``(a + #b) + c -> (a + c)
+    + #b``), which rounds a few near-ties the other way (the dog classifier's first 5
+    layers: 17 of 5.8 M bytes; with the bias a uniform, none)."""
 
     def __init__(self, kind):
         if kind not in WEIGHTS:
             raise ValueError(f"weights {kind!r}: one of {', '.join(WEIGHTS)}")
-        self.rows = [] if kind == "uniforms" else None
+        self.kind = kind
+        self.rows = [] if kind != "literals" else None
         self.partial = set()  # the component counts of the partial products written (mul<n>)
 
+    def bias(self, values) -> str:
+        """The sum's start: a row where the bias is a uniform (not with literal weights)."""
+        return self._row(values) if self.kind == "uniform bias" else self.vec4(values)
+
     def vec4(self, values) -> str:
-        if self.rows is None:
-            return glsl_vec(values)
+        return self._row(values) if self.kind == "uniforms" else glsl_vec(values)
+
+    def _row(self, values) -> str:
         self.rows.append(np.pad(np.asarray(values, np.float32), (0, ir.PACK - len(values))))
         return f"u_w[{len(self.rows) - 1}]"
 
     def mat4(self, m) -> str:
         """``m[i, o]`` (input component i -> output component o): GLSL's ``mat4`` is
         column-major, so column i holds input component i."""
-        if self.rows is None:
+        if self.kind != "uniforms":
             return f"mat4({', '.join(glsl_float(v) for v in np.asarray(m).ravel())})"
         return f"mat4({', '.join(self.vec4(column) for column in m)})"
 
@@ -42,7 +54,7 @@ class Weights:
         the same terms in ``mat4``'s order without the absent ones (their weights are 0: they
         add exactly 0), so the absent columns are neither read nor multiplied (literal zeros
         the compilers drop themselves)."""
-        if self.rows is None or present >= ir.PACK:
+        if self.kind != "uniforms" or present >= ir.PACK:
             return f"{self.mat4(m)} * {texel}"
         self.partial.add(present)
         columns = ", ".join(self.vec4(column) for column in np.asarray(m)[:present])
@@ -50,7 +62,7 @@ class Weights:
 
     def kept(self, m) -> bool:
         """Whether a product with the weights ``m`` is written (a literal 0 is left out)."""
-        return self.rows is not None or bool(np.any(m))
+        return self.kind == "uniforms" or bool(np.any(m))
 
     def declaration(self) -> str:
         """The uniform array and the partial products' functions the program uses."""
