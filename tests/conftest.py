@@ -36,11 +36,13 @@ def skip_module_without_chromium():
 def with_zero_border(net, **options):
     """``net`` with every layer offered it reading its input through a zero border
     (``zero_border``, a form es2.drivers.tune may choose; ``options``: more layer options for
-    those layers), its ops recording it for the emulator.  Returns (net, those layers)."""
+    those layers, where offered), its ops recording it for the emulator.  Returns (net, those
+    layers)."""
     from workbench import es2
     from workbench.es2 import drivers
 
-    forms = {op.name: {"zero_border": True, **options} for op in net.graph.ops
-             if "zero_border" in drivers.layer_options(op)}
+    forms = {op.name: {"zero_border": True, **{k: v for k, v in options.items()
+                                               if k in drivers.layer_options(op)}}
+             for op in net.graph.ops if "zero_border" in drivers.layer_options(op)}
     graph = drivers.ordered(net.graph, forms)
     return es2.Net(graph, es2.generate(graph, net.target, forms), net.target), list(forms)

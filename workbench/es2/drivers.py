@@ -167,8 +167,10 @@ def tune(graph, generate, driver: str, options=None, count=None):
     :data:`REFINEMENTS`.  It keeps the form with the fewest spills, then the most threads,
     then the smallest sum of ``count`` (:data:`COUNTS`; default the estimated cycles where
     the driver estimates them, vc4, else the instructions; ``"two threads"``:
-    :func:`two_thread_cycles`); a tie keeps what it had.  A form changes the float rounding,
-    not the arithmetic; the emulator follows it (:func:`ordered`).
+    :func:`two_thread_cycles`); a tie keeps what it had.  Last, a luma layer read through a
+    zero border may read the luma its copy computed (:func:`_luma_copies`).  A form changes
+    the float rounding, not the arithmetic (but the luma copy's: its luma at two bytes,
+    within 7.7e-6); the emulator follows it (:func:`ordered`).
 
     Returns ``(passes, reports, changes, options)`` as :func:`fit` does."""
     options = {layer: dict(o) for layer, o in (options or {}).items()}
@@ -221,6 +223,7 @@ def tune(graph, generate, driver: str, options=None, count=None):
     tried += _tried(refined, driver)
     picks = _budgeted(graph, layers, tried, BUDGET_SLACK) if budget else \
         {layer: i for layer, (_, _, i) in _best(layers, tried, count).items()}
+    tried, picks = _luma_copies(graph, options, tried, picks, generate, driver, count)
     changes = []
     for layer in layers:
         i = picks[layer]
@@ -279,6 +282,32 @@ def _budgeted(graph, layers, tried, slack) -> dict:
         picks[layer] = i
 
 
+def _luma_copies(graph, options, tried, picks, generate, driver, count) -> tuple:
+    """``(tried, picks)`` with the picks of each luma layer that reads through a zero border
+    also tried with its copy holding the luma (``luma_copy``,
+    :func:`~workbench.es2.ops.conv.padding.copies_luma`: one more trial, the picks together),
+    that form kept where the driver counts it no more instructions and less by
+    :func:`_form_key` (on VideoCore IV 324 -> 260 instructions a program of the x2 net's L1;
+    on Mali-T720 175 -> 200, kept out)."""
+    offered = [layer for layer, i in picks.items()
+               if "luma_copy" in layer_options(graph.op(layer))
+               and tried[i][0].get(layer, {}).get("zero_border")]
+    if not offered:
+        return tried, picks
+    trial = {**options, **{layer: dict(tried[i][0].get(layer, {})) for layer, i in picks.items()}}
+    for layer in offered:
+        trial[layer]["luma_copy"] = True
+    tried = tried + _tried([(trial, generate(trial))], driver)
+    picks = dict(picks)
+    for layer in offered:
+        new, old = tried[-1][1:], tried[picks[layer]][1:]
+        if (_form_key(*new, layer, count) < _form_key(*old, layer, count)
+                and _layer_stat(*new, layer, "instructions")
+                <= _layer_stat(*old, layer, "instructions")):
+            picks[layer] = len(tried) - 1
+    return tried, picks
+
+
 def _tried(trials, driver) -> list[tuple]:
     """``[(options, passes, reports)]`` of ``trials`` (``[(options, passes)]``), every new
     program compiled in one child."""
@@ -301,6 +330,7 @@ def _described(form) -> str:
         f"products added {order!r} ({ORDERS[order]})" if "order" in form else "",
         "padding masks computed per tap" if form.get("inline_masks") else "",
         "its input read through a zero border (no masks)" if form.get("zero_border") else "",
+        "its luma computed once, by its copy" if form.get("luma_copy") else "",
         f"{UNIT_COLUMNS[form['unit_masks']]} times a unit mask" if form.get("unit_masks")
         else "",
         {"chained": "its coordinates a texel apart, each from the one before",

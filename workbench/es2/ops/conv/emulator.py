@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import ir
-from workbench.es2.emulate import F32, luma
+from workbench.es2.emulate import F32, luma, quantize
 from workbench.es2.ops.conv import split
-from workbench.es2.ops.conv.form import LAST, formed
+from workbench.es2.ops.conv.form import LAST, ConvForm, formed
 from workbench.es2.ops.conv.orders import emulated_terms, order_of
+from workbench.es2.ops.conv.padding import BYTE, copies_luma
 from workbench.nets import activations, storage
 
 
@@ -71,7 +72,7 @@ def emulate(op: ir.Conv, x, residual=None, fast=False):
     return np.asarray(storage.encode(activations.of(op).np_fn(out), op.storage), F)
 
 
-def _padded(op: ir.Conv, x):
+def _padded(op: ConvForm, x):
     """``(padded input, output (height, width))``: ``x`` (HxWxC, its float type kept) in the
     op's logical channel order (a luma input's luma), in its padding (zeros, or the stored
     value of a real 0 where the op has a ``pad_value``: what the shader's masked taps read)."""
@@ -79,6 +80,8 @@ def _padded(op: ir.Conv, x):
     x = np.asarray(x, F)
     if op.luma_input:
         x = luma(x[..., :3])[..., None]
+        if copies_luma(op):
+            x = copied_luma(x)
     if op.input_order is not None:  # physical pack order -> logical channel order
         x = np.concatenate([x[..., 4 * p:4 * p + 4] for p in op.input_order], axis=-1)
     x = x[..., :op.cin]
@@ -92,11 +95,23 @@ def _padded(op: ir.Conv, x):
     return padded, (oh, ow)
 
 
+def copied_luma(y):
+    """A luma input's luma ``y`` (its float type) as its programs read it from the op's own
+    copy (:func:`~.padding.copies_luma`, :func:`~.padding.tap_luma`): the copy's ``l = y * 255`` and ``h =
+    floor(l)``, stored as the bytes of ``h / 255`` and ``l - h``, read back ``r + g / 255``."""
+    F = y.dtype.type
+    arithmetic = "float16" if F is np.float16 else "float32"
+    lum = y * F(255)
+    whole = np.floor(lum)
+    r, g = (quantize(v, arithmetic) for v in (whole * F(BYTE), lum - whole))
+    return r + g * F(BYTE)
+
+
 def partial_bound(op: ir.Conv, x) -> float:
     """The largest sum of magnitudes, over an output's input packs and kernel rows, of their
     products on the input ``x``: a bound of every partial sum any split of ``op`` into stages
     stores (:func:`workbench.es2.ops.conv.split.shift`), measured."""
-    padded, (oh, ow) = _padded(op, np.asarray(x, F32))
+    padded, (oh, ow) = _padded(formed(op), np.asarray(x, F32))
     kernel, k, s = _dense_kernel(op), op.size, op.stride
     total = np.zeros((oh, ow, op.cout), F32)
     for first in range(0, op.cin, ir.PACK):

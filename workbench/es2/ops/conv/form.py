@@ -26,7 +26,9 @@ class ConvForm(ir.Conv):
     (:func:`~workbench.es2.ops.conv.padding.bordered`; a field, for its textures), its producer's
     own (``input_bordered``) or a copy; ``border_out``: ``(left, top, right, bottom)``, its
     output drawn with that border of zeros for its reader
-    (:func:`~workbench.es2.ops.conv.padding.producer_borders`).  ``partial_bound``: the largest
+    (:func:`~workbench.es2.ops.conv.padding.producer_borders`); ``luma_copy``: its own copy
+    (a luma input's, through a zero border) holds the luma as two bytes
+    (:func:`~workbench.es2.ops.conv.padding.copies_luma`).  ``partial_bound``: the largest
     magnitude its partial sums reach on calibration images, with headroom (:func:`measured`;
     :func:`~workbench.es2.ops.conv.split.shift`).  (How a program holds its weights
     changes no arithmetic: a layer option of :func:`passes`, not a field.)  The defaults are
@@ -45,6 +47,7 @@ class ConvForm(ir.Conv):
     zero_border: bool = False
     input_bordered: bool = False
     border_out: tuple | None = None
+    luma_copy: bool = False
     partial_bound: float | None = None  # a bound of its partial sums measured on images
 
     def __setattr__(self, name, value):
@@ -68,13 +71,13 @@ class ConvForm(ir.Conv):
 
 
 FORM = ("order", "residual_after", "row_split", "zero_border", "input_bordered",
-        "border_out")  # the layer options a ConvForm records
+        "border_out", "luma_copy")  # the layer options a ConvForm records
 
 
 def formed(op: ir.Conv, **form) -> ConvForm:
     """``op`` as a :class:`ConvForm` with the fields ``form`` (:data:`FORM`: ``order``,
-    ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``;
-    :func:`~.passes.prepare`: ``split``), the others its own: a ConvForm's, or a plain
+    ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``,
+    ``luma_copy``; :func:`~.passes.prepare`: ``split``), the others its own: a ConvForm's, or a plain
     Conv's defaults.  (Where a plain Conv arrives: :func:`~.passes.prepare` and calibration,
     which form the IR's, and the emulator, which also runs an IR graph: the reference's float
     graph, calibration's.)"""

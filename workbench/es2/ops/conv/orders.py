@@ -12,7 +12,8 @@ import numpy as np
 
 from workbench import ir
 from workbench.es2.ops.conv.form import LAST
-from workbench.es2.ops.conv.padding import axis_mask, tap_mask, unit_columns, unit_mask
+from workbench.es2.ops.conv.padding import (axis_mask, tap_luma, tap_mask, unit_columns,
+                                             unit_mask)
 from workbench.glsl_text import glsl_float, glsl_vec
 
 
@@ -80,8 +81,8 @@ def grouped(op, order, products: Products, masks: Masks) -> list[str]:
         def group(dy, dx, own=""):  # ``own``: the tap's mask, where it is the tap's alone
             where = f"vec2(x{dx}, y{dy})"
             if op.luma_input:
-                return (f"({constants.vec4(op.kernel[dy, dx, 0, o])} * (dot("
-                        f"{fetches[0](where)}.rgb, {glsl_vec(ir.LUMA, 3)}){own}))")
+                return (f"({constants.vec4(op.kernel[dy, dx, 0, o])} * ("
+                        f"{tap_luma(op, fetches[0](where))}{own}))")
             terms = [constants.product(w[dy, dx, j], fetch(where), present[j])
                      for j, fetch in enumerate(fetches) if constants.kept(w[dy, dx, j])]
             return f"({' + '.join(terms) or 'vec4(0.0)'}){own}"
@@ -121,7 +122,7 @@ def chain(op, products: Products, masks: Masks, channels=None, rows=None) -> lis
         if padded:
             lines.append(tap_mask(dx, dy, inline_masks))
         if op.luma_input:
-            y = f"(dot({fetches[0](where)}.rgb, {glsl_vec(ir.LUMA, 3)}){mask})"
+            y = f"({tap_luma(op, fetches[0](where))}{mask})"
             if many:
                 lines.append(f"    y = {y};")
                 y = "y"

@@ -10,6 +10,9 @@ the same bytes: a tap in the border reads 0, as a masked tap adds 0).  Where a c
 alone reads its input and a convolution makes it, the producer draws its output with that
 border already (:func:`producer_borders`: its textures are the larger ones, cleared to 0, and
 its programs draw the output's own pixels in them: ``Pass.border``), and no copy is made.
+A luma input's own copy may hold the luma, computed once a pixel, as two bytes
+(``luma_copy``, :func:`copies_luma`; its programs then read it at each tap instead of the RGB
+texel and its dot product).
 A program none of whose taps lies in the padding may still multiply each column by a mask
 that is exactly 1 (:func:`unit_mask`), for VideoCore IV's scheduler."""
 from __future__ import annotations
@@ -20,7 +23,7 @@ from workbench import ir
 from workbench.es2.ops.conv import split
 from workbench.es2.shaders import (Binding, Pass, coordinates, header, inside_mask, masked,
                                    uniform_declarations, window_varying)
-from workbench.glsl_text import glsl_vec
+from workbench.glsl_text import glsl_float, glsl_vec
 
 
 def axis_mask(axis, d, inline_masks) -> str:
@@ -126,6 +129,34 @@ def bordered(op) -> bool:
     return op.zero_border and border_offered(op)
 
 
+# 1/255 in float32: a byte's step
+BYTE = np.float32(1 / 255)
+
+
+def luma_offered(op) -> bool:
+    """Whether ``op`` may read its luma from its own copy (``luma_copy``): a luma input that
+    may read through a zero border."""
+    return op.luma_input and border_offered(op)
+
+
+def copies_luma(op) -> bool:
+    """Whether ``op``'s copy holds its luma (``luma_copy``, where it reads through a zero
+    border its own copy draws): the luma times 255, its whole part in one byte, its fraction
+    in the next (:func:`tap_luma`)."""
+    return op.luma_copy and op.luma_input and bordered(op) and not op.input_bordered
+
+
+def tap_luma(op, texel) -> str:
+    """The GLSL of a luma input's luma at a tap whose ``texel`` (GLSL) its program fetched: the
+    RGB texel's ``dot`` with :data:`workbench.ir.LUMA`, or, where its copy holds the luma
+    (:func:`copies_luma`), the copy's two bytes ``r + g / 255`` (within half a step of a
+    byte's step, 7.7e-6, of the dot the copy computed once a pixel;
+    :func:`~.emulator.copied_luma`)."""
+    if copies_luma(op):
+        return f"dot({texel}.rg, vec2(1.0, {glsl_float(BYTE)}))"
+    return f"dot({texel}.rgb, {glsl_vec(ir.LUMA, 3)})"
+
+
 def border_tensor(op) -> str:
     """The name of the bordered copy's textures (a layer's own: ``<layer>/border``)."""
     return f"{op.name}/border"
@@ -156,12 +187,17 @@ def border_passes(op, shapes, precision) -> list[Pass]:
     if border:
         vectors = window_varying(("texel", op.input), 1, ("texel", op.input))
         del vectors["u_in_texel"]  # (v_uv is the texel: no other)
-        body = ["    gl_FragColor = texture2D(u_in0, v_uv);"]
+        body, texel, mask = [], "texture2D(u_in0, v_uv)", ""
     else:  # the bordered texture drawn a texel of the input a pixel, from where the padding ends
         vectors = window_varying(("window", op.name, op.size, op.stride), 1, ("texel", op.input),
                                  ("pad", op.input, op.size, op.stride, op.padding))
-        body = coordinates(1, True) + [
-            "    gl_FragColor = texture2D(u_in0, vec2(x0, y0)) * (mx0 * my0);"]
+        body, texel, mask = coordinates(1, True), "texture2D(u_in0, vec2(x0, y0))", \
+            " * (mx0 * my0)"
+    if copies_luma(op):  # the luma times 255, its whole part and its fraction a byte each
+        body += [f"    float l = dot({texel}.rgb, {glsl_vec(ir.LUMA, 3)}) * 255.0;",
+                 "    float h = floor(l);"]
+        texel = f"vec4(h * {glsl_float(BYTE)}, l - h, 0.0, 0.0)"
+    body.append(f"    gl_FragColor = {texel}{mask};")
     source = (header(precision) + uniform_declarations(["u_in0"], vectors)
               + "void main() {\n" + "\n".join(body) + "\n}\n")
     return [Pass(f"{op.name}.border{i}", op.name, source, [Binding("u_in0", op.input, i)],

@@ -9,7 +9,8 @@ from workbench.es2.limits import Target, check_storage, fits
 from workbench.es2.ops.conv import split
 from workbench.es2.ops.conv.form import FORM, ConvForm, formed
 from workbench.es2.ops.conv.orders import chained
-from workbench.es2.ops.conv.padding import border_offered, border_passes, bordered
+from workbench.es2.ops.conv.padding import (border_offered, border_passes, bordered,
+                                             luma_offered)
 from workbench.es2.ops.conv.program import MODE, Mode, program
 from workbench.es2.ops.conv.weights import uniforms_fit
 from workbench.es2.shaders import Pass, masked
@@ -22,7 +23,8 @@ def passes(op: ConvForm, shapes, target: Target, channels=None, **options) -> li
     what the target's constant budget allows, :func:`channels_per_program`); under 4, each
     pack is drawn by several programs of that many components each, one target each.
     ``options`` (a driver's, :func:`layer_options`): the form's (:data:`~.form.FORM`: ``order``,
-    ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``;
+    ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``,
+    ``luma_copy``;
     :class:`~.form.ConvForm`), default its own fields, and the :class:`~.program.Mode`'s
     (``inline_masks``, ``weights``, ``unit_masks``, ``coordinates``).  ``weights="uniforms"``:
     weights set at each draw (:class:`~.weights.Weights`), one pack a program, where they fit
@@ -149,6 +151,7 @@ def layer_options(op: ConvForm) -> tuple[str, ...]:
     """What a driver may ask of its programs (:func:`passes`' keywords that change them)."""
     masks = ("inline_masks",) if masked(op.size, op.padding) else ()
     masks += ("zero_border",) if border_offered(op) else ()
+    masks += ("luma_copy",) if luma_offered(op) else ()
     residual = ("residual_after",) if op.residual else ()
     order = () if chained(op) else ("order", "unit_masks")
     rows = ("row_split", "coordinates") if op.size > 1 else ()
