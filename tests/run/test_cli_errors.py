@@ -284,6 +284,11 @@ def test_bench_sr_passes_the_compile_options_to_the_compiler(monkeypatch, capsys
                  "--mean", "0.5", "--std", "0.25", "--headroom", "0.1"]) == 0
     assert given == {"shared": True, "scaled_bits": 8, "calibration": "Set5", "mean": (0.5,),
                      "std": (0.25,), "headroom": 0.1}
+    given.clear()
+    assert main(["bench", "sr", "--shared", "4096"]) == 0 and given == {"shared": 4096}
     monkeypatch.undo()
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "sr", "--shared", "0"])
+    assert exit_.value.code == 2 and "give a whole number >= 1" in capsys.readouterr().err
     assert main(["bench", "sr", "--size", "8", "--tune"]) == 2
     assert "names no driver to check with" in _one_line(capsys)

@@ -79,8 +79,11 @@ def _add_compile_options(p, tune=True):
                        choices=(True, *COUNTS), metavar="COUNT", help="keep each layer's "
                        "fastest form by the device's own compiler (needs --device with a "
                        "driver); COUNT: " + ", ".join(COUNTS))
-    p.add_argument("--shared", action="store_true", help="weights as uniform arrays, so that "
-                   "one program serves every layer of its shape (fewer programs, same bytes)")
+    p.add_argument("--shared", nargs="?", const=True, default=False, type=_positive,
+                   metavar="PIXELS", help="weights as uniform arrays, so that one program "
+                   "serves every layer of its shape (fewer programs, same bytes); PIXELS: only "
+                   "in layers whose output has at most that many pixels (llvmpipe pays ~5x "
+                   "for a uniform at every fragment)")
     p.add_argument("--scaled-bits", type=int, choices=(8, 16), help="bits a tensor stored "
                    "with a scale keeps (default 16: two RGBA8 textures a pack, where highp)")
 
