@@ -213,7 +213,7 @@ def tune(graph, generate, driver: str, options=None, count=None):
     for best, values in itertools.product(bases, itertools.product(*REFINEMENTS.values())):
         trial = dict(options)
         for layer in layers:
-            form = dict(tried[best[layer][2]][0].get(layer, {}))
+            form = dict(tried[best[layer]][0].get(layer, {}))
             for k, v in zip(REFINEMENTS, values):
                 if k in layer_options(graph.op(layer)) and (k != "unit_masks" or (
                         estimates and form.get("unit_masks"))):
@@ -222,7 +222,7 @@ def tune(graph, generate, driver: str, options=None, count=None):
         refined.append((trial, generate(trial)))
     tried += _tried(refined, driver)
     picks = _budgeted(graph, layers, tried, BUDGET_SLACK) if budget else \
-        {layer: i for layer, (_, _, i) in _best(layers, tried, count).items()}
+        _best(layers, tried, count)
     tried, picks = _luma_copies(graph, options, tried, picks, generate, driver, count)
     changes = []
     for layer in layers:
@@ -316,11 +316,11 @@ def _tried(trials, driver) -> list[tuple]:
 
 
 def _best(layers, tried, count) -> dict:
-    """``{layer: (its key, its form, the index in tried)}``: the form of each layer with the
-    smallest :func:`_form_key` among ``tried`` (``[(options, passes, reports)]``), the first
-    where several tie."""
-    return {layer: min(((_form_key(ps, rs, layer, count), trial.get(layer, {}), i)
-                        for i, (trial, ps, rs) in enumerate(tried)), key=lambda k: (k[0], k[2]))
+    """``{layer: index in tried}``: the form of each layer with the smallest
+    :func:`_form_key` among ``tried`` (``[(options, passes, reports)]``), the first where
+    several tie."""
+    return {layer: min(range(len(tried)),
+                       key=lambda i: (_form_key(*tried[i][1:], layer, count), i))
             for layer in layers}
 
 

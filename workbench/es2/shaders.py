@@ -212,16 +212,15 @@ def window_varying(area, stride, texel, pad=None) -> dict:
 def block_position(block: int) -> list[str]:
     """GLSL lines that give, for the output pixel of an upsampling by ``block``, its
     sub-pixel ``sub`` in the input pixel it lies in (0 .. block - 1 on each axis, x from the
-    left, y from the bottom as gl_FragCoord counts); by 2 also ``ph``, ``fract(fc / 2)``: 0.25
-    where ``sub`` is 0, 0.75 where 1 (fewer instructions than a floor: VideoCore IV's demux
-    10 fewer).  That input pixel itself is the one :data:`OUT_TEXEL` samples (nearest: its
+    left, y from the bottom as gl_FragCoord counts); by 2 ``ph``, ``fract(fc / 2)``, instead:
+    0.25 where the sub-pixel is 0, 0.75 where 1 (fewer instructions than a floor: VideoCore
+    IV's demux 10 fewer; :func:`sub_index`).  That input pixel itself is the one :data:`OUT_TEXEL` samples (nearest: its
     centre lies half an output pixel or more inside it).  gl_FragCoord is mediump in
     GLSL ES 1.00 (Mesa evaluated "gl_FragCoord.xy - 0.5" in fp16, which misplaced every odd
     output pixel from x or y = 1024 on): copied to a highp ``fc``."""
     if block == 2:
         return ["    vec2 fc = gl_FragCoord.xy;",
-                "    vec2 ph = fract(fc * 0.5);",
-                "    vec2 sub = ph * 2.0 - 0.5;"]
+                "    vec2 ph = fract(fc * 0.5);"]
     b = glsl_float(block)
     return ["    vec2 fc = gl_FragCoord.xy;",
             f"    vec2 sub = fc - 0.5 - floor(fc / {b}) * {b};"]

@@ -48,6 +48,11 @@ def fragment_source(mads=MADS, chains=CHAINS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def multiply_adds_per_fragment(mads=MADS) -> int:
+    """4 a vec4 multiply-add."""
+    return 4 * mads
+
+
 def mat4_source(products=MADS // 4) -> str:
     """``products`` lines ``s += mat4(<16 literals>) * v;`` (16 multiply-adds each, every
     weight a distinct literal, as a convolution program's products are), ``v`` from the
@@ -72,16 +77,11 @@ def fetch_source(fetches=FETCHES) -> str:
 
 
 # The forms of :func:`browser_peak`: name -> (fragment shader, multiply-adds a fragment).
-FORMS = {"1 chain": (fragment_source(), 4 * MADS),
-         "4 chains": (fragment_source(chains=4), 4 * MADS),
-         "mat4 literals": (mat4_source(), 4 * MADS),
+FORMS = {"1 chain": (fragment_source(), multiply_adds_per_fragment()),
+         "4 chains": (fragment_source(chains=4), multiply_adds_per_fragment()),
+         "mat4 literals": (mat4_source(), multiply_adds_per_fragment()),
          f"{FETCHES} fetches": (fetch_source(), 0)}
 PEAK_FORM, MAT4_FORM, FETCH_FORM = "1 chain", "mat4 literals", f"{FETCHES} fetches"
-
-
-def multiply_adds_per_fragment(mads=MADS) -> int:
-    """4 a vec4 multiply-add."""
-    return 4 * mads
 
 
 def net_multiply_adds(net, hw) -> int:

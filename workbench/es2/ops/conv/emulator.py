@@ -97,8 +97,9 @@ def _padded(op: ConvForm, x):
 
 def copied_luma(y):
     """A luma input's luma ``y`` (its float type) as its programs read it from the op's own
-    copy (:func:`~.padding.copies_luma`, :func:`~.padding.tap_luma`): the copy's ``l = y * 255`` and ``h =
-    floor(l)``, stored as the bytes of ``h / 255`` and ``l - h``, read back ``r + g / 255``."""
+    copy (:func:`~.padding.copies_luma`, :func:`~.padding.tap_luma`): the copy's ``l = y *
+    255`` and ``h = floor(l)``, stored as the bytes of ``h / 255`` and ``l - h``, read back
+    ``r + g / 255``."""
     F = y.dtype.type
     arithmetic = "float16" if F is np.float16 else "float32"
     lum = y * F(255)

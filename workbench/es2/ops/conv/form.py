@@ -77,8 +77,8 @@ FORM = ("order", "residual_after", "row_split", "zero_border", "input_bordered",
 def formed(op: ir.Conv, **form) -> ConvForm:
     """``op`` as a :class:`ConvForm` with the fields ``form`` (:data:`FORM`: ``order``,
     ``residual_after``, ``row_split``, ``zero_border``, ``input_bordered``, ``border_out``,
-    ``luma_copy``; :func:`~.passes.prepare`: ``split``), the others its own: a ConvForm's, or a plain
-    Conv's defaults.  (Where a plain Conv arrives: :func:`~.passes.prepare` and calibration,
+    ``luma_copy``; :func:`~.passes.prepare`: ``split``), the others its own: a ConvForm's, or
+    a plain Conv's defaults.  (Where a plain Conv arrives: :func:`~.passes.prepare` and calibration,
     which form the IR's, and the emulator, which also runs an IR graph: the reference's float
     graph, calibration's.)"""
     fields = {k: v for k, v in vars(op).items() if k not in form}
